@@ -1,0 +1,3 @@
+from elsa_tune.tuner.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The study store, trial and boot records, fingerprints, the rejected-technique ledger."""

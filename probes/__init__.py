@@ -1,0 +1,1 @@
+"""Stress probes (OOM-safe), the quality gate, memory headroom watching."""

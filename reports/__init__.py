@@ -1,0 +1,1 @@
+"""Reports rendered from history alone: Markdown, HTML with plots, deploy artifacts."""

@@ -1,0 +1,85 @@
+"""The ``Runtime`` seam: boot a server for a ``Candidate``, check it, stop it.
+
+Implementations: ``SGLangProcess`` (a local process), ``SGLangDocker`` (a container through the
+docker SDK) and ``SimulatedSGLang`` (``runtime/sim/``, a real HTTP server that behaves like SGLang on a
+described card). ``tests/runtime/contract.py`` is the suite every implementation must pass.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.failure import Failure
+from elsa_tune.search_spaces.candidate import Candidate
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server: where to reach it and what it reported at boot.
+
+    ``handle`` is implementation-private (a pid, a container id). ``log_path`` is the server log
+    teed into the boot folder. ``gpu_uuid`` is the GPU it is pinned to (``None`` for the simulator's
+    own card when it has no UUID).
+    """
+
+    candidate: Candidate
+    base_url: str
+    port: int
+    boot_dir: Path
+    log_path: Path
+    report: BootReport
+    started_at: float
+    ready_at: float
+    handle: str = ""
+    gpu_uuid: str | None = None
+
+
+class HealthState(enum.Enum):
+    HEALTHY = "healthy"        # process alive, /health answers 200
+    UNHEALTHY = "unhealthy"    # process alive, /health failing or timing out (possible hang)
+    DEAD = "dead"              # process (tree) gone
+
+
+@dataclass(frozen=True)
+class Health:
+    state: HealthState
+    detail: str = ""
+    failure: Failure | None = None   # classified from the log when the server died
+
+    @property
+    def ok(self) -> bool:
+        return self.state is HealthState.HEALTHY
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a stop ended: the return code, whether it had to be killed, GPU memory released."""
+
+    returncode: int | None
+    killed: bool
+    gpu_memory_released: bool
+    seconds: float
+    failure: Failure | None = None   # set when the server had died on its own before the stop
+    detail: str = ""
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Boot, check and stop servers. One ``Runtime`` may run one server at a time per GPU.
+
+    ``start`` returns only when the server is ready (ready line seen and ``/health`` answers) or
+    raises ``BootFailed`` carrying a classified ``Failure``; it never leaves a process behind on
+    failure. ``stop`` kills the whole process tree or container, waits for it, and waits (bounded)
+    until the GPU memory it held is released; it is idempotent and never raises for a dead server.
+    ``boot_dir`` is the folder where the server log and records of this boot are written.
+    """
+
+    def start(self, candidate: Candidate, boot_dir: Path) -> Server: ...
+
+    def check(self, server: Server) -> Health: ...
+
+    def stop(self, server: Server) -> Exit: ...

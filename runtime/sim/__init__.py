@@ -1,0 +1,1 @@
+"""The simulated SGLang: a real HTTP server that behaves like SGLang on a described card."""

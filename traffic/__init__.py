@@ -1,0 +1,1 @@
+"""Traffic: the trace format, recording from Prometheus, imports, workloads, replay."""

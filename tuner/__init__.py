@@ -1,0 +1,1 @@
+"""The search loop and its phases, the A/B gate and its statistics, budget, the CLI."""

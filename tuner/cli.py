@@ -1,0 +1,95 @@
+"""The CLI: a thin shell that parses arguments, calls into the layers, maps errors to exit codes.
+
+Subcommands live in ``tuner/commands/``, one module each, discovered at start-up. A module exposes
+``NAME`` (the word on the command line, e.g. ``"sim"``), ``HELP`` and ``register(parser)`` that adds
+its arguments and sets ``func`` (``argparse.Namespace -> int``). ``elsa-tune --gpu 0 --traffic X``
+with no subcommand runs the ``tune`` command.
+
+This is the only place that turns an ``ElsaTuneError`` into an exit status and prints it; ``--debug``
+re-raises to show the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from elsa_tune import __version__
+from elsa_tune.errors import ElsaTuneError
+
+DEFAULT_COMMAND = "tune"
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 70
+
+log = logging.getLogger("elsa_tune")
+
+
+def _command_modules() -> list[ModuleType]:
+    import elsa_tune.tuner.commands as package
+
+    modules = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if hasattr(module, "NAME") and hasattr(module, "register"):
+            modules.append(module)
+    return modules
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="elsa-tune",
+        description="Unattended launch-flag tuner for SGLang. Run `elsa-tune --gpu 0 --traffic prod.parquet`.",
+    )
+    parser.add_argument("--version", action="version", version=f"elsa-tune {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-paragraph errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _command_modules():
+        command = sub.add_parser(module.NAME, help=getattr(module, "HELP", None),
+                                 description=getattr(module, "HELP", None))
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show tracebacks instead of one-paragraph errors")
+        module.register(command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    commands = {m.NAME for m in _command_modules()}
+    first = next((a for a in args_list if a != "--debug"), None)
+    if first is not None and first not in commands and first not in ("-h", "--help", "--version"):
+        args_list.insert(args_list.index(first), DEFAULT_COMMAND)
+    args = parser.parse_args(args_list)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    debug = bool(getattr(args, "debug", False))
+    try:
+        return int(args.func(args))
+    except ElsaTuneError as exc:
+        if debug:
+            raise
+        print(f"elsa-tune: error: {exc.explain()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("elsa-tune: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # the one catch-all: an internal bug, reported as such
+        if debug:
+            raise
+        log.exception("internal error")
+        print(f"elsa-tune: internal error: {type(exc).__name__}: {exc}\n"
+              "  remedy: this is a bug in elsa-tune; rerun with --debug and report the traceback",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
