@@ -1,0 +1,70 @@
+"""``Verdict``: the A/B gate's decision as a record. The gate (``tuner/``) produces it; history stores it."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Decision(enum.Enum):
+    KEEP = "keep"
+    REJECT = "reject"
+    INCONCLUSIVE = "inconclusive"   # the incumbent stays; never reported as "significant" or as zero
+
+
+@dataclass(frozen=True)
+class GuardrailResult:
+    """A non-inferiority test on a secondary metric (TTFT p50/p99, KV pool tokens, quality)."""
+
+    name: str
+    passed: bool | None              # None: could not be decided (no data) — never counts as passed
+    ratio: float | None              # candidate / incumbent
+    ci_low: float | None
+    ci_high: float | None
+    margin: float                    # the allowed worsening, as a ratio (e.g. 1.10 for TTFT +10%)
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """KEEP / REJECT / INCONCLUSIVE with the reason, effect ratio and its CI, p-value, boots per arm.
+
+    ``effect`` is the throughput ratio candidate/incumbent (1.05 = 5% faster) estimated on per-boot
+    means of log throughput; ``ci_low``/``ci_high`` bound it. ``mde`` is the smallest effect the
+    protocol could have detected with the boots it spent, stated whenever the result is not KEEP.
+    """
+
+    decision: Decision
+    reason: str
+    effect: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    boots_incumbent: int
+    boots_candidate: int
+    mde: float | None = None
+    guardrails: tuple[GuardrailResult, ...] = ()
+    kind: str = "speed"              # "speed" needs superiority; "memory" needs non-inferiority + memory gain
+    stopped_at_look: int | None = None
+    adjusted_p_value: float | None = None   # after multiple-testing control across the night
+    schema_version: int = SCHEMA_VERSION
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        data["decision"] = self.decision.value
+        data["guardrails"] = [vars(g).copy() for g in self.guardrails]
+        data["extra"] = dict(self.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        kwargs = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        kwargs["decision"] = Decision(data["decision"])
+        kwargs["guardrails"] = tuple(GuardrailResult(**g) for g in data.get("guardrails", ()))
+        kwargs["extra"] = dict(data.get("extra", {}))
+        return cls(**kwargs)
