@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from elsa_tune.traffic.trace import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    Trace,
+    TraceMetadata,
+    TraceRequest,
+    read_trace,
+    write_trace,
+)
+
+from elsa_tune.errors import TrafficError
+
+META = TraceMetadata(schema_version=SCHEMA_VERSION, source="test", block_size=4, start="2026-01-01T00:00:00+00:00",
+                     end=None, synthesized=False, notes="n", extra={"provenance": "unit test"})
+
+
+def _reqs() -> list[TraceRequest]:
+    return [
+        TraceRequest(0.0, 8, 3, (1, 2), session="s1", kind="chat", temperature=0.7, top_p=0.9, top_k=20),
+        TraceRequest(0.5, 9, 1, (1, 2, 3), session="s1", kind="code"),
+        TraceRequest(2.0, 1, 2, (7,), session=None, kind="tool", images=2),
+    ]
+
+
+def test_round_trip_keeps_rows_schema_and_metadata(tmp_path: Path) -> None:
+    trace = Trace.from_requests(_reqs(), META)
+    path = tmp_path / "t.parquet"
+    write_trace(trace, path)
+    back = read_trace(path)
+    assert list(back.requests()) == _reqs()
+    assert back.metadata == META
+    assert back.table.schema.remove_metadata() == SCHEMA
+    raw = pq.ParquetFile(path).schema_arrow.metadata
+    assert raw[b"elsa_tune.schema_version"] == str(SCHEMA_VERSION).encode()
+    assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
+
+
+def test_window_rebases_arrivals_and_shifts_wall_clock() -> None:
+    trace = Trace.from_requests(_reqs(), META)
+    win = trace.window(0.5, 2.0)
+    assert len(win) == 1
+    assert next(win.requests()).arrival_s == 0.0
+    assert win.metadata.start == "2026-01-01T00:00:00.500000+00:00"
+    assert len(trace.window(0.0, 10.0)) == 3
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (TraceRequest(-1.0, 4, 1, (1,)), "negative"),
+        (TraceRequest(0.0, 0, 1, ()), "input_tokens"),
+        (TraceRequest(0.0, 4, 0, (1,)), "output_tokens"),
+        (TraceRequest(0.0, 5, 1, (1,)), "block_hashes"),
+    ],
+)
+def test_validation_names_the_row(bad: TraceRequest, message: str) -> None:
+    with pytest.raises(TrafficError, match=message):
+        Trace.from_requests([_reqs()[0], bad], META)
+
+
+def test_unsorted_arrivals_are_refused() -> None:
+    reqs = _reqs()
+    with pytest.raises(TrafficError, match="row 2: arrival_s decreases"):
+        Trace.from_requests([reqs[0], reqs[2], reqs[1]], META)
+
+
+def test_foreign_or_future_files_are_refused_with_a_remedy(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"x": [1]}), plain)
+    with pytest.raises(TrafficError, match="not an elsa-tune trace") as info:
+        read_trace(plain)
+    assert "traffic import" in info.value.remedy
+    future = tmp_path / "future.parquet"
+    table = Trace.from_requests(_reqs(), META).table
+    meta = {**META.to_parquet(), b"elsa_tune.schema_version": b"99"}
+    pq.write_table(table.replace_schema_metadata(meta), future)
+    with pytest.raises(TrafficError, match="schema version 99"):
+        read_trace(future)
+    with pytest.raises(TrafficError, match="no such trace file"):
+        read_trace(tmp_path / "missing.parquet")
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"not parquet at all")
+    with pytest.raises(TrafficError, match="not a readable Parquet"):
+        read_trace(garbage)
+
+
+def test_from_columns_broadcasts_scalars() -> None:
+    trace = Trace.from_columns(META, arrival_s=[0.0, 1.0], input_tokens=[4, 8], output_tokens=[1, 1],
+                               block_hashes=[[1], [1, 2]], kind="code")
+    assert [r.kind for r in trace.requests()] == ["code", "code"]
+    assert trace.duration_s == 1.0
