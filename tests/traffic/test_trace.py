@@ -5,6 +5,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.trace import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -14,8 +16,6 @@ from elsa_tune.traffic.trace import (
     read_trace,
     write_trace,
 )
-
-from elsa_tune.errors import TrafficError
 
 META = TraceMetadata(schema_version=SCHEMA_VERSION, source="test", block_size=4, start="2026-01-01T00:00:00+00:00",
                      end=None, synthesized=False, notes="n", extra={"provenance": "unit test"})

@@ -1,0 +1,298 @@
+"""OpenAI-style request logs (JSONL) → trace rows, with real prompts turned into chained block hashes.
+
+A line is either a bare request body (``/v1/chat/completions``, ``/v1/completions`` or SGLang's native
+``/generate``) or a gateway record that wraps one (``request``/``body``/``req`` beside ``response`` and a
+time field), as LiteLLM, a reverse proxy or SGLang's request logging write them. We keep: the arrival
+time, the prompt (tools first, then the messages in order, the way chat templates lay them out), the
+completion length (``usage.completion_tokens``, else ``max_tokens``), sampling parameters, the session,
+images, and the content regime (``kind``).
+
+Prompts are split with a deterministic approximation of a tokenizer (``PIECE``: words in pieces of up
+to six characters with their leading space, each punctuation mark alone; token-id prompts are used as
+they are). It is not the served model's tokenizer, and the metadata says so; when the log carries
+``usage.prompt_tokens`` the lengths are the server's and only the block boundaries are approximate.
+Block ids are chained (each hashes its predecessor and its own pieces), so two prompts share leading
+ids exactly as long as their leading blocks are identical: the Mooncake convention, and how a
+prefix cache matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from elsa_tune.traffic.imports import BadLine, ImportResult, Row, collect, read_lines
+from elsa_tune.traffic.trace import SCHEMA_VERSION, TraceMetadata, TraceRequest, expected_blocks
+
+PIECE = re.compile(r"\s*\w{1,6}|\s*[^\w\s]|\s+")
+TOKENIZER_NOTE = (r"regex-pieces-v1: /\s*\w{1,6}|\s*[^\w\s]|\s+/ (a deterministic approximation, not the "
+                  "model's tokenizer; lengths from usage.prompt_tokens when logged)")
+DEFAULT_OUTPUT_TOKENS = 256
+_HASH_MASK = (1 << 63) - 1
+_TIME_FIELDS = ("timestamp", "time", "created_at", "startTime", "start_time", "request_time", "ts", "@timestamp",
+                "created")
+_BODY_FIELDS = ("request", "body", "req", "request_body", "payload")
+_SESSION_FIELDS = ("session_id", "session", "conversation_id", "thread_id", "user")
+
+
+def pieces(text: str) -> list[str]:
+    """Split text into token-like pieces (see ``PIECE``); ``"".join(pieces(t)) == t``."""
+    return PIECE.findall(text)
+
+
+def chained_hashes(units: Sequence[str], block_size: int, blocks: int | None = None) -> tuple[int, ...]:
+    """One id per block of ``units``; each id hashes the previous id and the block's units.
+
+    ``blocks`` spreads the units over that many blocks instead (when the true token count is known and
+    differs from ``len(units)``), keeping the chain deterministic.
+    """
+    count = expected_blocks(len(units), block_size) if blocks is None else blocks
+    out: list[int] = []
+    previous = b""
+    for index in range(count):
+        lo = math.floor(index * len(units) / count)
+        hi = math.floor((index + 1) * len(units) / count)
+        digest = hashlib.blake2b(previous + "\x1f".join(units[lo:hi]).encode(), digest_size=8).digest()
+        out.append(int.from_bytes(digest, "big") & _HASH_MASK)
+        previous = digest
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    """One request read from a log: its trace row and the prompt text behind it."""
+
+    request: TraceRequest
+    prompt: str
+    output_defaulted: bool
+    tools: tuple[str, ...]
+
+
+def parse_record(record: Mapping[str, Any], block_size: int) -> LoggedRequest:
+    """Turn one decoded log record into a ``LoggedRequest``; ``BadLine`` says why it cannot."""
+    body = _body(record)
+    arrival = _arrival(record, body)
+    response = record.get("response") or record.get("res") or {}
+    usage = _mapping(response.get("usage") if isinstance(response, Mapping) else None) or _mapping(record.get("usage"))
+    sampling = _mapping(body.get("sampling_params"))
+    images = 0
+    tools = body.get("tools") or body.get("functions") or []
+    tool_names = tuple(sorted({str((t.get("function") or t).get("name", "?")) for t in tools
+                               if isinstance(t, Mapping)}))
+    parts: list[str] = []
+    if tools:
+        parts.append("<|tools|>\n" + json.dumps(tools, sort_keys=True) + "\n")
+    units: list[str] | None = None
+    last_user = ""
+    tool_traffic = bool(tools)
+    if isinstance(body.get("messages"), list):
+        for message in body["messages"]:
+            if not isinstance(message, Mapping):
+                raise BadLine("a message is not an object")
+            text, count = _content(message.get("content"))
+            images += count
+            if message.get("tool_calls") or message.get("role") in ("tool", "function"):
+                tool_traffic = True
+                text += json.dumps(message.get("tool_calls") or [], sort_keys=True)
+            if message.get("role") == "user":
+                last_user = text
+            parts.append(f"<|{message.get('role', 'user')}|>\n{text}\n")
+    elif "prompt" in body or "text" in body or "input_ids" in body:
+        prompt = body.get("prompt", body.get("text", body.get("input_ids")))
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            units = [str(t) for t in prompt]
+        elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            parts.append(prompt[0])
+        elif isinstance(prompt, str):
+            parts.append(prompt)
+        else:
+            raise BadLine("prompt is neither text nor a list of token ids (batched prompts are not supported)")
+        last_user = "".join(parts)
+    else:
+        raise BadLine("no messages, prompt, text or input_ids: not an OpenAI-style or SGLang request")
+    text = "".join(parts)
+    if units is None:
+        units = pieces(text)
+    if not units:
+        raise BadLine("empty prompt")
+    input_tokens = _positive(usage.get("prompt_tokens")) or len(units)
+    output_tokens = (_positive(usage.get("completion_tokens"))
+                     or _positive(body.get("max_completion_tokens")) or _positive(body.get("max_tokens"))
+                     or _positive(sampling.get("max_new_tokens")))
+    request = TraceRequest(
+        arrival_s=arrival,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens or DEFAULT_OUTPUT_TOKENS,
+        block_hashes=chained_hashes(units, block_size, expected_blocks(input_tokens, block_size)),
+        session=_session(record, body),
+        kind=infer_kind(body, tool_traffic, last_user or text),
+        temperature=_number(body.get("temperature", sampling.get("temperature"))),
+        top_p=_number(body.get("top_p", sampling.get("top_p"))),
+        top_k=_top_k(body.get("top_k", sampling.get("top_k"))),
+        images=images,
+    )
+    return LoggedRequest(request=request, prompt=text, output_defaulted=output_tokens is None, tools=tool_names)
+
+
+def infer_kind(body: Mapping[str, Any], tool_traffic: bool, asked: str) -> str:
+    """The content regime: ``tool`` (tools or tool turns), ``reasoning``, ``code`` (code fences), ``chat``."""
+    if tool_traffic:
+        return "tool"
+    template = _mapping(body.get("chat_template_kwargs"))
+    if body.get("reasoning_effort") or template.get("enable_thinking") or body.get("thinking"):
+        return "reasoning"
+    if "```" in asked or re.search(r"^\s*(def|class|import|#include|function)\b", asked, re.MULTILINE):
+        return "code"
+    return "chat"
+
+
+def import_request_log(source: Path, *, skip_bad: bool, block_size: int) -> ImportResult:
+    """Import a JSONL request log; prefix-cache breakers found in its prompts go into the metadata."""
+    from elsa_tune.traffic.breakers import breakers_to_json, find_breakers
+
+    logged: list[LoggedRequest] = []
+
+    def rows() -> Iterator[Row]:
+        for number, line in read_lines(source):
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise BadLine("not a JSON object")
+                item = parse_record(record, block_size)
+            except json.JSONDecodeError as exc:
+                yield number, BadLine(f"not JSON: {exc.msg} at column {exc.colno}"), None
+                continue
+            except BadLine as exc:
+                yield number, exc, None
+                continue
+            logged.append(item)
+            yield number, item.request, None
+
+    def meta(start: str | None, end: str | None, skipped: int) -> TraceMetadata:
+        ordered = sorted(logged, key=lambda item: item.request.arrival_s)
+        first, last = ordered[0].request.arrival_s, ordered[-1].request.arrival_s
+        findings = find_breakers([item.prompt for item in ordered])
+        defaulted = sum(item.output_defaulted for item in logged)
+        tools = sorted({name for item in logged for name in item.tools})
+        return TraceMetadata(
+            schema_version=SCHEMA_VERSION, source=f"openai-jsonl:{source.name}", block_size=block_size,
+            start=datetime.fromtimestamp(first, UTC).isoformat(), end=datetime.fromtimestamp(last, UTC).isoformat(),
+            synthesized=False,
+            notes="request log: prompts hashed into chained blocks with an approximate tokenizer"
+                  + (f"; {defaulted} requests had no completion length and got {DEFAULT_OUTPUT_TOKENS}"
+                     if defaulted else ""),
+            extra={"provenance": str(source), "format": "openai-jsonl", "tokenizer": TOKENIZER_NOTE,
+                   "skipped_lines": str(skipped), "output_tokens_defaulted": str(defaulted),
+                   "tools": json.dumps(tools), "breakers": breakers_to_json(findings)})
+
+    return collect(source, rows(), skip_bad, meta)
+
+
+def _body(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    if any(key in record for key in ("messages", "prompt", "input_ids")) or (
+            "text" in record and "sampling_params" in record):
+        return record
+    for key in _BODY_FIELDS:
+        value = record.get(key)
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                continue
+        if isinstance(value, Mapping):
+            return value
+    raise BadLine("no request body (expected messages/prompt, or one of " + ", ".join(_BODY_FIELDS) + ")")
+
+
+def _arrival(record: Mapping[str, Any], body: Mapping[str, Any]) -> float:
+    for source in (record, body):
+        for key in _TIME_FIELDS:
+            if key in source:
+                return _seconds(source[key], key)
+    raise BadLine("no arrival time (expected one of " + ", ".join(_TIME_FIELDS) + ")")
+
+
+def _seconds(value: Any, key: str) -> float:
+    if isinstance(value, bool):
+        raise BadLine(f"{key} is {value!r}, not a time")
+    if isinstance(value, int | float):
+        # Epoch seconds, milliseconds or microseconds, told apart by magnitude.
+        seconds = float(value)
+        while seconds > 1e11:
+            seconds /= 1000.0
+        return seconds
+    if isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            try:
+                return _seconds(float(value), key)
+            except ValueError:
+                raise BadLine(f"{key} {value!r} is not a time") from None
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    raise BadLine(f"{key} is {value!r}, not a time")
+
+
+def _content(content: Any) -> tuple[str, int]:
+    if content is None:
+        return "", 0
+    if isinstance(content, str):
+        return content, 0
+    if not isinstance(content, list):
+        raise BadLine("message content is neither text nor a list of parts")
+    text: list[str] = []
+    images = 0
+    for part in content:
+        if not isinstance(part, Mapping):
+            raise BadLine("a content part is not an object")
+        kind = part.get("type")
+        if kind in ("image_url", "image", "input_image"):
+            images += 1
+            text.append("<image>")
+        elif isinstance(part.get("text"), str):
+            text.append(part["text"])
+    return "".join(text), images
+
+
+def _session(record: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
+    for source in (record, body, body.get("metadata") or {}, record.get("metadata") or {}):
+        if not isinstance(source, Mapping):
+            continue
+        for key in _SESSION_FIELDS:
+            if source.get(key) not in (None, ""):
+                return str(source[key])
+    headers = record.get("headers") or {}
+    if isinstance(headers, Mapping):
+        for key, value in headers.items():
+            if str(key).lower() in ("x-session-id", "x-conversation-id"):
+                return str(value)
+    return None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _positive(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _top_k(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None  # SGLang's -1 (and 0) mean "no top-k"
+    return int(value)
