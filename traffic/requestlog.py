@@ -13,14 +13,14 @@ they are). It is not the served model's tokenizer, and the metadata says so; whe
 ``usage.prompt_tokens`` the lengths are the server's and only the block boundaries are approximate.
 Block ids are chained (each hashes its predecessor and its own pieces), so two prompts share leading
 ids exactly as long as their leading blocks are identical: the Mooncake convention, and how a
-prefix cache matches.
+prefix cache matches. When the logged token count differs from the pieces, the chain is cut short or
+continued with ids unique to the prompt, so that there are ceil(input_tokens / block_size) of them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,20 +48,23 @@ def pieces(text: str) -> list[str]:
 
 
 def chained_hashes(units: Sequence[str], block_size: int, blocks: int | None = None) -> tuple[int, ...]:
-    """One id per block of ``units``; each id hashes the previous id and the block's units.
+    """One id per ``block_size`` units; each id hashes the previous id and the block's units.
 
-    ``blocks`` spreads the units over that many blocks instead (when the true token count is known and
-    differs from ``len(units)``), keeping the chain deterministic.
+    ``blocks`` (when the true token count is known and differs from ``len(units)``) cuts the chain
+    short or continues it with ids derived from the last one. Block boundaries always fall every
+    ``block_size`` units, so prompts that share a prefix share its ids whatever their total lengths.
     """
-    count = expected_blocks(len(units), block_size) if blocks is None else blocks
+    natural = expected_blocks(len(units), block_size)
+    count = natural if blocks is None else blocks
     out: list[int] = []
     previous = b""
     for index in range(count):
-        lo = math.floor(index * len(units) / count)
-        hi = math.floor((index + 1) * len(units) / count)
-        digest = hashlib.blake2b(previous + "\x1f".join(units[lo:hi]).encode(), digest_size=8).digest()
-        out.append(int.from_bytes(digest, "big") & _HASH_MASK)
-        previous = digest
+        if index < natural:
+            payload = "\x1f".join(units[index * block_size:(index + 1) * block_size]).encode()
+        else:
+            payload = b"\x1e" + str(index).encode()
+        previous = hashlib.blake2b(previous + payload, digest_size=8).digest()
+        out.append(int.from_bytes(previous, "big") & _HASH_MASK)
     return tuple(out)
 
 
