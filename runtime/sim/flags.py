@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from elsa_tune.search_spaces.candidate import FlagValue
-
 from elsa_tune.errors import RuntimeUnavailable
+from elsa_tune.search_spaces.candidate import FlagValue
 
 SGLANG_VERSION = "0.5.23"
 

@@ -1,0 +1,208 @@
+"""SGLang 0.5.23's Prometheus metrics for the simulated server: same names, labels and buckets.
+
+``SglangMetrics`` owns the collectors (``../shared/research/sglang.md`` §5,
+``srt/observability/metrics_collector.py``) and renders the text exposition format the way
+``prometheus_client`` does in multiprocess mode (no ``_created`` samples, ``le`` as Go floats). Tokenizer
+metrics carry ``model_name`` and ``engine_type``; scheduler metrics add ``tp_rank``, ``pp_rank`` and
+``moe_ep_rank``. Scheduler gauges are refreshed by the serving loop on prefill batches and every
+``--decode-log-interval`` decode steps, so they go stale when idle, like SGLang's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+
+LabelValues = tuple[str, ...]
+
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
+               0.200, 0.400, 0.600, 0.800, 1, 2, 4, 6, 8)
+E2E_BUCKETS = (*TTFT_BUCKETS, 600, 1200, 1800, 2400)
+TOKEN_BUCKETS = (100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 12500,
+                 15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000, 100000, 200000,
+                 300000, 400000, 600000, 800000, 1000000, 1100000)
+QUEUE_BUCKETS = (0.000, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60,
+                 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000,
+                 2500, 3000)
+
+
+class _Metric:
+    kind = ""
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
+        self.name = name
+        self.doc = doc
+        self.labels = tuple(labels)
+
+    def _key(self, values: Mapping[str, str]) -> LabelValues:
+        return tuple(str(values[label]) for label in self.labels)
+
+    def _label_text(self, key: LabelValues, extra: Iterable[tuple[str, str]] = ()) -> str:
+        pairs = [*zip(self.labels, key, strict=True), *extra]
+        if not pairs:
+            return ""
+        return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
+
+    def samples(self) -> list[str]:
+        raise NotImplementedError
+
+
+class Counter(_Metric):
+    kind = "counter"
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
+        super().__init__(name, doc, labels)
+        self.values: dict[LabelValues, float] = {}
+
+    def inc(self, labels: Mapping[str, str], amount: float = 1.0) -> None:
+        key = self._key(labels)
+        self.values[key] = self.values.get(key, 0.0) + amount
+
+    def samples(self) -> list[str]:
+        return [f"{self.name}{self._label_text(k)} {_num(v)}" for k, v in sorted(self.values.items())]
+
+
+class Gauge(_Metric):
+    kind = "gauge"
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
+        super().__init__(name, doc, labels)
+        self.values: dict[LabelValues, float] = {}
+
+    def set(self, labels: Mapping[str, str], value: float) -> None:
+        self.values[self._key(labels)] = float(value)
+
+    def samples(self) -> list[str]:
+        return [f"{self.name}{self._label_text(k)} {_num(v)}" for k, v in sorted(self.values.items())]
+
+
+class Histogram(_Metric):
+    kind = "histogram"
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]) -> None:
+        super().__init__(name, doc, labels)
+        self.buckets = tuple(sorted(float(b) for b in buckets))
+        self.counts: dict[LabelValues, list[float]] = {}
+        self.sums: dict[LabelValues, float] = {}
+
+    def observe(self, labels: Mapping[str, str], value: float, weight: float = 1.0) -> None:
+        key = self._key(labels)
+        counts = self.counts.setdefault(key, [0.0] * (len(self.buckets) + 1))
+        counts[bisect.bisect_left(self.buckets, value)] += weight
+        self.sums[key] = self.sums.get(key, 0.0) + value * weight
+
+    def samples(self) -> list[str]:
+        lines: list[str] = []
+        for key, counts in sorted(self.counts.items()):
+            running = 0.0
+            for bound, count in zip((*self.buckets, math.inf), counts, strict=True):
+                running += count
+                lines.append(f"{self.name}_bucket{self._label_text(key, [('le', _go_float(bound))])} {_num(running)}")
+            lines.append(f"{self.name}_sum{self._label_text(key)} {_num(self.sums[key])}")
+            lines.append(f"{self.name}_count{self._label_text(key)} {_num(running)}")
+        return lines
+
+
+class SglangMetrics:
+    """The collectors of one simulated server. Thread-safe; ``render()`` gives the ``/metrics`` body."""
+
+    def __init__(self, model_name: str) -> None:
+        self.lock = threading.Lock()
+        self.tok = {"model_name": model_name, "engine_type": "unified"}
+        self.sched = {**self.tok, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        tl, sl = tuple(self.tok), tuple(self.sched)
+        self._metrics: list[_Metric] = []
+        c, g, h = self._counter, self._gauge, self._histogram
+        self.prompt_tokens = c("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
+                               (*tl, "is_streaming"))
+        self.generation_tokens = c("sglang:generation_tokens_total", "Number of generation tokens processed.",
+                                   (*tl, "is_streaming"))
+        self.num_requests = c("sglang:num_requests_total", "Number of requests processed.", (*tl, "is_streaming"))
+        self.aborted = c("sglang:num_aborted_requests_total", "Number of requests aborted.", tl)
+        self.cached_tokens = c("sglang:cached_tokens_total", "Number of cached prompt tokens.", (*tl, "cache_source"))
+        self.spec_verify = c("sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.",
+                             sl)
+        self.retracted_total = c("sglang:num_retracted_requests_total", "Total number of retracted requests.", sl)
+        self.retracted_input = c("sglang:num_retracted_input_tokens_total", "Retracted input tokens.", sl)
+        self.retracted_output = c("sglang:num_retracted_output_tokens_total", "Retracted output tokens.", sl)
+        self.realtime_tokens = c("sglang:realtime_tokens_total", "Live token counts by mode.", (*sl, "mode"))
+        self.http_requests = c("sglang:http_requests_total", "HTTP requests received.", ("endpoint", "method"))
+        self.http_responses = c("sglang:http_responses_total", "HTTP responses sent.",
+                                ("endpoint", "method", "status_code"))
+        self.http_active = g("sglang:http_requests_active", "HTTP requests in flight.", ())
+        self.ttft = h("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                      (*tl, "is_streaming"), TTFT_BUCKETS)
+        self.itl = h("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tl,
+                     ITL_BUCKETS)
+        self.tpot = h("sglang:request_time_per_output_token_seconds",
+                      "Histogram of request time per output token in seconds.", (*tl, "is_streaming"), ITL_BUCKETS)
+        self.e2e = h("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                     (*tl, "is_streaming"), E2E_BUCKETS)
+        self.prompt_hist = h("sglang:prompt_tokens_histogram", "Histogram of prompt token length.", sl,
+                             TOKEN_BUCKETS)
+        self.uncached_hist = h("sglang:uncached_prompt_tokens_histogram",
+                               "Histogram of uncached (compute) prompt token length.", sl, TOKEN_BUCKETS)
+        self.generation_hist = h("sglang:generation_tokens_histogram", "Histogram of generation token length.", sl,
+                                 TOKEN_BUCKETS)
+        self.queue_time = h("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", sl, QUEUE_BUCKETS)
+        self.gauges: dict[str, Gauge] = {}
+        for name in ("num_running_reqs", "num_queue_reqs", "num_grammar_queue_reqs", "token_usage",
+                     "full_token_usage", "mamba_usage", "num_used_tokens", "kv_available_tokens",
+                     "kv_evictable_tokens", "kv_used_tokens", "mamba_available_tokens", "mamba_evictable_tokens",
+                     "mamba_used_tokens", "cache_hit_rate", "gen_throughput", "spec_accept_length",
+                     "spec_accept_rate", "spec_num_steps", "spec_num_draft_tokens", "num_retracted_reqs",
+                     "max_total_num_tokens", "weight_memory_usage_gb", "kv_cache_memory_usage_gb",
+                     "graph_memory_usage_gb", "page_size", "num_pages", "context_len",
+                     "startup_available_gpu_memory_gb"):
+            self.gauges[name] = g(f"sglang:{name}", f"The {name.replace('_', ' ')}.", sl)
+        self.startup_time = g("sglang:startup_time_seconds", "Engine startup duration by phase in seconds.",
+                              (*sl, "phase"))
+
+    def set_gauges(self, values: Mapping[str, float]) -> None:
+        with self.lock:
+            for name, value in values.items():
+                self.gauges[name].set(self.sched, value)
+
+    def render(self) -> str:
+        with self.lock:
+            lines: list[str] = []
+            for metric in self._metrics:
+                samples = metric.samples()
+                if not samples:
+                    continue
+                lines.append(f"# HELP {metric.name} {metric.doc}")
+                lines.append(f"# TYPE {metric.name} {metric.kind}")
+                lines.extend(samples)
+            return "\n".join(lines) + "\n"
+
+    def _counter(self, name: str, doc: str, labels: Sequence[str]) -> Counter:
+        metric = Counter(name, doc, labels)
+        self._metrics.append(metric)
+        return metric
+
+    def _gauge(self, name: str, doc: str, labels: Sequence[str]) -> Gauge:
+        metric = Gauge(name, doc, labels)
+        self._metrics.append(metric)
+        return metric
+
+    def _histogram(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
+        metric = Histogram(name, doc, labels, buckets)
+        self._metrics.append(metric)
+        return metric
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _go_float(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf"
+    return repr(float(value))
+
+
+def _num(value: float) -> str:
+    return repr(float(value))

@@ -1,0 +1,158 @@
+"""Deterministic pseudo-tokens: how the simulated server counts prompts and writes completions.
+
+There is no model, so a prompt's text is split into word and punctuation pieces (one piece, one token),
+token-id prompts are taken as they are, and a completion is a function of the prompt: it starts with
+``The answer is N.`` and goes on with filler words. N is the value of a simple ``a op b`` expression in
+the prompt when there is one, else a number derived from the prompt's hash, so probes can compare a
+candidate's answers with the baseline's. Greedy (temperature 0) output depends only on the prompt and on
+the configuration's quality damage, never on the boot, so it is identical across boots of one config. A
+technique with quality damage (profile) makes a fraction of the prompts answer wrongly and diverge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_PIECES = re.compile(r"\w+|[^\w\s]")
+_EXPR = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/x×÷])\s*(-?\d+(?:\.\d+)?)")
+_WORDS = ("the", "model", "of", "and", "a", "value", "is", "to", "in", "this", "result", "we", "that", "it", "for",
+          "step", "so", "with", "as", "each", "number", "then", "on", "are", "by", "total", "from", "at", "be",
+          "which", "first", "next", "all", "can", "one", "two", "more", "answer", "check", "sum", "count", "left",
+          "right", "there", "here", "when", "after", "before", "now", "again", "case", "part", "work", "time",
+          "list", "item", "group", "set", "order", "line", "point", "end", "start", "way")
+VOCAB_SIZE = 151_936
+CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 4   # <|im_start|>role\n … <|im_end|>\n
+CHAT_TEMPLATE_TOKENS_TAIL = 3          # <|im_start|>assistant\n
+
+
+def text_token_ids(text: str) -> list[int]:
+    """The pseudo-tokenization of ``text``: one id per word or punctuation piece."""
+    return [_piece_id(piece) for piece in _PIECES.findall(text)]
+
+
+def chat_token_ids(messages: Sequence[tuple[str, str]]) -> list[int]:
+    """Token ids of a chat prompt after a ChatML-like template: (role, content) pairs."""
+    ids: list[int] = []
+    for role, content in messages:
+        ids.extend((1, _piece_id(role), 2))
+        ids.extend(text_token_ids(content))
+        ids.append(3)
+    ids.extend((1, _piece_id("assistant"), 2))
+    return ids
+
+
+def prompt_key(token_ids: Sequence[int]) -> int:
+    """A stable 64-bit key of a whole prompt."""
+    return _hash64(struct.pack(f"<{len(token_ids)}q", *token_ids))
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
+    """Chained hashes of the full ``block_size`` blocks of a prompt (the Mooncake trace convention).
+
+    Two prompts share a prefix of k blocks exactly when their first k hashes agree.
+    """
+    hashes: list[int] = []
+    previous = 0
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        block = token_ids[start:start + block_size]
+        previous = _hash64(struct.pack(f"<q{len(block)}q", previous, *block))
+        hashes.append(previous)
+    return hashes
+
+
+def solve(text: str) -> float | None:
+    """The value of the first ``a op b`` in ``text`` (``x``/``×`` multiply, ``÷`` divide), else ``None``."""
+    match = _EXPR.search(text)
+    if not match:
+        return None
+    a, op, b = float(match.group(1)), match.group(2), float(match.group(3))
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op in "*x×":
+        return a * b
+    return a / b if b else None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The tokens a request will generate. ``damage`` in [0, 1] is the share of prompts a broken config fumbles.
+
+    ``stream_salt`` is 0 for greedy requests (deterministic across boots) and a per-boot, per-request value
+    for sampled ones.
+    """
+
+    key: int
+    answer: str
+    damage: float = 0.0
+    damage_salt: str = ""
+    stream_salt: int = 0
+
+    @classmethod
+    def for_prompt(cls, token_ids: Sequence[int], text: str | None, damage: float = 0.0, damage_salt: str = "",
+                   stream_salt: int = 0) -> Completion:
+        key = prompt_key(token_ids)
+        value = solve(text) if text else None
+        answer = _format_number(value) if value is not None else str(1 + key % 997)
+        return cls(key=key, answer=answer, damage=damage, damage_salt=damage_salt, stream_salt=stream_salt)
+
+    @property
+    def damaged(self) -> bool:
+        if self.damage <= 0.0:
+            return False
+        draw = _hash64(f"damage:{self.damage_salt}:{self.key}".encode()) / 2**64
+        return draw < self.damage
+
+    def natural_length(self, max_tokens: int) -> int:
+        """Where this completion would emit EOS (between 16 and 400 tokens), capped by ``max_tokens``."""
+        return max(1, min(max_tokens, 16 + self.key % 385))
+
+    def pieces(self, start: int, count: int) -> list[str]:
+        """The text of tokens ``start`` … ``start + count - 1``."""
+        head = self._head()
+        out: list[str] = []
+        for i in range(start, start + count):
+            if i < len(head):
+                out.append(head[i])
+            else:
+                out.append(" " + _WORDS[self._filler(i) % len(_WORDS)])
+        return out
+
+    def text(self, count: int) -> str:
+        return "".join(self.pieces(0, count))
+
+    def _head(self) -> tuple[str, ...]:
+        answer = self.answer
+        if self.damaged:
+            answer = str(int(float(answer)) + 1 + self.key % 7) if _is_number(answer) else answer + "0"
+        return ("The", " answer", " is", f" {answer}", ".")
+
+    def _filler(self, i: int) -> int:
+        # Damage changes the continuation too: a broken draft or kernel does not only miss the number.
+        salt = f"{self.damage_salt}:bad" if self.damaged else ""
+        return _hash64(f"{self.key}:{i}:{self.stream_salt}:{salt}".encode()) >> 8
+
+
+def _piece_id(piece: str) -> int:
+    return 16 + _hash64(piece.encode()) % (VOCAB_SIZE - 16)
+
+
+def _hash64(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _format_number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.4g}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
