@@ -1,0 +1,353 @@
+"""The replay load generator: asyncio + one httpx ``AsyncClient``, streaming ``/v1/completions``.
+
+``LoadGenerator(base_url, prompts, slots=...).run(workload, pass_index)`` sends the workload's requests
+in a fixed order with token-id prompts from ``PromptSynth`` (so both arms of an A/B send byte-identical
+requests), parses the server-sent events itself, and returns a ``RunMeasurement``.
+
+What it guarantees:
+
+* In flight never exceeds the server's running slots (``slots``, from the BootReport's
+  ``max_running_requests``) unless the workload allows it; the measurement says when it did.
+* Exact lengths: prompts are token ids, ``max_tokens`` with ``ignore_eos`` forces the output length,
+  ``stream_options.include_usage`` returns the server's own token counts (chunk counts otherwise).
+* Every wait has a deadline: connect, first token, inter-token stall, the whole run. A request that
+  fails is a record with its outcome, status, error text and partial tokens; a run that is empty or
+  mostly failed raises ``MeasurementFailed`` (``RunMeasurement.from_records``).
+* Passes on one boot get fresh prompts with the same prefix structure (``pass_index`` salts the
+  synthesis), so a warm-up pass does not turn the measured pass into prefix-cache hits.
+* Cancelling ``run`` cancels every request and closes every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from elsa_tune.errors import ConfigError
+from elsa_tune.traffic.measurement import DEFAULT_MAX_ERROR_FRACTION, Outcome, RequestRecord, RunMeasurement
+from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.workload import ReplayMode, RequestSpec, Workload
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS_PATH = "/v1/completions"
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. ``first_token_s`` runs from the send to the first content chunk (connect included);
+    ``stall_s`` is the longest silence allowed after it; ``run_s`` bounds the whole pass."""
+
+    connect_s: float = 10.0
+    first_token_s: float = 300.0
+    stall_s: float = 60.0
+    run_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class LoadgenSettings:
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    max_in_flight: int = 512               # hard bound when neither the workload nor the slots cap it
+    max_requests: int = 200_000            # a workload larger than this is refused, not truncated
+    max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION
+    fresh_prompts_per_pass: bool = True
+    model: str | None = None               # None: ask ``/v1/models`` once per run
+    error_body_bytes: int = 2000           # how much of an error response is kept
+
+
+class LoadGenerator:
+    """Replays workloads against one OpenAI-compatible server (SGLang's ``/v1/completions``).
+
+    ``slots`` is the server's effective running-request limit; ``None`` when unknown (the measurement
+    then cannot say whether it ran above the limit, and says so). ``transport`` is for tests that
+    need a custom httpx transport; by default the real network is used.
+    """
+
+    def __init__(self, base_url: str, prompts: PromptSynth, *, slots: int | None,
+                 settings: LoadgenSettings | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if slots is not None and slots < 1:
+            raise ConfigError(f"slots must be >= 1 or None, got {slots}",
+                              remedy="pass the BootReport's max_running_requests")
+        self.base_url = base_url.rstrip("/")
+        self.prompts = prompts
+        self.slots = slots
+        self.settings = settings or LoadgenSettings()
+        self._transport = transport
+
+    def concurrency_cap(self, workload: Workload) -> tuple[int, tuple[str, ...]]:
+        """The most requests this run will keep in flight, and notes on how it was decided."""
+        notes: list[str] = []
+        if workload.mode is ReplayMode.CLOSED_LOOP:
+            assert workload.concurrency is not None  # Workload validates it
+            want = workload.concurrency
+        else:
+            want = workload.concurrency or self.settings.max_in_flight
+        cap = want
+        if self.slots is None:
+            notes.append("server slots unknown: concurrency was not checked against the running limit")
+        elif want > self.slots:
+            if workload.allow_above_slots:
+                notes.append(f"workload allows {want} in flight above the server's {self.slots} slots")
+            else:
+                cap = self.slots
+                notes.append(f"concurrency capped at the server's {self.slots} slots (workload asked {want})")
+        if cap > self.settings.max_in_flight:
+            cap = self.settings.max_in_flight
+            notes.append(f"concurrency capped at the generator's max_in_flight {cap}")
+        return cap, tuple(notes)
+
+    def measure(self, workload: Workload, pass_index: int) -> RunMeasurement:
+        """Blocking ``run`` for callers without an event loop."""
+        return asyncio.run(self.run(workload, pass_index))
+
+    async def run(self, workload: Workload, pass_index: int) -> RunMeasurement:
+        """One pass of ``workload``. Raises ``MeasurementFailed`` when the pass is not a measurement."""
+        if workload.block_size != self.prompts.block_size:
+            raise ConfigError(f"workload block size {workload.block_size} != prompt synthesiser's "
+                              f"{self.prompts.block_size}", remedy="build PromptSynth with the trace's block_size")
+        if len(workload) > self.settings.max_requests:
+            raise ConfigError(f"workload has {len(workload):,} requests, more than max_requests "
+                              f"{self.settings.max_requests:,}", remedy="cap it (max_requests=) or raise the bound")
+        cap, notes = self.concurrency_cap(workload)
+        t = self.settings.timeouts
+        limits = httpx.Limits(max_connections=cap, max_keepalive_connections=cap)
+        timeout = httpx.Timeout(connect=t.connect_s, read=None, write=t.stall_s, pool=None)
+        salt = pass_index if self.settings.fresh_prompts_per_pass else 0
+        async with httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout,
+                                     transport=self._transport) as client:
+            model = self.settings.model or await self._model(client)
+            run = _Run(self, client, workload, salt, model)
+            started_at = time.time()
+            timed_out = False
+            try:
+                async with asyncio.timeout(t.run_s):
+                    await run.drive(cap)
+            except TimeoutError:
+                timed_out = True
+            ended_at = time.time()
+        records = [r for r in run.records if r is not None]
+        if timed_out:
+            notes += (f"the run deadline ({t.run_s:.0f} s) ended the pass",)
+            log.warning("workload %s pass %d: run deadline after %.0f s; %d requests never sent",
+                        workload.id, pass_index, t.run_s, len(workload) - len(records))
+        measurement = RunMeasurement.from_records(
+            records, workload_id=workload.id, pass_index=pass_index, prompts_id=self.prompts.id,
+            started_at=started_at, ended_at=ended_at, slots=self.slots, concurrency_cap=cap,
+            requests_unsent=len(workload) - len(records), timed_out=timed_out, notes=notes + workload.notes,
+            max_error_fraction=self.settings.max_error_fraction)
+        log.info("workload %s %s", workload.id, measurement.describe())
+        return measurement
+
+    async def _model(self, client: httpx.AsyncClient) -> str:
+        try:
+            resp = await client.get("/v1/models", timeout=self.settings.timeouts.connect_s)
+            data = resp.json().get("data") or []
+            if resp.status_code == 200 and data and isinstance(data[0].get("id"), str):
+                return str(data[0]["id"])
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.debug("GET /v1/models failed (%s); sending model 'default'", exc)
+        return "default"
+
+
+class _Run:
+    """The state of one pass: the records slot per request, the in-flight count, the clock origin."""
+
+    def __init__(self, gen: LoadGenerator, client: httpx.AsyncClient, workload: Workload, salt: int,
+                 model: str) -> None:
+        self.gen = gen
+        self.client = client
+        self.workload = workload
+        self.salt = salt
+        self.model = model
+        self.records: list[RequestRecord | None] = [None] * len(workload)
+        self.in_flight = 0
+        self.next_index = 0
+        self.t0 = time.perf_counter()
+        self.uid_base = int(workload.id, 16)
+        self.timeouts = gen.settings.timeouts
+
+    async def drive(self, cap: int) -> None:
+        self.t0 = time.perf_counter()
+        async with asyncio.TaskGroup() as tg:
+            if self.workload.mode is ReplayMode.CLOSED_LOOP:
+                for _ in range(min(cap, len(self.workload))):
+                    tg.create_task(self._worker())
+            else:
+                slots = asyncio.Semaphore(cap)
+                for spec in self.workload.requests:
+                    assert spec.arrival_s is not None
+                    delay = self.t0 + spec.arrival_s - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await slots.acquire()
+                    tg.create_task(self._send(spec, spec.arrival_s, slots))
+
+    async def _worker(self) -> None:
+        specs = self.workload.requests
+        while self.next_index < len(specs):
+            spec = specs[self.next_index]
+            self.next_index += 1
+            await self._send(spec, None, None)
+
+    def _body(self, spec: RequestSpec) -> bytes:
+        prompt = self.gen.prompts.prompt_array(spec.block_hashes, spec.input_tokens, kind=spec.kind, salt=self.salt,
+                                               unique_key=(self.uid_base ^ (spec.index * 0x9E3779B97F4A7C15)) & _MASK64)
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt.tolist(), "max_tokens": spec.output_tokens,
+                                "stream": True, "stream_options": {"include_usage": True}}
+        if spec.ignore_eos:
+            body["ignore_eos"] = True
+        for name in ("temperature", "top_p", "top_k"):
+            value = getattr(spec, name)
+            if value is not None:
+                body[name] = value
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    async def _send(self, spec: RequestSpec, scheduled: float | None, slots: asyncio.Semaphore | None) -> None:
+        try:
+            body = self._body(spec)
+            self.in_flight += 1
+            try:
+                self.records[spec.index] = await self._stream(spec, body, scheduled)
+            finally:
+                self.in_flight -= 1
+        finally:
+            if slots is not None:
+                slots.release()
+
+    async def _stream(self, spec: RequestSpec, body: bytes, scheduled: float | None) -> RequestRecord:
+        loop = asyncio.get_running_loop()
+        t = self.timeouts
+        stall_slack = t.stall_s / 8   # re-arm the stall deadline at most this often (it fires within 7/8..1 of it)
+        in_flight = self.in_flight
+        chunk_times: list[float] = []
+        usage: dict[str, Any] | None = None
+        finish: str | None = None
+        status: int | None = None
+        error = ""
+        outcome = Outcome.OK
+        phase: str | None = None
+        done = False
+        sent = time.perf_counter()
+        end: float | None = None
+        try:
+            async with asyncio.timeout(t.first_token_s) as deadline:
+                async with self.client.stream("POST", COMPLETIONS_PATH, content=body,
+                                              headers={"content-type": "application/json"}) as resp:
+                    status = resp.status_code
+                    if status != 200:
+                        outcome, error = Outcome.HTTP_ERROR, await _error_text(resp, self.gen.settings.error_body_bytes)
+                        end = time.perf_counter()
+                    else:
+                        buf = b""
+                        rearmed = 0.0
+                        async for raw in resp.aiter_raw():
+                            now = time.perf_counter()
+                            data = buf + raw if buf else raw
+                            if b"\r" in data:
+                                data = data.replace(b"\r\n", b"\n")
+                            start = 0
+                            while (stop := data.find(b"\n\n", start)) >= 0:
+                                event = data[start:stop]
+                                start = stop + 2
+                                payload = _sse_data(event)
+                                if payload is None:
+                                    continue
+                                if payload == b"[DONE]":
+                                    done = True
+                                    break
+                                chunk = json.loads(payload)
+                                choices = chunk.get("choices")
+                                if choices:
+                                    chunk_times.append(now)
+                                    reason = choices[0].get("finish_reason")
+                                    if reason:
+                                        finish = reason
+                                if chunk.get("usage"):
+                                    usage = chunk["usage"]
+                                if chunk.get("error"):
+                                    error = json.dumps(chunk["error"])[:self.gen.settings.error_body_bytes]
+                            buf = data[start:]
+                            if chunk_times and now - rearmed > stall_slack:
+                                deadline.reschedule(loop.time() + t.stall_s)
+                                rearmed = now
+                            if done:
+                                end = now
+                                break
+                        if not done:
+                            outcome, error = Outcome.DISCONNECTED, "the stream ended without data: [DONE]"
+        except TimeoutError:
+            outcome = Outcome.TIMEOUT
+            phase = "stall" if chunk_times else "first_token"
+            error = f"no {'token' if chunk_times else 'first token'} within " \
+                    f"{t.stall_s if chunk_times else t.first_token_s:g} s"
+        except httpx.ConnectTimeout as exc:
+            outcome, phase, error = Outcome.TIMEOUT, "connect", f"connect timeout: {exc}"
+        except httpx.ConnectError as exc:
+            outcome, error = Outcome.CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
+        except httpx.HTTPError as exc:   # RemoteProtocolError, ReadError, WriteError: the peer went away
+            outcome, error = Outcome.DISCONNECTED, f"{type(exc).__name__}: {exc}"
+        except json.JSONDecodeError as exc:
+            outcome, error = Outcome.SERVER_ERROR, f"undecodable stream chunk: {exc}"
+        except asyncio.CancelledError:
+            # The run deadline (or the caller) cancelled us: leave a record, then let it propagate.
+            self.records[spec.index] = self._record(spec, scheduled, sent, in_flight, chunk_times, usage, finish,
+                                                    status, Outcome.TIMEOUT, "cancelled before the end of the stream",
+                                                    "run_deadline", None)
+            raise
+        if outcome is Outcome.OK:
+            if error or finish == "abort":
+                outcome = Outcome.SERVER_ERROR
+                error = error or "finish_reason abort"
+            elif not chunk_times:
+                outcome, error = Outcome.EMPTY, "the stream carried no tokens"
+        if outcome is not Outcome.OK:
+            log.debug("request %d: %s %s %s", spec.index, outcome.value, status or "", error)
+        return self._record(spec, scheduled, sent, in_flight, chunk_times, usage, finish, status, outcome, error,
+                            phase, end)
+
+    def _record(self, spec: RequestSpec, scheduled: float | None, sent: float, in_flight: int,
+                chunk_times: list[float], usage: dict[str, Any] | None, finish: str | None, status: int | None,
+                outcome: Outcome, error: str, phase: str | None, end: float | None) -> RequestRecord:
+        t0 = self.t0
+        completion = usage.get("completion_tokens") if usage else None
+        details = (usage or {}).get("prompt_tokens_details") or {}
+        return RequestRecord(
+            index=spec.index, kind=spec.kind, input_tokens=spec.input_tokens, max_tokens=spec.output_tokens,
+            scheduled_s=scheduled, sent_s=sent - t0, outcome=outcome,
+            ttft_s=chunk_times[0] - sent if chunk_times else None,
+            end_s=None if end is None else end - t0,
+            output_tokens=int(completion) if isinstance(completion, int) else len(chunk_times),
+            output_tokens_source="usage" if isinstance(completion, int) else ("chunks" if chunk_times else "none"),
+            chunks=len(chunk_times),
+            itl_s=tuple(b - a for a, b in itertools.pairwise(chunk_times)),
+            prompt_tokens_reported=usage.get("prompt_tokens") if usage else None,
+            cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None,
+            finish_reason=finish, status_code=status, error=error, timeout_phase=phase,
+            in_flight_at_send=in_flight, session=spec.session)
+
+
+def _sse_data(event: bytes) -> bytes | None:
+    """The data of one SSE event (``data:`` lines joined), ``None`` for comments and data-less events."""
+    if event.startswith(b"data:") and b"\n" not in event:
+        return event[5:].strip()
+    lines = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+async def _error_text(resp: httpx.Response, limit: int) -> str:
+    chunks: list[bytes] = []
+    size = 0
+    async for part in resp.aiter_raw():
+        chunks.append(part)
+        size += len(part)
+        if size >= limit:
+            break
+    return b"".join(chunks)[:limit].decode("utf-8", errors="replace")
