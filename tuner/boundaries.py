@@ -1,0 +1,236 @@
+"""Group-sequential efficacy boundaries for the gate's t statistic, calibrated by Monte Carlo and cached.
+
+The gate looks at the data after several numbers of blocks (e.g. 4, 8, 12). Looking repeatedly at a
+fixed-n test inflates false keeps (peeking after every pair: 17.5% instead of 5%, statistics.md
+§2.9). Each look's t is first put on a common z scale through its own nominal one-sided p
+(z = Φ⁻¹(1 − p), so looks with different degrees of freedom, Student or Welch, are comparable); the
+critical z at look j is ``C · w_j`` with a boundary shape ``w_j`` (O'Brien–Fleming: √(n_K/n_j),
+strict early and lenient late; Pocock: constant) and one constant ``C`` chosen so that, under no
+effect, the probability of crossing at any look is exactly ``alpha``. The gate therefore compares a
+look's nominal p with ``nominal_p[j] = 1 − Φ(C · w_j)`` (≈ .0014/.0175/.0426 for OBF at 4/8/12).
+
+``C`` is found by simulation under the normal model of §1 — boot effect σ_boot, pass noise σ_run, the
+protocol's ``k`` measured passes collapsed as log of their mean, the gate's own Student/Welch/paired
+switch — because small-sample t statistics at correlated looks have no convenient closed form. The
+efficacy bound ignores futility stops (they are non-binding: stopping early for futility can only
+lower the false-keep rate) and the noise floor (likewise). The sorted null sample of the
+boundary-scaled maximum is kept to turn an observed t into a design-adjusted p-value, which the
+night's multiple-testing control consumes.
+
+Calibrations are deterministic for a design and seed, memoised in-process, and optionally stored in
+``cache_dir`` (``$ELSA_TUNE_CACHE`` by default) as ``.npz`` files named by the design's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from elsa_tune.tuner.statistics import ANALYSES, FloatArray, t_statistics
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SHAPES = ("obf", "pocock")
+CACHE_ENV = "ELSA_TUNE_CACHE"
+_CHUNK = 5_000
+
+
+@dataclass(frozen=True)
+class Design:
+    """Everything the boundaries depend on. ``looks`` are boots per arm (= blocks) at each look."""
+
+    looks: tuple[int, ...] = (4, 8, 12)
+    alpha: float = 0.05
+    shape: str = "obf"
+    analysis: str = "unpaired"
+    sigma_boot: float = 0.10
+    sigma_run: float = 0.03
+    measured_passes: int = 2
+    welch_ratio: float = 2.0
+    replicates: int = 20_000
+    seed: int = 20_241_129
+
+    def __post_init__(self) -> None:
+        if not self.looks or any(b <= a for a, b in zip(self.looks, self.looks[1:], strict=False)):
+            raise ValueError(f"looks must be increasing, got {self.looks}")
+        if self.looks[0] < 2:
+            raise ValueError("the first look needs at least 2 boots per arm")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {SHAPES}, got {self.shape!r}")
+        if self.analysis not in ANALYSES:
+            raise ValueError(f"analysis must be one of {ANALYSES}, got {self.analysis!r}")
+        if self.sigma_boot < 0 or self.sigma_run < 0 or self.sigma_boot + self.sigma_run <= 0:
+            raise ValueError("the noise model needs a positive σ_boot or σ_run")
+        if self.replicates < 1_000:
+            raise ValueError("calibrating with fewer than 1000 replicates is too coarse")
+
+    def rounded(self) -> Design:
+        """The same design with σ's rounded to 0.1% so near-identical dimensionings share a cache entry."""
+        return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
+                      sigma_boot=round(self.sigma_boot, 3), sigma_run=round(self.sigma_run, 3),
+                      measured_passes=self.measured_passes, welch_ratio=self.welch_ratio,
+                      replicates=self.replicates, seed=self.seed)
+
+    def key(self) -> str:
+        text = json.dumps({**asdict(self), "schema_version": SCHEMA_VERSION}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def weights(self) -> tuple[float, ...]:
+        n_max = self.looks[-1]
+        if self.shape == "pocock":
+            return tuple(1.0 for _ in self.looks)
+        return tuple(math.sqrt(n_max / n) for n in self.looks)
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """Critical t values per look and their nominal one-sided p equivalents.
+
+    ``nominal_p[j]`` is the fixed-n p-value a look must reach (e.g. .0014/.0175/.0426 for OBF at
+    4/8/12 blocks); ``achieved_alpha`` is the Monte Carlo false-keep rate of the efficacy rule alone.
+    """
+
+    design: Design
+    constant: float
+    z_critical: tuple[float, ...]
+    nominal_p: tuple[float, ...]
+    achieved_alpha: float
+    null_max: FloatArray = field(repr=False, compare=False)
+    schema_version: int = SCHEMA_VERSION
+
+    def crosses(self, look: int, p_nominal: float) -> bool:
+        """Does a nominal one-sided p at look ``look`` (1-based) cross the efficacy boundary?"""
+        return math.isfinite(p_nominal) and p_nominal <= self.nominal_p[look - 1]
+
+    def t_critical(self, look: int, df: float) -> float:
+        """The critical t at ``look`` for a statistic with ``df`` degrees of freedom."""
+        return float(stats.t.isf(self.nominal_p[look - 1], df))
+
+    def adjusted_p(self, look: int, p_nominal: float) -> float:
+        """Design-adjusted one-sided p of stopping at ``look`` with nominal p ``p_nominal``.
+
+        P_H0(max_j Z_j/w_j ≥ z/w_look): the smallest overall alpha at which a design of this shape
+        would have crossed by this look. Valid (conservative) for sequential use; add-one Monte Carlo.
+        """
+        if not math.isfinite(p_nominal):
+            return 1.0
+        scaled = float(stats.norm.isf(min(max(p_nominal, 1e-300), 1.0))) / self.design.weights()[look - 1]
+        size = int(self.null_max.size)
+        beyond = size - int(np.searchsorted(self.null_max, scaled, side="left"))
+        return (beyond + 1) / (size + 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": self.schema_version, "design": asdict(self.design), "constant": self.constant,
+                "z_critical": list(self.z_critical), "nominal_p": list(self.nominal_p),
+                "achieved_alpha": self.achieved_alpha}
+
+
+_memo: dict[Design, Boundaries] = {}
+_memo_lock = threading.Lock()
+
+
+def calibrate(design: Design, *, cache_dir: str | Path | None = None) -> Boundaries:
+    """Boundaries for ``design``: from the in-process memo, the disk cache, or a fresh simulation."""
+    design = design.rounded()
+    with _memo_lock:
+        hit = _memo.get(design)
+    if hit is not None:
+        return hit
+    folder = Path(cache_dir) if cache_dir is not None else (Path(os.environ[CACHE_ENV]) if CACHE_ENV in os.environ
+                                                             else None)
+    found = _load(folder, design) if folder is not None else None
+    result = found if found is not None else _simulate(design)
+    if found is None and folder is not None:
+        _store(folder, result)
+    with _memo_lock:
+        _memo[design] = result
+    return result
+
+
+def null_maxima(design: Design) -> FloatArray:
+    """The boundary-scaled maximum over looks of the gate's z (probit of nominal p) under no effect."""
+    rng = np.random.default_rng(design.seed)
+    n_max, k = design.looks[-1], design.measured_passes
+    weights = np.asarray(design.weights())
+    out = np.empty(design.replicates)
+    for start in range(0, design.replicates, _CHUNK):
+        rows = min(_CHUNK, design.replicates - start)
+        ya = _boot_values(rng, rows, n_max, k, design.sigma_boot, design.sigma_run)
+        yb = _boot_values(rng, rows, n_max, k, design.sigma_boot, design.sigma_run)
+        best = np.full(rows, -np.inf)
+        for j, n in enumerate(design.looks):
+            _, _, df, t, _ = t_statistics(ya[:, :n], yb[:, :n], analysis=design.analysis,
+                                          welch_ratio=design.welch_ratio)
+            z = stats.norm.isf(stats.t.sf(np.nan_to_num(t, nan=-np.inf), df))
+            best = np.maximum(best, z / weights[j])
+        out[start:start + rows] = best
+    out.sort()
+    return out
+
+
+def _boot_values(rng: np.random.Generator, rows: int, boots: int, k: int, sigma_boot: float,
+                 sigma_run: float) -> FloatArray:
+    """Per-boot log of the mean of k passes, each pass exp(β + ε) (statistics.md §1)."""
+    beta = rng.normal(0.0, sigma_boot, size=(rows, boots, 1))
+    eps = rng.normal(0.0, sigma_run, size=(rows, boots, k))
+    values: FloatArray = np.log(np.exp(beta + eps).mean(axis=-1))
+    return values
+
+
+def _simulate(design: Design) -> Boundaries:
+    maxima = null_maxima(design)
+    constant = float(np.quantile(maxima, 1.0 - design.alpha, method="higher"))
+    z_crit = tuple(constant * w for w in design.weights())
+    nominal = tuple(float(stats.norm.sf(z)) for z in z_crit)
+    achieved = float(np.mean(maxima >= constant))
+    log.info("calibrated boundaries %s: C=%.3f nominal p %s (achieved alpha %.4f, %d replicates)",
+             design.key(), constant, ", ".join(f"{p:.4f}" for p in nominal), achieved, design.replicates)
+    return Boundaries(design=design, constant=constant, z_critical=z_crit, nominal_p=nominal,
+                      achieved_alpha=achieved, null_max=maxima)
+
+
+def _path(folder: Path, design: Design) -> Path:
+    return folder / f"gate-boundaries-{design.key()}.npz"
+
+
+def _load(folder: Path, design: Design) -> Boundaries | None:
+    path = _path(folder, design)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            maxima = np.asarray(data["null_max"], dtype=np.float64)
+    except (OSError, ValueError, KeyError) as exc:
+        log.warning("ignoring unreadable boundary cache %s: %s", path, exc)
+        return None
+    if meta.get("design") != asdict(design) or maxima.size != design.replicates:
+        log.warning("ignoring boundary cache %s: it was made for another design", path)
+        return None
+    return Boundaries(design=design, constant=float(meta["constant"]), z_critical=tuple(meta["z_critical"]),
+                      nominal_p=tuple(meta["nominal_p"]), achieved_alpha=float(meta["achieved_alpha"]),
+                      null_max=maxima)
+
+
+def _store(folder: Path, result: Boundaries) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = _path(folder, result.design)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
+        np.savez(tmp, meta=np.asarray(json.dumps(result.to_dict())), null_max=result.null_max)
+        tmp.replace(path)
+    except OSError as exc:   # a cache is an optimisation: a read-only disk must not stop a study
+        log.warning("could not store boundary cache in %s: %s", folder, exc)

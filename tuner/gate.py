@@ -1,0 +1,426 @@
+"""The A/B gate: keep a candidate only when fresh, interleaved boots show it is worth it.
+
+``run_ab`` boots incumbent (A) and candidate (B) in seeded ABBA·BAAB blocks through a ``BootSampler``
+and, at each planned look (e.g. after 4, 8 and 12 blocks), calls the pure ``decide`` on the boots so
+far. ``decide`` follows ``../shared/research/statistics.md`` §3.5:
+
+- **REJECT** at once on a crashed candidate boot, a quality-gate failure, a guardrail that is
+  confidently worse than its margin, a memory technique that saves no memory, or futility: the
+  one-sided upper bound of the gain is below the minimum worthwhile effect, or (boot-saving rule)
+  the estimate is ≤ 0 at the first look or below half the worthwhile effect at the second;
+- **KEEP** when the nominal one-sided p crosses the look's simulation-calibrated boundary, the
+  estimated gain clears the noise floor, and every guardrail is shown non-inferior; a *memory*
+  technique instead needs speed shown non-inferior within a margin and a KV pool that grew;
+- **INCONCLUSIVE** otherwise: run the next look. At the cap it stays INCONCLUSIVE and the incumbent
+  stays; the verdict states the estimate, its CI and the smallest effect the boots could detect.
+
+Statistics never fail open: missing data, NaNs or zero variance give INCONCLUSIVE, never KEEP.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics as pystats
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from elsa_tune.errors import BootFailed, ServerDied
+from elsa_tune.history.verdict import Decision, GuardrailResult, Verdict
+from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
+from elsa_tune.tuner.dimensioning import NoiseReport
+from elsa_tune.tuner.protocol import BootSample, BootSampler, BootSummary, failure_of, summarize
+from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
+from elsa_tune.tuner.statistics import Comparison, InsufficientData, compare, mde_for, non_inferiority
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+KINDS = ("speed", "memory")
+FUTILITY_RULES = ("boot_saving", "ci", "none")
+
+
+@dataclass(frozen=True)
+class GuardrailPolicy:
+    """Non-inferiority margins for the secondary metrics; ``None`` switches a guardrail off."""
+
+    ttft_p50_margin: float | None = 1.10     # candidate/incumbent TTFT median may grow at most 10%
+    ttft_p99_margin: float | None = 1.10
+    kv_pool_min_ratio: float | None = 0.98   # KV pool tokens are deterministic per config: compared directly
+    require_quality: bool = True             # every candidate boot's quality gate must have passed
+    alpha: float = 0.05                      # each guardrail at alpha (intersection–union test)
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """How the gate decides. ``looks`` are blocks (= boots per arm) at each look; the last is the cap.
+
+    ``min_effect`` is the minimum worthwhile gain (futility), ``noise_floor`` the gain a KEEP must at
+    least show. ``kind="memory"`` keeps when speed is non-inferior within ``non_inferiority_margin``
+    and the KV pool grows by ``memory_min_gain``. σ's are on the log scale and only shape the Monte
+    Carlo calibration and the planned MDE; the test itself uses the observed variance.
+    """
+
+    kind: str = "speed"
+    min_effect: float = 0.03
+    noise_floor: float = 0.01
+    looks: tuple[int, ...] = (4, 8, 12)
+    alpha: float = 0.05
+    shape: str = "obf"
+    futility: str = "boot_saving"
+    non_inferiority_margin: float = 0.02
+    memory_min_gain: float = 0.02
+    guardrails: GuardrailPolicy = field(default_factory=GuardrailPolicy)
+    measured_passes: int = 2
+    warmup_passes: int = 1
+    sigma_boot: float = 0.10
+    sigma_run: float = 0.03
+    analysis: str = "unpaired"
+    welch_ratio: float = 2.0
+    replicates: int = 20_000
+    calibration_seed: int = 20_241_129
+    max_error_fraction: float = 0.005
+    power: float = 0.8
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.futility not in FUTILITY_RULES:
+            raise ValueError(f"futility must be one of {FUTILITY_RULES}, got {self.futility!r}")
+        if self.min_effect < 0 or self.noise_floor < 0 or not 0 <= self.non_inferiority_margin < 1:
+            raise ValueError("effects and margins must be non-negative (margin below 1)")
+        if self.measured_passes < 1 or self.warmup_passes < 0:
+            raise ValueError("measured_passes must be ≥ 1 and warmup_passes ≥ 0")
+        self.design()  # validates looks, alpha, shape, analysis
+
+    def design(self) -> Design:
+        return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
+                      sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
+                      welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed)
+
+    def boundaries(self) -> Boundaries:
+        return calibrate(self.design())
+
+    @property
+    def null_delta(self) -> float:
+        """The log ratio the primary test must beat: 0 (superiority) or log(1 − margin) (non-inferiority)."""
+        return 0.0 if self.kind == "speed" else math.log1p(-self.non_inferiority_margin)
+
+    @classmethod
+    def from_dimensioning(cls, report: NoiseReport, **overrides: Any) -> GatePolicy:
+        """A policy set from the baseline's measured noise; ``overrides`` win over the derived values."""
+        derived: dict[str, Any] = {
+            "sigma_boot": report.sigma_boot, "sigma_run": report.sigma_run,
+            "measured_passes": report.measured_passes, "warmup_passes": report.warmup_passes,
+            "analysis": report.analysis, "alpha": report.alpha, "power": report.power,
+        }
+        if report.kv_pool_deterministic is False:
+            # A noisy KV pool still needs a margin; loosen it so that drift alone cannot block a keep.
+            derived["guardrails"] = replace(overrides.get("guardrails", GuardrailPolicy()), kv_pool_min_ratio=0.95)
+        derived.update(overrides)
+        return cls(**derived)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["looks"] = list(self.looks)
+        return data
+
+
+@dataclass(frozen=True)
+class ABResult:
+    """One comparison: the verdict, every boot sample in run order, the schedule actually run."""
+
+    verdict: Verdict
+    samples: tuple[BootSample, ...]
+    schedule: Schedule
+    policy: GatePolicy
+    boundaries: Mapping[str, Any]
+    seed: int
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def boots(self) -> int:
+        return len(self.samples)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": self.schema_version, "verdict": self.verdict.to_dict(),
+                "samples": [s.to_dict() for s in self.samples], "schedule": self.schedule.to_dict(),
+                "policy": self.policy.to_dict(), "boundaries": dict(self.boundaries), "seed": self.seed}
+
+
+def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int) -> ABResult:
+    """Boot both arms in seeded ABBA·BAAB blocks, deciding at each look, until a decision or the cap."""
+    schedule = abba_baab(policy.looks[-1], rng_seed)
+    bounds = policy.boundaries()
+    samples: list[BootSample] = []
+    verdict: Verdict | None = None
+    for slot in schedule:
+        sample = _boot(sampler, slot.arm, slot.block, slot.position)
+        samples.append(sample)
+        failure = failure_of(sample, max_error_fraction=policy.max_error_fraction)
+        block_done = slot.position == 1
+        look = policy.looks.index(slot.block + 1) + 1 if block_done and slot.block + 1 in policy.looks else None
+        if failure is not None or look is not None:
+            verdict = decide(_arm(samples, Arm.INCUMBENT), _arm(samples, Arm.CANDIDATE), policy,
+                             look or _look_for(policy, slot.block), boundaries=bounds)
+            log.info("A/B look after %d boots (%s): %s — %s", len(samples), schedule.letters(len(samples)),
+                     verdict.decision.value, verdict.reason)
+            if verdict.decision is not Decision.INCONCLUSIVE or verdict.extra.get("final"):
+                break
+    if verdict is None:  # unreachable: the last slot always completes the last look
+        raise RuntimeError("the schedule ended without a look")
+    run = schedule.truncated(len(samples))
+    verdict = replace(verdict, extra={**verdict.extra, "order": run.letters(), "schedule_seed": rng_seed})
+    return ABResult(verdict=verdict, samples=tuple(samples), schedule=run, policy=policy,
+                    boundaries=bounds.to_dict(), seed=rng_seed)
+
+
+def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], policy: GatePolicy, look: int,
+           *, boundaries: Boundaries | None = None) -> Verdict:
+    """The decision at look ``look`` (1-based, into ``policy.looks``) from the boots so far.
+
+    Pure: the same samples and policy always give the same verdict. ``extra["final"]`` is true when no
+    further look can change the outcome (a decision, or the cap).
+    """
+    if not 1 <= look <= len(policy.looks):
+        raise ValueError(f"look {look} outside 1..{len(policy.looks)}")
+    bounds = boundaries or policy.boundaries()
+    last = look == len(policy.looks)
+    ctx = _Context(policy=policy, look=look, last=last, n_a=len(samples_a), n_b=len(samples_b))
+
+    failed_b = [f for f in (failure_of(s, max_error_fraction=policy.max_error_fraction) for s in samples_b) if f]
+    if failed_b:
+        return ctx.verdict(Decision.REJECT, f"a candidate boot failed: {failed_b[0].kind.value}: "
+                                            f"{failed_b[0].summary}", final=True,
+                           extra={"failure": failed_b[0].to_dict()})
+    failed_a = [f for f in (failure_of(s, max_error_fraction=policy.max_error_fraction) for s in samples_a) if f]
+    if failed_a:
+        return ctx.verdict(Decision.INCONCLUSIVE, f"an incumbent boot failed ({failed_a[0].kind.value}: "
+                                                  f"{failed_a[0].summary}); the machine is not stable enough to "
+                                                  "compare, the incumbent stays", final=True,
+                           extra={"failure": failed_a[0].to_dict()})
+    if policy.guardrails.require_quality and any(s.quality_passed is False for s in samples_b):
+        return ctx.verdict(Decision.REJECT, "the candidate failed the quality gate", final=True)
+
+    sa = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
+                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_a]
+    sb = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
+                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_b]
+    ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
+    ctx.extra["excluded_boots"] = excluded
+    ctx.extra["unsteady_boots"] = sum(s.unsteady for s in sa + sb)
+
+    memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
+    if memory is not None and memory.passed is False:
+        return ctx.verdict(Decision.REJECT, f"a memory technique must grow the KV pool: {memory.detail}",
+                           final=True, guardrails=(memory,))
+    try:
+        comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
+                             null_delta=policy.null_delta)
+    except InsufficientData as exc:
+        return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test yet: {exc}"
+                           + ("; the incumbent stays" if last else ""), final=last,
+                           mde=_planned_mde(policy, min(len(ya), len(yb)), bounds, look))
+    ctx.comparison = comparison
+    guards, worse = _guardrails(sa, sb, policy)
+    guards += (memory,) if memory is not None else ()
+    ctx.guardrails = guards
+    boundary_p = bounds.nominal_p[look - 1]
+    mde = comparison.mde(boundary_p, policy.power)
+    ctx.extra.update({"nominal_p": comparison.p_one_sided, "boundary_p": boundary_p,
+                      "t_critical": bounds.t_critical(look, comparison.df)})
+    p_adj = bounds.adjusted_p(look, comparison.p_one_sided)
+
+    if worse:
+        return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed: {worse[0].detail}", final=True,
+                           p_value=p_adj, mde=mde)
+
+    gain = comparison.ratio - 1.0
+    crosses = bounds.crosses(look, comparison.p_one_sided)
+    clears_floor = policy.kind == "memory" or gain >= policy.noise_floor
+    if crosses and clears_floor:
+        pending = [g for g in guards if g.passed is not True]
+        if not pending:
+            what = (f"speed {gain:+.1%} is non-inferior within −{policy.non_inferiority_margin:.0%} and memory grew"
+                    if policy.kind == "memory" else f"{gain:+.1%} throughput")
+            return ctx.verdict(Decision.KEEP, f"{what} (p = {comparison.p_one_sided:.4f} ≤ {boundary_p:.4f} "
+                                              f"at look {look})", final=True, p_value=p_adj, mde=None)
+        if last:
+            return ctx.verdict(Decision.INCONCLUSIVE, f"the gain passed but guardrail {pending[0].name} was not "
+                                                      f"shown non-inferior at the cap ({pending[0].detail}); the "
+                                                      "incumbent stays", final=True, p_value=p_adj, mde=mde)
+
+    futile = _futility(comparison, policy, look)
+    if futile:
+        return ctx.verdict(Decision.REJECT, futile, final=True, p_value=p_adj, mde=mde)
+    if last:
+        low, high = comparison.ratio_bounds(policy.alpha)
+        return ctx.verdict(Decision.INCONCLUSIVE,
+                           f"inconclusive at the cap of {policy.looks[-1]} blocks: {gain:+.1%} "
+                           f"(CI {low - 1:+.1%} to {high - 1:+.1%}); effects below {mde:.1%} could not be "
+                           "detected; the incumbent stays", final=True, p_value=p_adj, mde=mde)
+    return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} so far (p = {comparison.p_one_sided:.4f}, boundary "
+                                              f"{boundary_p:.4f}); continue to look {look + 1}", final=False,
+                       p_value=p_adj, mde=mde)
+
+
+@dataclass
+class _Context:
+    """Builds verdicts for one look so every outcome carries the same evidence."""
+
+    policy: GatePolicy
+    look: int
+    last: bool
+    n_a: int
+    n_b: int
+    comparison: Comparison | None = None
+    guardrails: tuple[GuardrailResult, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def verdict(self, decision: Decision, reason: str, *, final: bool, p_value: float | None = None,
+                mde: float | None = None, guardrails: tuple[GuardrailResult, ...] | None = None,
+                extra: Mapping[str, Any] | None = None) -> Verdict:
+        c = self.comparison
+        low, high = c.ratio_bounds(self.policy.alpha) if c is not None else (None, None)
+        details: dict[str, Any] = {"final": final, "look_blocks": self.policy.looks[self.look - 1],
+                                   "ci_level": 1 - 2 * self.policy.alpha, "ci_note": "not adjusted for the "
+                                   "sequential design; a kept effect is biased upward (winner's curse)",
+                                   **self.extra, **(extra or {})}
+        if c is not None:
+            details.update({"delta_log": c.delta, "se": c.se, "df": c.df, "t": c.t, "test": c.test,
+                            "sd_incumbent": c.sd_a, "sd_candidate": c.sd_b, "null_delta": c.null_delta})
+        return Verdict(decision=decision, reason=reason, effect=c.ratio if c is not None else None,
+                       ci_low=low, ci_high=high, p_value=p_value, boots_incumbent=self.n_a,
+                       boots_candidate=self.n_b, mde=mde,
+                       guardrails=self.guardrails if guardrails is None else guardrails, kind=self.policy.kind,
+                       stopped_at_look=self.look, extra=details)
+
+
+def _boot(sampler: BootSampler, arm: Arm, block: int, position: int) -> BootSample:
+    """One boot; a ``BootFailed``/``ServerDied`` raised by the sampler becomes a failed sample."""
+    try:
+        return sampler.boot(arm, block, position)
+    except (BootFailed, ServerDied) as exc:
+        failure = exc.failure or Failure(kind=FailureKind.UNKNOWN_CRASH, summary=exc.message, remedy=exc.remedy,
+                                         phase="serve")
+        return BootSample(arm=arm, block=block, position=position, failed=failure)
+
+
+def _arm(samples: Sequence[BootSample], arm: Arm) -> list[BootSample]:
+    return [s for s in samples if s.arm is arm]
+
+
+def _look_for(policy: GatePolicy, block: int) -> int:
+    """The look whose span contains ``block`` (0-based): used when a failure ends the run mid-look."""
+    for i, blocks in enumerate(policy.looks, start=1):
+        if block < blocks:
+            return i
+    return len(policy.looks)
+
+
+def _usable(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: bool) -> tuple[list[float],
+                                                                                            list[float], int]:
+    """Boot values that can enter the test; for a paired analysis a block enters only whole."""
+    if paired:
+        by_block_a = {s.block: s for s in sa if not s.unusable}
+        by_block_b = {s.block: s for s in sb if not s.unusable}
+        blocks = sorted(set(by_block_a) & set(by_block_b))
+        excluded = len(sa) + len(sb) - 2 * len(blocks)
+        return ([by_block_a[b].log_throughput for b in blocks], [by_block_b[b].log_throughput for b in blocks],
+                excluded)
+    ya = [s.log_throughput for s in sa if not s.unusable]
+    yb = [s.log_throughput for s in sb if not s.unusable]
+    return ya, yb, len(sa) + len(sb) - len(ya) - len(yb)
+
+
+def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy
+                ) -> tuple[tuple[GuardrailResult, ...], list[GuardrailResult]]:
+    """Every guardrail's result, and those confidently worse than their margin (a REJECT, not a wait)."""
+    g = policy.guardrails
+    out: list[GuardrailResult] = []
+    worse: list[GuardrailResult] = []
+    for name, margin, attr in (("ttft_p50", g.ttft_p50_margin, "log_ttft_p50"),
+                               ("ttft_p99", g.ttft_p99_margin, "log_ttft_p99")):
+        if margin is None:
+            continue
+        a = [getattr(s, attr) for s in sa if not s.unusable]
+        b = [getattr(s, attr) for s in sb if not s.unusable]
+        if any(v is None for v in a + b):
+            out.append(GuardrailResult(name=name, passed=None, ratio=None, ci_low=None, ci_high=None, margin=margin,
+                                       detail="TTFT missing from some boots"))
+            continue
+        try:
+            ni = non_inferiority(a, b, margin=margin, alpha=g.alpha, welch_ratio=policy.welch_ratio)
+        except InsufficientData as exc:
+            out.append(GuardrailResult(name=name, passed=None, ratio=None, ci_low=None, ci_high=None, margin=margin,
+                                       detail=str(exc)))
+            continue
+        detail = (f"ratio {ni.ratio:.3f}, upper bound {ni.ci_high:.3f} vs margin {margin:.2f}"
+                  + ("; confidently worse than the margin" if ni.confidently_worse else ""))
+        out.append(GuardrailResult(name=name, passed=ni.passed, ratio=ni.ratio, ci_low=ni.ci_low,
+                                   ci_high=ni.ci_high, margin=margin, detail=detail))
+        if ni.confidently_worse:
+            worse.append(out[-1])
+    if g.kv_pool_min_ratio is not None and policy.kind == "speed":
+        out.append(_kv_ratio(sa, sb, g.kv_pool_min_ratio, name="kv_pool_tokens", need_gain=False))
+        if out[-1].passed is False:   # KV pool size is deterministic per config: below the margin is final
+            worse.append(out[-1])
+    if g.require_quality:
+        missing = sum(s.quality_passed is None for s in sb)
+        out.append(GuardrailResult(name="quality", passed=True if missing == 0 else None, ratio=None, ci_low=None,
+                                   ci_high=None, margin=1.0,
+                                   detail="every candidate boot passed the quality gate" if missing == 0
+                                   else f"{missing} candidate boot(s) have no quality result"))
+    return tuple(out), worse
+
+
+def _memory_check(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy) -> GuardrailResult:
+    return _kv_ratio(sa, sb, 1.0 + policy.memory_min_gain, name="memory_gain", need_gain=True)
+
+
+def _kv_ratio(sa: Sequence[BootSummary], sb: Sequence[BootSummary], threshold: float, *, name: str,
+              need_gain: bool) -> GuardrailResult:
+    """KV pool tokens compared directly (they are near-deterministic per config): median B / median A."""
+    a = [s.kv_pool_tokens for s in sa if s.kv_pool_tokens]
+    b = [s.kv_pool_tokens for s in sb if s.kv_pool_tokens]
+    if not a or not b or len(a) < len(sa) or len(b) < len(sb):
+        return GuardrailResult(name=name, passed=None, ratio=None, ci_low=None, ci_high=None, margin=threshold,
+                               detail="KV pool tokens missing from some boots")
+    ratio = pystats.median(b) / pystats.median(a)
+    low, high = min(b) / max(a), max(b) / min(a)
+    passed = ratio >= threshold
+    what = "needs at least" if need_gain else "may not fall below"
+    detail = f"KV pool ratio {ratio:.3f} ({what} {threshold:.2f})"
+    return GuardrailResult(name=name, passed=passed, ratio=ratio, ci_low=low, ci_high=high, margin=threshold,
+                           detail=detail)
+
+
+def _futility(c: Comparison, policy: GatePolicy, look: int) -> str:
+    """The futility reason at this look, or '' to go on (futility stops are non-binding for alpha)."""
+    if policy.futility == "none":
+        return ""
+    target = math.log1p(policy.min_effect) if policy.kind == "speed" else 0.0
+    what = f"the minimum worthwhile {policy.min_effect:+.0%}" if policy.kind == "speed" else "no slowdown"
+    _, high = c.bounds(policy.alpha)
+    if high < target:
+        return (f"futile: the gain's upper bound {math.expm1(high):+.1%} is below {what} "
+                f"(estimate {c.ratio - 1:+.1%})")
+    looks = len(policy.looks)
+    if policy.futility == "boot_saving" and look < looks:
+        threshold = c.null_delta + (target - c.null_delta) * (look - 1) / max(looks - 1, 1)
+        if c.delta <= threshold:
+            return (f"futile at look {look}: estimate {c.ratio - 1:+.1%} is not above {math.expm1(threshold):+.1%}, "
+                    "too little to reach a keep with the remaining boots")
+    return ""
+
+
+def _planned_mde(policy: GatePolicy, n: int, bounds: Boundaries, look: int) -> float | None:
+    try:
+        return float(mde_for(max(n, 2), sigma_boot=policy.sigma_boot, sigma_run=policy.sigma_run,
+                             measured_passes=policy.measured_passes, alpha=bounds.nominal_p[look - 1],
+                             power=policy.power))
+    except InsufficientData:
+        return None

@@ -1,0 +1,200 @@
+"""The per-boot measurement protocol: what one boot yields and how it is summarised for the gate.
+
+A boot runs the identical workload (same requests, order and seeds in both arms) as ``warmup``
+passes that are discarded, then ``k`` measured passes. The first pass after a boot is ~12.7% slow
+(graph capture, JIT, allocator, cold prefix cache: seed 004), so it never enters a comparison. The
+boot is the unit of replication: its measured passes are sub-samples and collapse to one number per
+metric on the log scale (``../shared/research/statistics.md`` §3.2). A boot that crashed, ran out of
+memory or failed more than ``max_error_fraction`` of its requests is a *failed* boot: it carries a
+``Failure`` and no value is ever imputed for it.
+
+``BootSampler`` is the seam to the real world: the study implements it by booting the runtime and
+replaying traffic; tests implement it with seeded synthetic noise. The gate knows nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics as pystats
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.tuner.schedule import Arm
+
+SCHEMA_VERSION = 1
+DEFAULT_MAX_ERROR_FRACTION = 0.005
+
+
+@dataclass(frozen=True)
+class PassMeasurement:
+    """One pass of the workload inside a boot. ``warmup`` passes are recorded but never compared."""
+
+    output_throughput_tok_s: float
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    warmup: bool = False
+    error_fraction: float = 0.0
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Covariates:
+    """Per-boot facts recorded beside the measurement, for drift analysis and CUPED-style adjustment.
+
+    A pre-boot probe (``probe_score``, e.g. a matmul or bandwidth probe run before launch) is the only
+    covariate that is certainly unaffected by the candidate; KV pool size is not, for memory flags.
+    """
+
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temperature_c: float | None = None
+    free_memory_mib: float | None = None
+    power_w: float | None = None
+    probe_score: float | None = None
+    started_at: float | None = None          # unix time of the launch
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+    def as_mapping(self) -> dict[str, float]:
+        """Every covariate that is present, by name (``extra`` entries included)."""
+        named = {"sm_clock_mhz": self.sm_clock_mhz, "mem_clock_mhz": self.mem_clock_mhz,
+                 "temperature_c": self.temperature_c, "free_memory_mib": self.free_memory_mib,
+                 "power_w": self.power_w, "probe_score": self.probe_score, "started_at": self.started_at}
+        out = {k: float(v) for k, v in named.items() if v is not None}
+        out.update({k: float(v) for k, v in self.extra.items()})
+        return out
+
+
+@dataclass(frozen=True)
+class BootSample:
+    """Everything one boot of one arm produced, as the gate sees it.
+
+    ``passes`` lists every pass in order, warm-up passes included and flagged. ``kv_pool_tokens`` is
+    the runtime's real ``max_total_num_tokens`` (not the declared context length). ``quality_passed``
+    is the quality gate's outcome (``None``: not run). ``failed`` is set when the boot crashed, hung or
+    ran out of memory; the remaining fields then describe what was seen before the failure.
+    """
+
+    arm: Arm
+    block: int
+    position: int
+    passes: tuple[PassMeasurement, ...] = ()
+    kv_pool_tokens: int | None = None
+    quality_passed: bool | None = None
+    covariates: Covariates = field(default_factory=Covariates)
+    failed: Failure | None = None
+    candidate_key: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def measured(self) -> tuple[PassMeasurement, ...]:
+        return tuple(p for p in self.passes if not p.warmup)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": self.schema_version, "arm": self.arm.value, "block": self.block,
+                "position": self.position, "candidate_key": self.candidate_key,
+                "passes": [vars(p).copy() for p in self.passes], "kv_pool_tokens": self.kv_pool_tokens,
+                "quality_passed": self.quality_passed,
+                "covariates": {**{k: v for k, v in vars(self.covariates).items() if k != "extra"},
+                               "extra": dict(self.covariates.extra)},
+                "failed": self.failed.to_dict() if self.failed else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BootSample:
+        cov = dict(data.get("covariates", {}))
+        extra = cov.pop("extra", {})
+        return cls(arm=Arm(data["arm"]), block=int(data["block"]), position=int(data["position"]),
+                   passes=tuple(PassMeasurement(**p) for p in data.get("passes", ())),
+                   kv_pool_tokens=data.get("kv_pool_tokens"), quality_passed=data.get("quality_passed"),
+                   covariates=Covariates(**cov, extra=dict(extra)),
+                   failed=Failure.from_dict(data["failed"]) if data.get("failed") else None,
+                   candidate_key=str(data.get("candidate_key", "")),
+                   schema_version=int(data.get("schema_version", SCHEMA_VERSION)))
+
+
+class BootSampler(Protocol):
+    """Boots ``arm`` fresh, runs the warm-up and measured passes, stops it, and returns the sample.
+
+    ``block`` and ``position`` come from the recorded schedule. A crashed boot is returned as a
+    sample with ``failed`` set (raising ``BootFailed``/``ServerDied`` is accepted too).
+    """
+
+    def boot(self, arm: Arm, block: int, position: int) -> BootSample: ...
+
+
+@dataclass(frozen=True)
+class BootSummary:
+    """One boot collapsed to the gate's unit: log of the mean measured throughput, log TTFTs, KV, quality.
+
+    ``unusable`` explains why the boot cannot enter a comparison (then the log values are NaN).
+    ``unsteady`` flags a boot whose measured passes spread more than 3 σ_run (hyperfine's
+    ``SlowInitialRun`` spirit): it stays in the comparison but is reported.
+    """
+
+    arm: Arm
+    block: int
+    log_throughput: float
+    log_ttft_p50: float | None
+    log_ttft_p99: float | None
+    kv_pool_tokens: int | None
+    quality_passed: bool | None
+    measured_passes: int
+    unusable: str = ""
+    unsteady: bool = False
+
+
+def failure_of(sample: BootSample, *, max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION) -> Failure | None:
+    """The boot's failure: its own, or one made up for too many failed requests in a measured pass."""
+    if sample.failed is not None:
+        return sample.failed
+    for i, p in enumerate(sample.passes):
+        if p.error_fraction > max_error_fraction:
+            return Failure(kind=FailureKind.UNKNOWN_CRASH, phase="serve",
+                           summary=f"pass {i} failed {p.error_fraction:.1%} of its requests "
+                                   f"(limit {max_error_fraction:.1%})",
+                           remedy="read the boot's server log for the failing requests; a config that drops "
+                                  "requests is not kept")
+    return None
+
+
+def summarize(sample: BootSample, *, measured_passes: int, warmup_passes: int = 1, sigma_run: float | None = None,
+              max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION) -> BootSummary:
+    """Collapse a boot to its summary on the log scale, using ``measured_passes`` passes after the warm-up.
+
+    The first ``warmup_passes`` passes are discarded whether or not the sampler flagged them, and so is
+    any other pass flagged ``warmup``. Missing, non-positive or non-finite throughput makes the boot
+    unusable (never a zero), as does a failure.
+    """
+    if measured_passes < 1 or warmup_passes < 0:
+        raise ValueError("measured_passes must be ≥ 1 and warmup_passes ≥ 0")
+
+    def unusable(why: str) -> BootSummary:
+        return BootSummary(arm=sample.arm, block=sample.block, log_throughput=math.nan, log_ttft_p50=None,
+                           log_ttft_p99=None, kv_pool_tokens=sample.kv_pool_tokens,
+                           quality_passed=sample.quality_passed, measured_passes=0, unusable=why)
+
+    failure = failure_of(sample, max_error_fraction=max_error_fraction)
+    if failure is not None:
+        return unusable(f"failed boot: {failure.kind.value}: {failure.summary}")
+    passes = tuple(p for p in sample.passes[warmup_passes:] if not p.warmup)[:measured_passes]
+    if len(passes) < measured_passes:
+        return unusable(f"{len(passes)} measured passes, the protocol needs {measured_passes}")
+    tput = [p.output_throughput_tok_s for p in passes]
+    if not all(math.isfinite(x) and x > 0 for x in tput):
+        return unusable(f"non-positive or non-finite throughput {tput}")
+    log_tput = math.log(pystats.fmean(tput))
+    logs = [math.log(x) for x in tput]
+    unsteady = bool(sigma_run and len(logs) > 1 and max(logs) - min(logs) > 3 * sigma_run)
+    return BootSummary(arm=sample.arm, block=sample.block, log_throughput=log_tput,
+                       log_ttft_p50=_log_median([p.ttft_p50_s for p in passes]),
+                       log_ttft_p99=_log_median([p.ttft_p99_s for p in passes]),
+                       kv_pool_tokens=sample.kv_pool_tokens, quality_passed=sample.quality_passed,
+                       measured_passes=len(passes), unsteady=unsteady)
+
+
+def _log_median(values: list[float | None]) -> float | None:
+    usable = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    if len(usable) != len(values) or not usable:
+        return None
+    return math.log(pystats.median(usable))
