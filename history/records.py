@@ -1,0 +1,243 @@
+"""Boot and trial records: what one boot of the runtime did, and what Optuna was told about it.
+
+``BootRecord`` is the unit of history. It is written to ``boots/<nnnn>-<label>/boot.json`` when the boot
+is over, whatever happened (ready, failed, died, probe failed, measured), before anything is reported to
+Optuna, so a killed study never loses a finished boot. Every number in it carries the fingerprint.
+``TrialRecord`` mirrors one numeric-search trial (params, values, constraint, the boots it spent) so a
+resumed study can re-tell Optuna what a killed process measured but never reported.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from elsa_tune.history.fingerprint import Fingerprint
+from elsa_tune.probes.protocol import ProbeResult
+from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.failure import Failure
+from elsa_tune.runtime.gpu import GpuState
+from elsa_tune.search_spaces.candidate import Candidate
+
+SCHEMA_VERSION = 1
+# schema history: 1 — first version (BootRecord, TrialRecord, Covariates).
+
+#: The keys a measurement dict may carry its output throughput under (``RunMeasurement.to_dict``).
+THROUGHPUT_KEYS = ("output_throughput_tok_s", "output_tok_s")
+
+
+class Phase(enum.Enum):
+    BASELINE = "baseline"
+    SCREENING = "screening"
+    SEARCH = "search"
+    CONFIRMATION = "confirmation"
+
+
+class Arm(enum.Enum):
+    INCUMBENT = "incumbent"
+    CANDIDATE = "candidate"
+
+
+class BootOutcome(enum.Enum):
+    READY = "ready"                # booted; nothing else ran (yet)
+    BOOT_FAILED = "boot_failed"    # never became ready: ``failure`` says why
+    DIED = "died"                  # became ready, then died or hung
+    PROBE_FAILED = "probe_failed"  # a stress probe or the quality gate rejected it
+    MEASURED = "measured"          # survived the probes and was measured
+    INTERRUPTED = "interrupted"    # the study was stopped during this boot
+
+    @property
+    def feasible(self) -> bool:
+        return self in (BootOutcome.READY, BootOutcome.MEASURED)
+
+
+@dataclass(frozen=True)
+class Covariates:
+    """The GPU's state around a boot: what drifts between boots and can explain a measurement."""
+
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    temperature_c: float | None = None
+    power_limit_w: float | None = None
+    persistence_mode: bool | None = None
+    other_processes: int = 0
+
+    @classmethod
+    def from_gpu_state(cls, state: GpuState) -> Covariates:
+        return cls(sm_clock_mhz=state.sm_clock_mhz, mem_clock_mhz=state.mem_clock_mhz,
+                   temperature_c=state.temperature_c, power_limit_w=state.power_limit_w,
+                   persistence_mode=state.persistence_mode, other_processes=len(state.processes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Covariates:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class BootRecord:
+    """Everything one boot produced. ``boot_id`` is the folder name (``0007-candidate``).
+
+    ``measurements`` are ``RunMeasurement.to_dict()`` dicts (or per-pass summaries with at least
+    ``output_throughput_tok_s``), in the order they ran; the first pass after a boot is warm-up.
+    ``throughput_tok_s`` is the per-boot value the tuner used (warm-up discarded); when it is ``None``
+    ``boot_throughput()`` derives it from the passes, or says ``None`` — never 0.
+    ``log_path`` is relative to the run directory.
+    """
+
+    study: str
+    boot_id: str
+    boot_number: int
+    phase: Phase
+    arm: Arm
+    candidate: Candidate
+    fingerprint: Fingerprint
+    started_at: float
+    ended_at: float
+    outcome: BootOutcome
+    trial_number: int | None = None
+    technique: str | None = None
+    report: BootReport | None = None
+    failure: Failure | None = None
+    covariates: Covariates | None = None
+    min_free_gpu_bytes: int | None = None
+    probes: tuple[ProbeResult, ...] = ()
+    measurements: tuple[Mapping[str, Any], ...] = ()
+    throughput_tok_s: float | None = None
+    log_path: str | None = None
+    note: str = ""
+    schema_version: int = SCHEMA_VERSION
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.ended_at - self.started_at)
+
+    def passes(self) -> list[float]:
+        """Output throughput of every measured pass, warm-up included, in order (passes without one skipped)."""
+        return [v for v in (measurement_throughput(m) for m in self.measurements) if v is not None]
+
+    def boot_throughput(self) -> float | None:
+        """The per-boot output throughput, warm-up discarded; ``None`` without data (never 0).
+
+        The tuner's own value (``throughput_tok_s``) when it recorded one; otherwise the first pass after
+        the boot is dropped, passes are averaged per workload, and workloads are combined geometrically.
+        """
+        if self.throughput_tok_s is not None:
+            return self.throughput_tok_s
+        by_workload: dict[str, list[float]] = {}
+        for m in self.measurements[1:]:
+            value = measurement_throughput(m)
+            if value is not None and value > 0:
+                by_workload.setdefault(str(m.get("workload_id", "")), []).append(value)
+        if not by_workload:
+            return None
+        logs = [math.log(sum(v) / len(v)) for v in by_workload.values()]
+        return math.exp(sum(logs) / len(logs))
+
+    def ttft_p50_s(self) -> float | None:
+        """Median of the steady passes' TTFT p50 (``None`` when no pass reported one)."""
+        values = sorted(v for v in (_nested(m, "ttft_s", "p50") for m in self.measurements[1:]) if v is not None)
+        return values[len(values) // 2] if values else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version, "study": self.study, "boot_id": self.boot_id,
+            "boot_number": self.boot_number, "trial_number": self.trial_number, "phase": self.phase.value,
+            "arm": self.arm.value, "technique": self.technique, "candidate": self.candidate.to_dict(),
+            "fingerprint": self.fingerprint.to_dict(), "started_at": self.started_at, "ended_at": self.ended_at,
+            "outcome": self.outcome.value, "report": self.report.to_dict() if self.report else None,
+            "failure": self.failure.to_dict() if self.failure else None,
+            "covariates": self.covariates.to_dict() if self.covariates else None,
+            "min_free_gpu_bytes": self.min_free_gpu_bytes, "probes": [p.to_dict() for p in self.probes],
+            "measurements": [dict(m) for m in self.measurements], "throughput_tok_s": self.throughput_tok_s,
+            "log_path": self.log_path, "note": self.note, "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BootRecord:
+        report, failure, covariates = data.get("report"), data.get("failure"), data.get("covariates")
+        return cls(
+            study=str(data["study"]), boot_id=str(data["boot_id"]), boot_number=int(data["boot_number"]),
+            trial_number=data.get("trial_number"), phase=Phase(data["phase"]), arm=Arm(data["arm"]),
+            technique=data.get("technique"), candidate=Candidate.from_dict(data["candidate"]),
+            fingerprint=Fingerprint.from_dict(data["fingerprint"]), started_at=float(data["started_at"]),
+            ended_at=float(data["ended_at"]), outcome=BootOutcome(data["outcome"]),
+            report=BootReport.from_dict(report) if report else None,
+            failure=Failure.from_dict(failure) if failure else None,
+            covariates=Covariates.from_dict(covariates) if covariates else None,
+            min_free_gpu_bytes=data.get("min_free_gpu_bytes"),
+            probes=tuple(ProbeResult.from_dict(p) for p in data.get("probes", ())),
+            measurements=tuple(dict(m) for m in data.get("measurements", ())),
+            throughput_tok_s=data.get("throughput_tok_s"), log_path=data.get("log_path"),
+            note=str(data.get("note", "")), schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
+            extra=dict(data.get("extra", {})),
+        )
+
+
+class TrialState(enum.Enum):
+    COMPLETE = "complete"      # measured: ``values`` are real, ``constraint`` <= 0
+    INFEASIBLE = "infeasible"  # crashed / OOM / missed the context target: ``constraint`` > 0
+    FAILED = "failed"          # nothing usable (interrupted); Optuna's FAIL
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One numeric-search trial as Optuna was (or is to be) told it. Written before ``study.tell``."""
+
+    study: str
+    number: int
+    params: Mapping[str, Any]
+    state: TrialState
+    values: tuple[float, ...] | None
+    constraint: float
+    boot_ids: tuple[str, ...] = ()
+    failure_kind: str | None = None
+    told_at: float | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": self.schema_version, "study": self.study, "number": self.number,
+                "params": dict(self.params), "state": self.state.value,
+                "values": list(self.values) if self.values is not None else None, "constraint": self.constraint,
+                "boot_ids": list(self.boot_ids), "failure_kind": self.failure_kind, "told_at": self.told_at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
+        values = data.get("values")
+        return cls(study=str(data["study"]), number=int(data["number"]), params=dict(data.get("params", {})),
+                   state=TrialState(data["state"]), values=tuple(float(v) for v in values) if values is not None
+                   else None, constraint=float(data.get("constraint", 0.0)),
+                   boot_ids=tuple(data.get("boot_ids", ())), failure_kind=data.get("failure_kind"),
+                   told_at=data.get("told_at"), schema_version=int(data.get("schema_version", SCHEMA_VERSION)))
+
+
+def measurement_throughput(measurement: Mapping[str, Any]) -> float | None:
+    """The output throughput of one measured pass, from a ``RunMeasurement.to_dict()`` or a summary dict.
+
+    Returns ``None`` (never 0) when the pass has no usable value: missing, non-finite, or a pass whose
+    requests all failed (``ok_requests == 0``).
+    """
+    if measurement.get("requests_ok") == 0 or measurement.get("ok_requests") == 0:
+        return None
+    for key in THROUGHPUT_KEYS:
+        value = measurement.get(key)
+        if value is None and isinstance(measurement.get("summary"), Mapping):
+            value = measurement["summary"].get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _nested(data: Mapping[str, Any], key: str, inner: str) -> float | None:
+    value = data.get(key)
+    if isinstance(value, Mapping):
+        value = value.get(inner)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
