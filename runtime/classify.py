@@ -218,7 +218,7 @@ def _unknown(ctx: _Context) -> Failure:
 
 _RULES: tuple[_Rule, ...] = (
     _bad_flag, _port_in_use, _cuda_graph, _no_room_for_kv, _mamba_too_small, _oom, _hang,
-    _host_oom_explicit, _technique_crash, _host_oom_silent, _boot_timeout,
+    _host_oom_explicit, _technique_crash, _boot_timeout, _host_oom_silent,
 )
 
 

@@ -1,0 +1,344 @@
+"""``SGLangProcess``: boot SGLang as a local process tree, check it, stop it and wait for the GPU.
+
+Each boot is its own session and process group (``start_new_session=True``) so the whole tree —
+launcher, scheduler(s), detokenizer — is signalled together. The GPU is pinned by UUID
+(``CUDA_VISIBLE_DEVICES=<uuid>``), the server listens on ``127.0.0.1`` on a free port, and its
+output is teed into ``boot_dir/server.log``. Ready means the ready line was printed **and**
+``GET /health`` answers 200. Any boot failure kills the tree, classifies the log and raises
+``BootFailed``; nothing is left running. ``stop`` sends SIGTERM to the group, SIGKILL after
+``stop_timeout_s``, then waits (bounded) through the ``GpuView`` until the memory used falls back to
+the pre-boot level.
+
+The launch command is configurable so a fork's own virtual environment works, e.g.
+``SGLangProcess(("/opt/fork/bin/python", "-m", "sglang.launch_server"), gpu)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from elsa_tune.errors import BootFailed, RuntimeUnavailable
+from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.classify import classify
+from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
+from elsa_tune.runtime.gpu import GpuView
+from elsa_tune.runtime.ports import free_port
+from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
+from elsa_tune.runtime.server_log import LogTee
+from elsa_tune.runtime.startup_log import READY_LINE, build_report
+from elsa_tune.search_spaces.candidate import Candidate
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LAUNCH: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
+_OWNED_FLAGS = ("host", "port")
+_MISSING_MODULE = ("No module named 'sglang'", "No module named sglang")
+
+
+def wait_memory_released(gpu: GpuView | None, baseline_used: int | None, *, timeout_s: float,
+                         margin_bytes: int = 512 << 20, poll_s: float = 0.2) -> tuple[bool, str]:
+    """Wait until ``gpu`` uses no more than ``baseline_used + margin_bytes``; ``(released, detail)``.
+
+    Bounded by ``timeout_s``. Without a GPU view there is nothing to wait for: ``(True, reason)``.
+    """
+    if gpu is None or baseline_used is None:
+        return True, "no GPU view: memory release not watched"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            used = gpu.memory().used
+        except Exception as exc:  # NVML can fail mid-study (driver reset); report, never hang
+            return False, f"GPU memory could not be read: {exc}"
+        if used <= baseline_used + margin_bytes:
+            return True, f"GPU memory back to {used / 2**20:.0f} MiB (pre-boot {baseline_used / 2**20:.0f} MiB)"
+        if time.monotonic() >= deadline:
+            return False, (f"GPU memory still {used / 2**20:.0f} MiB after {timeout_s:.0f} s "
+                           f"(pre-boot {baseline_used / 2**20:.0f} MiB): another process may hold it")
+        time.sleep(poll_s)
+
+
+@dataclass
+class _Boot:
+    popen: subprocess.Popen[bytes]
+    tee: LogTee
+    pgid: int
+    baseline_used: int | None
+    started: float
+    exit: Exit | None = None
+
+
+class SGLangProcess:
+    """The ``Runtime`` for SGLang as a local process. One server per instance at a time is typical."""
+
+    def __init__(self, launch: Sequence[str] = DEFAULT_LAUNCH, gpu: GpuView | None = None, *,
+                 host: str = "127.0.0.1", boot_timeout_s: float = 900.0, stop_timeout_s: float = 30.0,
+                 memory_release_timeout_s: float = 60.0, health_timeout_s: float = 20.0,
+                 extra_env: Mapping[str, str] | None = None, ready_line: str = READY_LINE,
+                 memory_margin_bytes: int = 512 << 20, poll_interval_s: float = 0.1, port_retries: int = 1) -> None:
+        if not launch:
+            raise RuntimeUnavailable("empty launch command",
+                                     remedy="pass e.g. ('python3', '-m', 'sglang.launch_server')")
+        self.launch = tuple(launch)
+        self.gpu = gpu
+        self.host = host
+        self.boot_timeout_s = boot_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.memory_release_timeout_s = memory_release_timeout_s
+        self.health_timeout_s = health_timeout_s
+        self.extra_env = dict(extra_env or {})
+        self.ready_line = ready_line
+        self.memory_margin_bytes = memory_margin_bytes
+        self.poll_interval_s = poll_interval_s
+        self.port_retries = port_retries
+        self._boots: dict[str, _Boot] = {}
+
+    # ---- start ------------------------------------------------------------------------------------
+
+    def start(self, candidate: Candidate, boot_dir: Path) -> Server:
+        """Boot ``candidate``; return when ready or raise ``BootFailed`` (no process left behind)."""
+        self._check_launch()
+        boot_dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(self.port_retries + 1):
+            try:
+                return self._start_once(candidate, boot_dir)
+            except BootFailed as exc:
+                if exc.failure.kind is not FailureKind.PORT_IN_USE or attempt == self.port_retries:
+                    raise
+                log.warning("port taken between choice and bind; retrying with another port")
+                (boot_dir / "server.log").rename(boot_dir / f"server.port-retry-{attempt + 1}.log")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_launch(self) -> None:
+        exe = self.launch[0]
+        found = (os.access(exe, os.X_OK) and Path(exe).is_file()) if os.sep in exe else shutil.which(exe) is not None
+        if not found:
+            raise RuntimeUnavailable(
+                f"the launch command {exe!r} does not exist or is not executable",
+                remedy="install SGLang there, or configure the launch command of its own environment, "
+                       "e.g. /opt/sglang-venv/bin/python -m sglang.launch_server")
+
+    def argv(self, candidate: Candidate, port: int) -> list[str]:
+        """The exact command line of a boot: launch + candidate flags + the host and port we own."""
+        flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}
+        dropped = sorted(set(candidate.flags) - set(flags))
+        if dropped:
+            log.warning("ignoring candidate flags %s: elsa-tune owns --host and --port", dropped)
+        return [*self.launch, *Candidate(flags=flags).argv(), "--host", self.host, "--port", str(port)]
+
+    def _env(self, candidate: Candidate) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env.update(candidate.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu.uuid
+        return env
+
+    def _start_once(self, candidate: Candidate, boot_dir: Path) -> Server:
+        port = free_port(self.host)
+        argv = self.argv(candidate, port)
+        log_path = boot_dir / "server.log"
+        log_path.write_text("")
+        baseline = self.gpu.memory().used if self.gpu is not None else None
+        (boot_dir / "launch.json").write_text(json.dumps(
+            {"argv": argv, "env": {**self.extra_env, **candidate.env}, "port": port,
+             "gpu_uuid": self.gpu.uuid if self.gpu else None, "gpu_used_before_bytes": baseline}, indent=2))
+        started_wall, started = time.time(), time.monotonic()
+        try:
+            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=self._env(candidate), start_new_session=True)
+        except OSError as exc:
+            raise RuntimeUnavailable(f"cannot run {argv[0]!r}: {exc}",
+                                     remedy="check the launch command and its permissions") from exc
+        assert popen.stdout is not None
+        stream = popen.stdout
+        tee = LogTee(iter(stream.readline, b""), log_path, ready_line=self.ready_line)
+        tee.start()
+        boot = _Boot(popen, tee, popen.pid, baseline, started)
+        base_url = f"http://{self.host}:{port}"
+        ready = False
+        try:
+            with httpx.Client(trust_env=False) as client:
+                self._wait_ready(boot, client, base_url, log_path)
+                info = self._server_info(client, base_url)
+            report = build_report(tee.text(), candidate, info)
+            _write_report(boot_dir, report)
+            ready = True
+        finally:
+            if not ready:
+                self._terminate(boot)
+        handle = str(popen.pid)
+        self._boots[handle] = boot
+        return Server(candidate=candidate, base_url=base_url, port=port, boot_dir=boot_dir, log_path=log_path,
+                      report=report, started_at=started_wall, ready_at=time.time(), handle=handle,
+                      gpu_uuid=self.gpu.uuid if self.gpu else None)
+
+    def _wait_ready(self, boot: _Boot, client: httpx.Client, base_url: str, log_path: Path) -> None:
+        deadline = boot.started + self.boot_timeout_s
+        while True:
+            code = boot.popen.poll()
+            if code is not None:
+                boot.tee.closed.wait(timeout=5.0)
+                self._terminate(boot)
+                text = boot.tee.text()
+                if any(m in text for m in _MISSING_MODULE):
+                    raise RuntimeUnavailable(f"{' '.join(self.launch)} cannot import SGLang",
+                                             remedy="install sglang into that Python environment or point the "
+                                                    "launch command at the environment that has it")
+                failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - boot.started))
+                raise BootFailed(failure, log_path=str(log_path))
+            if boot.tee.ready.is_set() and self._healthy(client, base_url):
+                return
+            if time.monotonic() >= deadline:
+                self._terminate(boot)
+                # the exit status is our own kill, not the server's: leave it out of the classification
+                failure = classify(boot.tee.text(), FailureHints(timed_out=True,
+                                                                 elapsed_s=time.monotonic() - boot.started))
+                raise BootFailed(failure, log_path=str(log_path))
+            boot.tee.ready.wait(timeout=self.poll_interval_s)
+            if boot.tee.ready.is_set():
+                time.sleep(self.poll_interval_s)
+
+    def _healthy(self, client: httpx.Client, base_url: str) -> bool:
+        try:
+            return client.get(f"{base_url}/health", timeout=self.health_timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _server_info(self, client: httpx.Client, base_url: str) -> dict[str, Any] | None:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = client.get(f"{base_url}{path}", timeout=self.health_timeout_s)
+            except httpx.HTTPError as exc:
+                log.debug("%s unavailable: %s", path, exc)
+                continue
+            if response.status_code == 200:
+                try:
+                    data = response.json()
+                except ValueError:
+                    return None
+                return data if isinstance(data, dict) else None
+        return None
+
+    # ---- check ------------------------------------------------------------------------------------
+
+    def check(self, server: Server) -> Health:
+        """Alive and ``/health`` 200 → HEALTHY; alive but failing → UNHEALTHY; gone → DEAD (classified)."""
+        boot = self._boots.get(server.handle)
+        if boot is None or boot.exit is not None:
+            return Health(HealthState.DEAD, "stopped")
+        code = boot.popen.poll()
+        if code is not None:
+            boot.tee.closed.wait(timeout=5.0)
+            return Health(HealthState.DEAD, f"the server process exited with {code}", self._died(boot, code))
+        try:
+            with httpx.Client(trust_env=False) as client:
+                response = client.get(f"{server.base_url}/health", timeout=self.health_timeout_s)
+        except httpx.HTTPError as exc:
+            return self._unhealthy(boot, f"/health did not answer: {type(exc).__name__}")
+        if response.status_code == 200:
+            return Health(HealthState.HEALTHY, "ok")
+        return self._unhealthy(boot, f"/health answered {response.status_code}")
+
+    def _unhealthy(self, boot: _Boot, detail: str) -> Health:
+        failure = classify(boot.tee.text(), FailureHints(became_ready=True, timed_out=True))
+        return Health(HealthState.UNHEALTHY, detail, failure if failure.kind is FailureKind.HANG else None)
+
+    def _died(self, boot: _Boot, code: int) -> Failure:
+        return classify(boot.tee.text(), FailureHints(exit_code=code, became_ready=True,
+                                                      elapsed_s=time.monotonic() - boot.started))
+
+    # ---- stop -------------------------------------------------------------------------------------
+
+    def stop(self, server: Server) -> Exit:
+        """Kill the tree, wait for it, wait for the GPU memory. Idempotent; never raises for a dead server."""
+        boot = self._boots.get(server.handle)
+        if boot is None:
+            return Exit(returncode=None, killed=False, gpu_memory_released=True, seconds=0.0,
+                        detail="not started by this runtime (nothing to stop)")
+        if boot.exit is not None:
+            return boot.exit
+        began = time.monotonic()
+        code = boot.popen.poll()
+        failure = self._died(boot, code) if code is not None else None
+        returncode, killed = self._terminate(boot)
+        released, detail = wait_memory_released(self.gpu, boot.baseline_used,
+                                                timeout_s=self.memory_release_timeout_s,
+                                                margin_bytes=self.memory_margin_bytes)
+        boot.exit = Exit(returncode=returncode, killed=killed, gpu_memory_released=released,
+                         seconds=round(time.monotonic() - began, 3), failure=failure, detail=detail)
+        return boot.exit
+
+    def _terminate(self, boot: _Boot) -> tuple[int | None, bool]:
+        """SIGTERM the group, SIGKILL after the timeout, reap, and sweep stragglers. Safe to call twice."""
+        killed = False
+        if _group_members(boot.pgid):
+            _signal_group(boot.pgid, signal.SIGTERM)
+        try:
+            boot.popen.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(boot.pgid, signal.SIGKILL)
+            killed = True
+            try:
+                boot.popen.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                log.error("process %d survived SIGKILL for 10 s (uninterruptible sleep?)", boot.pgid)
+        # the group got the SIGTERM together with the leader: stragglers get a short grace, then SIGKILL
+        deadline = time.monotonic() + min(5.0, self.stop_timeout_s)
+        while _group_members(boot.pgid):
+            if time.monotonic() >= deadline or killed:
+                _signal_group(boot.pgid, signal.SIGKILL)
+                killed = True
+            if time.monotonic() >= deadline + 10.0:
+                log.error("process group %d still has members after SIGKILL", boot.pgid)
+                break
+            time.sleep(0.05)
+        boot.tee.closed.wait(timeout=5.0)
+        if boot.popen.stdout is not None and boot.tee.closed.is_set():
+            boot.popen.stdout.close()
+        return boot.popen.returncode, killed
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of the group, read from /proc; falls back to ``killpg(pgid, 0)``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
+            members.append(int(entry.name))
+    return members
+
+
+def _write_report(boot_dir: Path, report: BootReport) -> None:
+    (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
