@@ -1,0 +1,402 @@
+"""The simulated SGLang's HTTP server: SGLang's endpoints on a small asyncio HTTP/1.1 server.
+
+Serves ``/health`` (= ``/health_generate``), ``/ready``, ``/server_info`` (and the deprecated
+``/get_server_info``), ``/model_info``, ``/v1/models``, ``/metrics`` (only with ``--enable-metrics``),
+``/flush_cache`` and streaming and non-streaming ``/v1/completions`` and ``/v1/chat/completions`` with
+SGLang's response shapes (``sglang.md`` §4). Streams are SSE over chunked transfer encoding, ending with
+``data: [DONE]``. The HTTP layer is hand-written on ``asyncio`` streams because it must keep up with a dozen
+streams at thousands of tokens per second on two shared cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from elsa_tune.runtime.sim.metrics import SglangMetrics
+from elsa_tune.runtime.sim.serving import Job, JobSpec, Serving
+from elsa_tune.runtime.sim.tokens import Completion, block_hashes, chat_token_ids, text_token_ids
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER_BYTES = 64 * 1024
+MAX_BODY_BYTES = 256 * 1024 * 1024
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, list[str]]
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"{}")
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str, err_type: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the endpoints report about the model and the boot."""
+
+    served_name: str
+    model_path: str
+    context_len: int
+    max_total_num_tokens: int
+    max_running_requests: int
+    block_size: int
+    server_args: Mapping[str, Any]
+    memory_usage: Mapping[str, Any]
+    decode_graph_bs: tuple[int, ...]
+    speculative: bool
+    enable_metrics: bool
+    enable_cache_report: bool
+    include_usage_default: bool
+    damage: float
+    damage_salt: str
+    seed: int
+    launch_command: str
+    version: str = "0.5.23"
+
+
+class SimHttpServer:
+    """Routes requests to handlers; one instance per simulated server process."""
+
+    def __init__(self, model: ServedModel, serving: Serving, metrics: SglangMetrics) -> None:
+        self.model = model
+        self.serving = serving
+        self.metrics = metrics
+        self.ready = False
+        self.shutting_down = False
+        self.started_at = time.time()
+        self.startup_time = 0.0
+        self._ids = itertools.count()
+        self._routes: dict[str, Callable[[Request, asyncio.StreamWriter], Awaitable[int]]] = {
+            "/health": self._health, "/health_generate": self._health, "/ready": self._health,
+            "/server_info": self._server_info, "/get_server_info": self._server_info,
+            "/model_info": self._model_info, "/v1/models": self._models, "/metrics": self._metrics,
+            "/flush_cache": self._flush_cache, "/v1/completions": self._completions,
+            "/v1/chat/completions": self._chat_completions,
+        }
+
+    # ---- connection handling ------------------------------------------------------------------------------
+
+    async def handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    break
+                status = await self._dispatch(request, writer)
+                if request.headers.get("connection", "").lower() == "close" or status < 0:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                writer.close()
+
+    async def _dispatch(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        handler = self._routes.get(request.path)
+        endpoint = request.path if handler else "other"
+        m = self.metrics
+        with m.lock:
+            m.http_requests.inc({"endpoint": endpoint, "method": request.method})
+        try:
+            if handler is None or (handler == self._metrics and not self.model.enable_metrics):
+                status = await _send_json(writer, 404, {"detail": "Not Found"})
+            else:
+                status = await handler(request, writer)
+        except HttpError as exc:
+            status = await _send_json(writer, exc.status, _error_body(exc.message, exc.err_type, exc.status))
+        except json.JSONDecodeError as exc:
+            status = await _send_json(writer, 400, _error_body(f"Invalid JSON body: {exc}", "BadRequestError", 400))
+        with m.lock:
+            m.http_responses.inc({"endpoint": endpoint, "method": request.method, "status_code": str(abs(status))})
+        return status
+
+    # ---- simple endpoints ---------------------------------------------------------------------------------
+
+    async def _health(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        if not self.ready or self.shutting_down:
+            return await _send(writer, 503, b"", "text/plain; charset=utf-8")
+        return await _send(writer, 200, b"", "text/plain; charset=utf-8")
+
+    async def _models(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        md = self.model
+        card = {"id": md.served_name, "object": "model", "created": int(self.started_at), "owned_by": "sglang",
+                "root": md.served_name, "parent": None, "max_model_len": md.context_len}
+        return await _send_json(writer, 200, {"object": "list", "data": [card]})
+
+    async def _model_info(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        return await _send_json(writer, 200, {"model_path": self.model.model_path,
+                                              "tokenizer_path": self.model.model_path, "is_generation": True,
+                                              "preferred_sampling_params": None, "weight_version": "default",
+                                              "has_image_understanding": False, "has_audio_understanding": False,
+                                              "model_type": "simulated", "architectures": ["Simulated"]})
+
+    async def _server_info(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        return await _send_json(writer, 200, self.server_info())
+
+    def server_info(self) -> dict[str, Any]:
+        md = self.model
+        internal: dict[str, Any] = {**md.server_args, "world_size": 1,
+                                    "effective_max_running_requests_per_dp": md.max_running_requests,
+                                    "last_gen_throughput": self.serving.last_gen_throughput,
+                                    "memory_usage": dict(md.memory_usage), "disaggregation_mode": "null",
+                                    "decode_cuda_graph_bs": list(md.decode_graph_bs),
+                                    "decode_cuda_graph_memory_gb": md.memory_usage.get("graph", {}).get("decode", 0.0)}
+        if md.speculative:
+            internal["avg_spec_accept_length"] = self.serving.avg_spec_accept_length
+        return {**md.server_args, "launch_command": md.launch_command, "status": "ready" if self.ready else "starting",
+                "max_total_num_tokens": md.max_total_num_tokens,
+                "max_req_input_len": max_request_input(md.context_len, md.max_total_num_tokens),
+                "startup_time": self.startup_time, "kv_events": None, "version": md.version, "frontend": "python",
+                "internal_states": [internal], "simulated": True}
+
+    async def _metrics(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        body = self.metrics.render().encode()
+        return await _send(writer, 200, body, "text/plain; version=0.0.4; charset=utf-8")
+
+    async def _flush_cache(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        timeout = float((request.query.get("timeout") or ["0"])[0] or 0)
+        deadline = time.monotonic() + max(0.0, timeout)
+        while self.serving.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.serving.flush_cache():
+            return await _send(writer, 200, b"Cache flushed.\nPlease check backend logs for more details. "
+                               b"(When there are running or waiting requests, the operation will not be performed.)\n",
+                               "text/plain; charset=utf-8")
+        return await _send(writer, 400, b"Cache not flushed. Please check backend logs for more details. "
+                           b"(When there are running or waiting requests, the operation will not be performed.)\n",
+                           "text/plain; charset=utf-8")
+
+    # ---- generation ---------------------------------------------------------------------------------------
+
+    async def _completions(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        _require_post(request)
+        body = request.json()
+        prompt = body.get("prompt")
+        text: str | None = None
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            ids = list(prompt)
+        elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            ids, text = _prompt_ids(prompt[0])
+        elif isinstance(prompt, str):
+            ids, text = text_token_ids(prompt), prompt
+        else:
+            raise HttpError(400, "prompt must be a string, a list of token ids, or a one-element list of either")
+        return await self._generate(request, writer, body, ids, text, chat=False)
+
+    async def _chat_completions(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        _require_post(request)
+        body = request.json()
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise HttpError(400, "messages must be a non-empty list")
+        pairs = [(str(m.get("role", "user")), _content_text(m.get("content"))) for m in messages]
+        ids = chat_token_ids(pairs)
+        return await self._generate(request, writer, body, ids, pairs[-1][1], chat=True)
+
+    async def _generate(self, request: Request, writer: asyncio.StreamWriter, body: Mapping[str, Any],
+                        ids: list[int], text: str | None, *, chat: bool) -> int:
+        if not self.ready:
+            raise HttpError(503, "The server is not ready yet.", "ServiceUnavailableError")
+        md = self.model
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        max_tokens = int(max_tokens) if max_tokens is not None else (md.context_len - len(ids) if chat else 16)
+        if len(ids) >= md.context_len:
+            raise HttpError(400, f"The input ({len(ids)} tokens) is longer than the model's context length "
+                                 f"({md.context_len} tokens).")
+        if max_tokens + len(ids) > md.context_len:
+            raise HttpError(400, f"Requested token count exceeds the model's maximum context length of "
+                                 f"{md.context_len} tokens. You requested a total of {max_tokens + len(ids)} tokens: "
+                                 f"{len(ids)} tokens from the input messages and {max_tokens} tokens for the "
+                                 "completion. Please reduce the number of tokens in the input messages or the "
+                                 "completion to fit within the limit.")
+        limit = max_request_input(md.context_len, md.max_total_num_tokens)
+        if len(ids) >= limit:
+            raise HttpError(400, f"Input length ({len(ids)} tokens) exceeds the maximum allowed length ({limit} "
+                                 "tokens). Use a shorter input or enable --allow-auto-truncate.")
+        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+        n = next(self._ids)
+        completion = Completion.for_prompt(ids, text, damage=md.damage, damage_salt=md.damage_salt,
+                                           stream_salt=0 if temperature == 0 else hash((md.seed, n)) & 0xFFFFFFFF)
+        if body.get("ignore_eos"):
+            out, reason = max_tokens, "length"
+        else:
+            out = completion.natural_length(max_tokens)
+            reason = "length" if out == max_tokens else "stop"
+        stream = bool(body.get("stream"))
+        regime = str(body.get("regime") or body.get("kind") or "chat")
+        rid = uuid.uuid4().hex
+        spec = JobSpec(rid=rid, input_tokens=len(ids), block_hashes=tuple(block_hashes(ids, md.block_size)),
+                       output_tokens=max(1, out), regime=regime)
+        job = Job(spec=spec, completion=completion, finish_reason=reason, streaming=stream, created=time.monotonic())
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage", md.include_usage_default))
+        self.serving.submit(job)
+        try:
+            if stream:
+                return await self._stream(writer, job, chat=chat, include_usage=include_usage)
+            while True:
+                _, done = await job.deliveries.get()
+                if done:
+                    break
+            return await _send_json(writer, 200, self._final_body(job, chat=chat))
+        except (ConnectionError, asyncio.CancelledError):
+            self.serving.abort(rid)
+            raise
+
+    async def _stream(self, writer: asyncio.StreamWriter, job: Job, *, chat: bool, include_usage: bool) -> int:
+        created = int(time.time())
+        rid = job.spec.rid
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                     b"cache-control: no-cache\r\nserver: uvicorn\r\ntransfer-encoding: chunked\r\n\r\n")
+        if chat:
+            first = {"id": rid, "object": obj, "created": created, "model": self.model.served_name,
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                  "finish_reason": None, "matched_stop": None}], "usage": None}
+            _write_event(writer, first)
+        sent = 0
+        while True:
+            n, done = await job.deliveries.get()
+            # Drain what is already there: a slow reader gets the tokens in fewer, larger chunks, like SGLang.
+            while not done and not job.deliveries.empty():
+                more, done = job.deliveries.get_nowait()
+                n += more
+            if n:
+                piece = "".join(job.completion.pieces(sent, n))
+                sent += n
+                last = done or sent >= job.spec.output_tokens
+                reason = job.finish_reason if last else None
+                choice: dict[str, Any] = ({"index": 0, "delta": {"content": piece}, "logprobs": None,
+                                           "finish_reason": reason, "matched_stop": None} if chat else
+                                          {"index": 0, "text": piece, "logprobs": None, "finish_reason": reason,
+                                           "matched_stop": None})
+                _write_event(writer, {"id": rid, "object": obj, "created": created,
+                                      "model": self.model.served_name, "choices": [choice], "usage": None})
+                await writer.drain()
+            if done:
+                break
+        if include_usage:
+            _write_event(writer, {"id": rid, "object": obj, "created": created, "model": self.model.served_name,
+                                  "choices": [], "usage": self._usage(job)})
+        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        return 200
+
+    def _usage(self, job: Job) -> dict[str, Any]:
+        usage: dict[str, Any] = {"prompt_tokens": job.spec.input_tokens, "total_tokens":
+                                 job.spec.input_tokens + job.generated, "completion_tokens": job.generated,
+                                 "prompt_tokens_details": None, "reasoning_tokens": 0}
+        if self.model.enable_cache_report:
+            usage["prompt_tokens_details"] = {"cached_tokens": job.cached_tokens}
+        return usage
+
+    def _final_body(self, job: Job, *, chat: bool) -> dict[str, Any]:
+        text = job.completion.text(job.generated)
+        if chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text,
+                                                              "reasoning_content": None, "tool_calls": None},
+                                      "logprobs": None, "finish_reason": job.finish_reason, "matched_stop": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": job.finish_reason,
+                      "matched_stop": None}
+            obj = "text_completion"
+        return {"id": job.spec.rid, "object": obj, "created": int(time.time()), "model": self.model.served_name,
+                "choices": [choice], "usage": self._usage(job)}
+
+
+def max_request_input(context_len: int, kv_tokens: int) -> int:
+    """SGLang's ``max_req_input_len``: ``min(context_len - 1, kv_tokens - 1) - 5`` (``managers/tp_worker.py``)."""
+    return min(context_len - 1, kv_tokens - 1) - 5
+
+
+# ---- HTTP/1.1 plumbing ------------------------------------------------------------------------------------
+
+
+async def _read_request(reader: asyncio.StreamReader) -> Request | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    if len(head) > MAX_HEADER_BYTES:
+        raise ValueError("header too large")
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _version = lines[0].split(" ", 2)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0") or 0)
+    if length > MAX_BODY_BYTES:
+        raise ValueError("body too large")
+    body = await reader.readexactly(length) if length else b""
+    parts = urlsplit(target)
+    return Request(method=method.upper(), path=parts.path, query=parse_qs(parts.query), headers=headers, body=body)
+
+
+async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str) -> int:
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\ncontent-type: {content_type}\r\n"
+            f"content-length: {len(body)}\r\nserver: uvicorn\r\n\r\n").encode()
+    writer.write(head + body)
+    await writer.drain()
+    return status
+
+
+async def _send_json(writer: asyncio.StreamWriter, status: int, payload: Any) -> int:
+    return await _send(writer, status, json.dumps(payload, separators=(",", ":")).encode(), "application/json")
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _write_event(writer: asyncio.StreamWriter, payload: Mapping[str, Any]) -> None:
+    writer.write(_chunk(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"))
+
+
+def _error_body(message: str, err_type: str, status: int) -> dict[str, Any]:
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
+
+
+def _require_post(request: Request) -> None:
+    if request.method != "POST":
+        raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
+
+
+def _prompt_ids(prompt: str | list[int]) -> tuple[list[int], str | None]:
+    if isinstance(prompt, str):
+        return text_token_ids(prompt), prompt
+    return [int(t) for t in prompt], None
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""

@@ -1,0 +1,313 @@
+"""The real-time serving loop: drive the scheduling core step by step at the card's pace.
+
+``Serving`` owns the requests in flight. Each iteration asks the scheduling core (``StepSource``, the seam to
+``engine.py``) for one step, sleeps for ``duration_s × noise / speedup`` against an accumulated deadline (so
+sleep overshoot never adds up), then delivers the step's tokens to the open streams, counts the metrics and
+prints SGLang's runtime lines at a bounded rate. Faults that strike while serving (a crash after N requests,
+the first generation's OOM, a hang) happen here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from elsa_tune.runtime.sim.faults import Crash, Faults, first_generation_oom_crash, serve_oom_crash
+from elsa_tune.runtime.sim.metrics import SglangMetrics
+from elsa_tune.runtime.sim.noise import ServingNoise
+from elsa_tune.runtime.sim.startup import ServerLog, runtime_line
+from elsa_tune.runtime.sim.tokens import Completion
+
+log = logging.getLogger(__name__)
+
+#: At most this many runtime log lines (each of prefill and decode) per wall-clock second.
+LOG_LINES_PER_S = 4.0
+#: When the loop falls further behind its deadline than this, it stops trying to catch up.
+MAX_LAG_S = 0.25
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the scheduling core needs to know about a request."""
+
+    rid: str
+    input_tokens: int
+    block_hashes: tuple[int, ...]
+    output_tokens: int            # exactly this many tokens will be generated (EOS already decided)
+    regime: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scheduler iteration, as the serving loop consumes it."""
+
+    duration_s: float
+    kind: str                                  # "prefill" or "decode"
+    emitted: Mapping[str, int]                 # tokens emitted per request this step
+    finished: tuple[str, ...] = ()
+    retracted: tuple[str, ...] = ()
+    cached: Mapping[str, int] = field(default_factory=dict)   # cached prompt tokens of newly admitted requests
+    new_tokens: int = 0                        # prompt tokens computed (prefill)
+    new_seqs: int = 0
+    running: int = 0
+    queued: int = 0
+    used_tokens: int = 0
+    token_capacity: int = 1
+    mamba_used: int = 0
+    mamba_capacity: int = 0
+    verify_calls: int = 0                      # speculative verify forwards this step (0 without spec)
+    accepted_tokens: int = 0                   # tokens emitted by those verifies
+    oom: bool = False                          # the step could not allocate and the scheduler dies
+
+
+class StepSource(Protocol):
+    """The scheduling core as the serving loop sees it (``engine.py`` behind an adapter)."""
+
+    def submit(self, job: JobSpec) -> None: ...
+
+    def abort(self, rid: str) -> None: ...
+
+    def step(self) -> Step | None:
+        """The next step, or ``None`` when there is nothing to run."""
+
+    def flush_cache(self) -> bool: ...
+
+
+@dataclass
+class Job:
+    """A request in flight: its spec, completion text and the timings its metrics need."""
+
+    spec: JobSpec
+    completion: Completion
+    finish_reason: str
+    streaming: bool
+    created: float
+    deliveries: asyncio.Queue[tuple[int, bool]] = field(default_factory=asyncio.Queue)
+    generated: int = 0
+    cached_tokens: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    error: str | None = None
+    warmup: bool = False
+
+
+class Serving:
+    """Runs the loop as an asyncio task. ``on_crash`` is called (then the process dies) for a fatal fault."""
+
+    def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics, server_log: ServerLog,
+                 faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
+                 first_generation_oom: bool, on_crash: Callable[[Crash], None],
+                 crash_under_load: bool = False) -> None:
+        self.source = source
+        self.noise = noise
+        self.metrics = metrics
+        self.log = server_log
+        self.faults = faults
+        self.speedup = max(speedup, 1e-6)
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.hybrid = hybrid
+        self.first_generation_oom = first_generation_oom
+        self.crash_under_load = crash_under_load
+        self.on_crash = on_crash
+        self.jobs: dict[str, Job] = {}
+        self.finished_requests = 0
+        self.sim_time_s = 0.0
+        self.spec_forwards = 0
+        self.spec_accepted = 0
+        self.last_gen_throughput = 0.0
+        self._wake = asyncio.Event()
+        self._decode_steps = 0
+        self._window_tokens = 0
+        self._window_start = time.monotonic()
+        self._last_log = {"prefill": 0.0, "decode": 0.0}
+        self._hung = faults.hang_after_requests == 0
+
+    # ---- requests -----------------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        if self.first_generation_oom and not job.warmup:
+            self._die(first_generation_oom_crash())
+        self.jobs[job.spec.rid] = job
+        self.source.submit(job.spec)
+        self._wake.set()
+
+    def abort(self, rid: str) -> None:
+        job = self.jobs.pop(rid, None)
+        if job is None:
+            return
+        self.source.abort(rid)
+        if not job.warmup:
+            with self.metrics.lock:
+                self.metrics.aborted.inc(self.metrics.tok)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.jobs)
+
+    @property
+    def avg_spec_accept_length(self) -> float:
+        return self.spec_accepted / self.spec_forwards if self.spec_forwards else 0.0
+
+    def flush_cache(self) -> bool:
+        return not self.jobs and self.source.flush_cache()
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            if self._hung:
+                await asyncio.sleep(3600)   # a hung forward: nothing moves, /health still answers
+                continue
+            step = self.source.step()
+            if step is None:
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = loop.time()
+                continue
+            wall = step.duration_s * self.noise.factor(self.sim_time_s) / self.speedup
+            self.sim_time_s += step.duration_s
+            deadline += wall
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif delay < -MAX_LAG_S:
+                deadline = loop.time()
+            if step.oom or (self.crash_under_load and step.running > 0 and step.kind == "decode"):
+                self._die(serve_oom_crash())
+            self._deliver(step, loop.time())
+
+    def _deliver(self, step: Step, now: float) -> None:
+        m = self.metrics
+        with m.lock:
+            for rid, cached in step.cached.items():
+                job = self.jobs.get(rid)
+                if job is not None:
+                    job.cached_tokens = cached
+            emitted_total = 0
+            for rid, n in step.emitted.items():
+                job = self.jobs.get(rid)
+                if job is None or n <= 0:
+                    continue
+                n = min(n, job.spec.output_tokens - job.generated)
+                if n <= 0:
+                    continue
+                emitted_total += n
+                if job.first_token_at is None:
+                    job.first_token_at = now
+                    if not job.warmup:
+                        m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, now - job.created)
+                        m.queue_time.observe(m.sched, max(0.0, now - job.created - step.duration_s / self.speedup))
+                elif not job.warmup:
+                    m.itl.observe(m.tok, (now - (job.last_token_at or now)) / n, weight=n)
+                job.last_token_at = now
+                job.generated += n
+                job.deliveries.put_nowait((n, False))
+            if step.verify_calls:
+                self.spec_forwards += step.verify_calls
+                self.spec_accepted += step.accepted_tokens
+                m.spec_verify.inc(m.sched, step.verify_calls)
+            m.realtime_tokens.inc({**m.sched, "mode": "decode"}, emitted_total)
+            if step.kind == "prefill":
+                m.realtime_tokens.inc({**m.sched, "mode": "prefill_compute"}, step.new_tokens)
+                m.realtime_tokens.inc({**m.sched, "mode": "prefill_cache"}, sum(step.cached.values()))
+            if step.retracted:
+                m.retracted_total.inc(m.sched, len(step.retracted))
+            self._window_tokens += emitted_total
+        for rid in step.finished:
+            self._finish(rid, now)
+        self._gauges_and_log(step, now)
+
+    def _finish(self, rid: str, now: float) -> None:
+        job = self.jobs.pop(rid, None)
+        if job is None:
+            return
+        job.deliveries.put_nowait((0, True))
+        if job.warmup:
+            return
+        m = self.metrics
+        streaming = {**m.tok, "is_streaming": _flag(job.streaming)}
+        with m.lock:
+            m.prompt_tokens.inc(streaming, job.spec.input_tokens)
+            m.generation_tokens.inc(streaming, job.generated)
+            m.num_requests.inc(streaming)
+            m.cached_tokens.inc({**m.tok, "cache_source": "device"}, job.cached_tokens)
+            m.cached_tokens.inc({**m.tok, "cache_source": "total"}, job.cached_tokens)
+            m.e2e.observe(streaming, now - job.created)
+            if job.generated > 1 and job.first_token_at is not None:
+                m.tpot.observe(streaming, (now - job.first_token_at) / (job.generated - 1))
+            m.prompt_hist.observe(m.sched, job.spec.input_tokens)
+            m.uncached_hist.observe(m.sched, job.spec.input_tokens - job.cached_tokens)
+            m.generation_hist.observe(m.sched, job.generated)
+        self.finished_requests += 1
+        self.noise.request_finished()
+        f = self.faults
+        if f.crash_after_requests is not None and self.finished_requests >= f.crash_after_requests:
+            self._die(serve_oom_crash())
+        if f.hang_after_requests is not None and self.finished_requests >= f.hang_after_requests:
+            self._hung = True
+
+    def _gauges_and_log(self, step: Step, now: float) -> None:
+        usage = round(step.used_tokens / max(1, step.token_capacity), 2)
+        mamba_usage = round(step.mamba_used / step.mamba_capacity, 2) if step.mamba_capacity else 0.0
+        refresh = step.kind == "prefill"
+        if step.kind == "decode":
+            self._decode_steps += 1
+            refresh = self._decode_steps % self.decode_log_interval == 0
+        if not refresh:
+            return
+        elapsed = max(1e-9, now - self._window_start)
+        if step.kind == "decode":
+            self.last_gen_throughput = self._window_tokens / elapsed
+            self._window_tokens = 0
+            self._window_start = now
+        accept = self.avg_spec_accept_length
+        gauges = {"num_running_reqs": step.running, "num_queue_reqs": step.queued, "token_usage": usage,
+                  "full_token_usage": usage, "num_used_tokens": step.used_tokens,
+                  "kv_used_tokens": step.used_tokens, "kv_available_tokens": step.token_capacity - step.used_tokens,
+                  "gen_throughput": self.last_gen_throughput, "mamba_usage": mamba_usage,
+                  "mamba_used_tokens": step.mamba_used,
+                  "mamba_available_tokens": max(0, step.mamba_capacity - step.mamba_used),
+                  "num_retracted_reqs": len(step.retracted)}
+        if step.kind == "prefill":
+            total = step.new_tokens + sum(step.cached.values())
+            gauges["cache_hit_rate"] = sum(step.cached.values()) / total if total else 0.0
+        if step.verify_calls:
+            gauges["spec_accept_length"] = step.accepted_tokens / step.verify_calls
+        self.metrics.set_gauges(gauges)
+        if now - self._last_log[step.kind] < 1.0 / LOG_LINES_PER_S:
+            return
+        self._last_log[step.kind] = now
+        usage_part: list[tuple[str, object]] = (
+            [("#full token", step.used_tokens), ("full token usage", usage), ("mamba num", step.mamba_used),
+             ("mamba usage", mamba_usage)] if self.hybrid else [("#token", step.used_tokens), ("token usage", usage)])
+        if step.kind == "prefill":
+            throughput = step.new_tokens / max(1e-9, step.duration_s)
+            self.log.info(runtime_line("Prefill", [
+                ("#new-seq", step.new_seqs), ("#new-token", step.new_tokens),
+                ("#cached-token", sum(step.cached.values())), *usage_part, ("#running-req", step.running),
+                ("#queue-req", step.queued), ("#pending-token", 0), ("cuda graph", False),
+                ("input throughput (token/s)", f"{throughput:.2f}")]))
+        else:
+            spec_part: list[tuple[str, object]] = []
+            if step.verify_calls:
+                spec_part = [("accept len", f"{accept:.2f}"), ("accept rate", f"{min(1.0, accept / 6):.2f}")]
+            self.log.info(runtime_line("Decode", [
+                ("#running-req", step.running), *usage_part, *spec_part, ("cuda graph", True),
+                ("gen throughput (token/s)", f"{self.last_gen_throughput:.2f}"), ("#queue-req", step.queued)]))
+        if step.retracted:
+            self.log.info(f"KV cache pool is full. Retract requests. #retracted_reqs: {len(step.retracted)}, "
+                          f"#new_tokens_gained: {step.token_capacity - step.used_tokens}, "
+                          "#new_token_ratio: 0.7000 -> 1.0000")
+
+    def _die(self, crash: Crash) -> None:
+        self.on_crash(crash)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"

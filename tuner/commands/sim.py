@@ -1,0 +1,121 @@
+"""``elsa-tune sim serve|truth|profiles``: the simulated SGLang server, its noiseless truth, its profiles.
+
+``sim serve`` takes SGLang 0.5.23's own flags (an unknown flag exits 2 with argparse's message, as SGLang
+does) plus the sim's ``--sim-*`` knobs, and runs one simulated server process until SIGTERM. It is a
+simulation calibrated to published field notes, never a measurement of real hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from elsa_tune.errors import ConfigError
+from elsa_tune.runtime.sim import flags as sglang_flags
+
+NAME = "sim"
+HELP = "the simulated SGLang server (serve), a configuration's noiseless truth (truth), the shipped profiles"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
+    serve = sub.add_parser("serve", help="run a simulated SGLang server (SGLang's flags + --sim-*)")
+    _sim_options(serve)
+    serve.add_argument("--sim-seed", type=int, default=0, help="seed of boot drift, run noise and sampling")
+    serve.add_argument("--sim-fault", default=None, metavar="FAULT",
+                       help="inject faults (comma-separated; also $ELSA_SIM_FAULT): weights_oom, no_room_for_kv, "
+                            "mamba_pool_too_small, cuda_graph_failed, host_oom_killed, technique_crash, unknown, "
+                            "crash_after_requests=N, hang, hang_after_requests=N, slow_boot[=F], port_taken, "
+                            "gpu_not_released[=S]")
+    serve.add_argument("--sim-speedup", type=float, default=1.0, metavar="X",
+                       help="run simulated time X times faster than real time (boot and serving)")
+    serve.add_argument("--sim-card-dir", default=None, metavar="DIR",
+                       help="the simulated GPU's shared state folder (default: $ELSA_SIM_CARD_DIR or a temp folder)")
+    sglang_flags.add_sglang_arguments(serve)
+    serve.set_defaults(func=_serve)
+
+    truth = sub.add_parser("truth", help="what a configuration is truly worth on a workload, without noise (JSON)")
+    _sim_options(truth)
+    truth.add_argument("--workload", required=True, metavar="JSON_OR_PATH",
+                       help="a TruthWorkload as JSON text or a JSON file (see runtime/sim/truth.py)")
+    truth.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                       help="an environment variable of the launch (repeatable)")
+    sglang_flags.add_sglang_arguments(truth)
+    truth.set_defaults(func=_truth)
+
+    profiles = sub.add_parser("profiles", help="list the shipped simulation profiles")
+    profiles.set_defaults(func=_profiles)
+
+
+def _sim_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sim-profile", required=True, metavar="NAME_OR_PATH",
+                        help="a shipped profile name (elsa-tune sim profiles) or a profile YAML")
+
+
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    known = {spec.dest for spec in sglang_flags.sglang_flags()}
+    return {k: v for k, v in vars(args).items() if k in known}
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from elsa_tune.runtime.sim.launch import SimOptions, serve
+
+    given = _given(args)
+    options = SimOptions(profile=args.sim_profile, server_args=sglang_flags.resolve_defaults(given),
+                         flags=sglang_flags.requested_flags(given), seed=args.sim_seed, fault=args.sim_fault,
+                         speedup=args.sim_speedup, card_dir=args.sim_card_dir, argv=tuple(sys.argv),
+                         env=dict(os.environ))
+    return int(serve(options))
+
+
+def _truth(args: argparse.Namespace) -> int:
+    from elsa_tune.runtime.sim.profile import load_profile
+    from elsa_tune.runtime.sim.truth import TruthWorkload, truth
+
+    text = args.workload
+    path = Path(text)
+    try:
+        data = json.loads(path.read_text() if not text.lstrip().startswith("{") and path.is_file() else text)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--workload: not JSON text or a readable JSON file: {exc}",
+                          remedy='pass e.g. --workload \'{"concurrency": 8, "input_tokens": [1024], '
+                                 '"output_tokens": [1024]}\'') from exc
+    try:
+        workload = TruthWorkload(**data)
+    except TypeError as exc:
+        raise ConfigError(f"--workload: {exc}", remedy="use the fields of runtime/sim/truth.py TruthWorkload") from exc
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--env {item!r}: expected NAME=VALUE", remedy="write --env NAME=VALUE")
+        env[name] = value
+    result = truth(load_profile(args.sim_profile), sglang_flags.requested_flags(_given(args)), env, workload)
+    print(json.dumps(_jsonable(result), indent=2, sort_keys=True))
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    from elsa_tune.runtime.sim.profile import list_profiles
+
+    for name in list_profiles():
+        print(name)
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
