@@ -304,7 +304,9 @@ class SearchSpace:
         violations: list[Violation] = check_rules(self.rules, flags)
         if violations:
             raise RuleViolation(violations, label=label)
-        return Candidate(flags={k: v for k, v in flags.items() if v is not None}, env=env, label=label)
+        # A switch set to False is a flag left out: drop it so equal command lines have equal keys.
+        return Candidate(flags={k: v for k, v in flags.items() if v is not None and v is not False}, env=env,
+                         label=label)
 
     def _assemble(self, values: Mapping[str, Value],
                   techniques: Sequence[str]) -> tuple[dict[str, FlagValue], dict[str, str], dict[str, Value]]:
