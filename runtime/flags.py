@@ -1,0 +1,137 @@
+"""The installed runtime's own flag list, read from ``<launch> --help``, and flag-name validation.
+
+SGLang's flags move between versions (``sglang.md`` §0: ``--cuda-graph-max-bs`` became ambiguous in
+0.5.2x and exits 2). Before a night starts, every flag a search space uses is checked against the
+flags of the launch command that will run it; a miss is refused with the nearest existing flag:
+
+    known = harvest(("/opt/sglang-venv/bin/python", "-m", "sglang.launch_server"))
+    require_known(space_flags, known)        # ConfigError: ... did you mean --cuda-graph-max-bs-decode?
+
+Names are SGLang's dashed names without the leading dashes, as in ``Candidate.flags``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import subprocess
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from elsa_tune.errors import ConfigError, RuntimeUnavailable
+
+_OPTION_LINE = re.compile(r"^\s{2,}(-\w, )?--[a-z0-9]")
+_FLAG = re.compile(r"(?<![\w-])--([a-z0-9][a-z0-9_-]*)")
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """Flags a launch command accepts. ``aliases`` maps an alternative spelling to its main flag."""
+
+    names: frozenset[str]
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in self.names or name in self.aliases)
+
+    def canonical(self, name: str) -> str:
+        return self.aliases.get(name, name)
+
+    def all_names(self) -> frozenset[str]:
+        return self.names | frozenset(self.aliases)
+
+
+@dataclass(frozen=True)
+class FlagProblem:
+    """One flag the runtime would refuse (or read as an abbreviation), with the nearest real flag."""
+
+    flag: str
+    message: str
+    suggestion: str | None = None
+
+    def explain(self) -> str:
+        hint = f"; did you mean --{self.suggestion}?" if self.suggestion else ""
+        return f"--{self.flag}: {self.message}{hint}"
+
+
+def parse_help(text: str, source: str = "") -> FlagSet:
+    """Harvest the flags of an argparse ``--help`` text (the option lines, not the prose)."""
+    names: set[str] = set()
+    aliases: dict[str, str] = {}
+    for line in text.splitlines():
+        if not _OPTION_LINE.match(line):
+            continue
+        head = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+        spellings = [m.group(1) for m in _FLAG.finditer(head)]
+        if not spellings:
+            continue
+        main = spellings[0]
+        names.add(main)
+        for alias in spellings[1:]:
+            if alias != main:
+                aliases[alias] = main
+    names.discard("help")
+    return FlagSet(frozenset(names), aliases, source)
+
+
+def harvest(launch: Sequence[str], *, timeout_s: float = 300.0, env: Mapping[str, str] | None = None) -> FlagSet:
+    """Run ``<launch> --help`` (bounded; importing SGLang takes a while) and parse its flags."""
+    argv = [*launch, "--help"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise RuntimeUnavailable(f"the launch command {launch[0]!r} does not exist",
+                                 remedy="install SGLang or configure the launch command of its own environment, "
+                                        "e.g. /opt/sglang-venv/bin/python -m sglang.launch_server") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeUnavailable(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s",
+                                 remedy="check that the runtime imports cleanly, or raise the --help timeout") from exc
+    flags = parse_help(done.stdout, source=" ".join(launch))
+    if done.returncode != 0 or not flags.names:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+        raise RuntimeUnavailable(f"`{' '.join(argv)}` exited {done.returncode} without a flag list:\n{tail}",
+                                 remedy="fix the runtime installation (the output above says why)")
+    return flags
+
+
+def validate(flags: Iterable[str], known: FlagSet | Collection[str]) -> list[FlagProblem]:
+    """Problems with ``flags`` for a runtime that knows ``known``; empty when all are fine.
+
+    An unknown flag gets the nearest real one (difflib). A flag that is only a prefix of real flags
+    is reported too: argparse reads it as an abbreviation when it is unique and refuses it (exit 2)
+    when it is ambiguous, as ``--cuda-graph-max-bs`` is in 0.5.23.
+    """
+    flag_set = known if isinstance(known, FlagSet) else FlagSet(frozenset(known))
+    every = sorted(flag_set.all_names())
+    problems = []
+    for raw in flags:
+        name = raw.lstrip("-")
+        if name in flag_set:
+            continue
+        longer = [n for n in every if n.startswith(name)]
+        if len(longer) > 1:
+            problems.append(FlagProblem(name, "ambiguous: the runtime would refuse it (could be "
+                                              + ", ".join(f"--{n}" for n in longer[:4]) + ")", longer[0]))
+            continue
+        if len(longer) == 1:
+            problems.append(FlagProblem(name, "only an abbreviation; write the full flag", longer[0]))
+            continue
+        near = difflib.get_close_matches(name, every, n=1, cutoff=0.6)
+        problems.append(FlagProblem(name, "not a flag of this runtime version", near[0] if near else None))
+    return problems
+
+
+def require_known(flags: Iterable[str], known: FlagSet | Collection[str], *, where: str = "") -> None:
+    """Raise ``ConfigError`` naming every bad flag and its nearest real flag."""
+    problems = validate(flags, known)
+    if not problems:
+        return
+    source = known.source if isinstance(known, FlagSet) and known.source else "the installed runtime"
+    place = f"{where}: " if where else ""
+    lines = "; ".join(p.explain() for p in problems)
+    first = next((p for p in problems if p.suggestion), None)
+    remedy = (f"did you mean --{first.suggestion}? rename the flag(s) to ones `{source} --help` lists"
+              if first else f"remove the flag(s); `{source} --help` lists what this version accepts")
+    raise ConfigError(f"{place}{len(problems)} flag(s) not accepted by {source}: {lines}", remedy=remedy)
