@@ -66,6 +66,13 @@ class Crash:
     frames: tuple[str, ...] = ()
     traceback: bool = True
     exit_code: int = -9
+    plain: bool = False        # the lines are ordinary log lines (a watchdog), not an exception
+
+
+def watchdog_crash(timeout_s: float) -> Crash:
+    """A forward that never returns: SGLang's watchdog dumps the stacks and kills the tree."""
+    return Crash(FailureKind.HANG, "serve", (
+        f"Scheduler watchdog timeout (self.watchdog_timeout={timeout_s:g}, self.soft=False)",), plain=True)
 
 
 @dataclass(frozen=True)

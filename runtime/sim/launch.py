@@ -136,7 +136,9 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
                       first_generation_oom=plan.first_generation_oom or (
                           serve_crash is not None and serve_crash.phase == "first_generation"),
                       crash_under_load=serve_crash is not None and serve_crash.phase == "under_load",
-                      on_crash=lambda crash: die(_crash_of(serve_crash) if serve_crash else crash, True))
+                      on_crash=lambda crash: die(_crash_of(serve_crash) if serve_crash and crash.kind is not
+                                                 FailureKind.HANG else crash, True),
+                      watchdog_timeout_s=float(args.get("watchdog_timeout") or 300.0))
     model = ServedModel(
         served_name=served_name, model_path=str(args.get("model_path")), context_len=plan.context_len,
         max_total_num_tokens=plan.kv_tokens, max_running_requests=plan.max_running_requests,
@@ -188,14 +190,11 @@ async def _warmup(serving: Serving, out: ServerLog, faults: Faults, speedup: flo
                completion=Completion.for_prompt([0], None), finish_reason="length", streaming=False,
                created=time.monotonic(), warmup=True)
     serving.submit(warm)
-    try:
-        async with asyncio.timeout(max(5.0, 60.0 / speedup)):
-            while True:
-                _, done = await warm.deliveries.get()
-                if done:
-                    break
-    except TimeoutError:
-        serving.abort("warmup")
+    # No timeout of our own: a hung scheduler hangs the warm-up (the caller's boot timeout or the watchdog ends it).
+    while True:
+        _, done = await warm.deliveries.get()
+        if done:
+            break
     await asyncio.sleep(_DEFAULT_WARMUP_S * faults.slow_boot / speedup)
     out.raw('INFO:     127.0.0.1:53470 - "GET /model_info HTTP/1.1" 200 OK')
     out.info(runtime_line("Prefill", [("#new-seq", 1), ("#new-token", 6), ("#cached-token", 0),

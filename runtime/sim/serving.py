@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from elsa_tune.runtime.sim.faults import Crash, Faults, first_generation_oom_crash, serve_oom_crash
+from elsa_tune.runtime.sim.faults import Crash, Faults, first_generation_oom_crash, serve_oom_crash, watchdog_crash
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.noise import ServingNoise
 from elsa_tune.runtime.sim.startup import ServerLog, runtime_line
@@ -101,7 +101,7 @@ class Serving:
     def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics, server_log: ServerLog,
                  faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
                  first_generation_oom: bool, on_crash: Callable[[Crash], None],
-                 crash_under_load: bool = False) -> None:
+                 crash_under_load: bool = False, watchdog_timeout_s: float = 300.0) -> None:
         self.source = source
         self.noise = noise
         self.metrics = metrics
@@ -113,6 +113,7 @@ class Serving:
         self.first_generation_oom = first_generation_oom
         self.crash_under_load = crash_under_load
         self.on_crash = on_crash
+        self.watchdog_timeout_s = watchdog_timeout_s
         self.jobs: dict[str, Job] = {}
         self.finished_requests = 0
         self.sim_time_s = 0.0
@@ -125,6 +126,7 @@ class Serving:
         self._window_start = time.monotonic()
         self._last_log = {"prefill": 0.0, "decode": 0.0}
         self._hung = faults.hang_after_requests == 0
+        self._hung_since = time.monotonic()
 
     # ---- requests -----------------------------------------------------------------------------------------
 
@@ -162,7 +164,10 @@ class Serving:
         deadline = loop.time()
         while True:
             if self._hung:
-                await asyncio.sleep(3600)   # a hung forward: nothing moves, /health still answers
+                # A hung forward: nothing moves, /health still answers, the watchdog fires in real seconds.
+                await asyncio.sleep(min(1.0, self.watchdog_timeout_s))
+                if self.jobs and time.monotonic() - self._hung_since >= self.watchdog_timeout_s:
+                    self._die(watchdog_crash(self.watchdog_timeout_s))
                 continue
             step = self.source.step()
             if step is None:
@@ -249,8 +254,9 @@ class Serving:
         f = self.faults
         if f.crash_after_requests is not None and self.finished_requests >= f.crash_after_requests:
             self._die(serve_oom_crash())
-        if f.hang_after_requests is not None and self.finished_requests >= f.hang_after_requests:
+        if f.hang_after_requests is not None and self.finished_requests >= f.hang_after_requests and not self._hung:
             self._hung = True
+            self._hung_since = time.monotonic()
 
     def _gauges_and_log(self, step: Step, now: float) -> None:
         usage = round(step.used_tokens / max(1, step.token_capacity), 2)

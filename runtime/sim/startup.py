@@ -43,7 +43,10 @@ class ServerLog:
 
     def crash(self, crash: Crash, *, serving: bool) -> None:
         """What SGLang prints when a scheduler dies: the traceback, then the parent's SIGQUIT handler."""
-        if crash.traceback:
+        if crash.plain:
+            for line in crash.exception_lines:
+                self.info(line)
+        elif crash.traceback:
             head = "Scheduler hit an exception: Traceback (most recent call last):"
             lines = list(crash.exception_lines)
             if lines and lines[0].startswith("Scheduler hit an exception"):

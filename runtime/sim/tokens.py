@@ -59,7 +59,7 @@ def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
     previous = 0
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         block = token_ids[start:start + block_size]
-        previous = _hash64(struct.pack(f"<q{len(block)}q", previous, *block))
+        previous = _hash64(struct.pack(f"<Q{len(block)}q", previous, *block))
         hashes.append(previous)
     return hashes
 

@@ -1,0 +1,75 @@
+"""``SimulatedSGLang``: the ``Runtime`` for the simulated server, an ``SGLangProcess`` with a simulated card.
+
+It is the real process manager (``runtime/process.py``: process group, log tee, ready line + ``/health``,
+classification, stop that waits for the GPU memory) pointed at ``elsa-tune sim serve`` instead of
+``sglang.launch_server``, with a ``SimulatedGpu`` as its ``GpuView``. Every boot gets its own seed (so boot
+drift differs between boots, as on a real card) and may get injected faults (``faults=`` for every boot, or
+``ELSA_SIM_FAULT`` in a candidate's env for one boot).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from elsa_tune.runtime.process import SGLangProcess
+from elsa_tune.runtime.protocol import Server
+from elsa_tune.runtime.sim.card import CardSpec, SimulatedGpu, default_card_dir
+from elsa_tune.runtime.sim.faults import ENV_FAULT, Faults
+from elsa_tune.runtime.sim.profile import SimProfile, load_profile
+from elsa_tune.search_spaces.candidate import Candidate
+
+GIB = 1024**3
+
+
+def simulated_gpu(profile: SimProfile, card_dir: Path | None = None, index: int = 0) -> SimulatedGpu:
+    """The ``GpuView`` of the simulated card a profile describes (shared by every server on that folder)."""
+    card = profile.card
+    spec = CardSpec(name=card.name, memory_total=int(card.memory_gb * GIB), power_limit_w=card.power_limit_w,
+                    power_default_limit_w=card.default_power_w, index=index)
+    return SimulatedGpu(card_dir if card_dir is not None else default_card_dir(card.name, index), spec)
+
+
+class SimulatedSGLang(SGLangProcess):  # type: ignore[misc]  # mypy sees the editable mapping as Any
+    """Boot simulated SGLang servers for candidates; everything else is ``SGLangProcess``.
+
+    ``speedup`` runs simulated time faster than real time (tests use 20–100). ``seed`` is the first boot's
+    seed; each later boot adds one. ``faults`` is ``--sim-fault`` text applied to every boot.
+    """
+
+    def __init__(self, profile: str | Path, *, card_dir: Path | None = None, seed: int = 0, speedup: float = 1.0,
+                 faults: str | None = None, python: str = sys.executable, model_path: str | None = None,
+                 boot_timeout_s: float = 600.0, stop_timeout_s: float = 15.0, memory_release_timeout_s: float = 30.0,
+                 health_timeout_s: float = 10.0, extra_env: Mapping[str, str] | None = None) -> None:
+        if faults:
+            Faults.parse(faults)   # fail now, on a bad fault name, rather than in the first boot
+        self.profile = load_profile(profile)
+        self.profile_ref = str(profile)
+        gpu = simulated_gpu(self.profile, card_dir)
+        self.card_dir = gpu.card_dir
+        self.speedup = speedup
+        self.faults = faults
+        self.model_path = model_path or self.profile.model.served_name
+        self._seeds = itertools.count(seed)
+        self._seed = seed
+        env = dict(extra_env or {})
+        if faults:
+            env[ENV_FAULT] = faults
+        launch: Sequence[str] = (python, "-m", "elsa_tune", "sim", "serve", "--sim-profile", self.profile_ref,
+                                 "--sim-card-dir", str(self.card_dir), "--sim-speedup", repr(float(speedup)))
+        super().__init__(launch, gpu, boot_timeout_s=boot_timeout_s, stop_timeout_s=stop_timeout_s,
+                         memory_release_timeout_s=memory_release_timeout_s, health_timeout_s=health_timeout_s,
+                         extra_env=env)
+
+    def start(self, candidate: Candidate, boot_dir: Path) -> Server:
+        self._seed = next(self._seeds)
+        return super().start(candidate, boot_dir)
+
+    def argv(self, candidate: Candidate, port: int) -> list[str]:
+        args = super().argv(candidate, port)
+        extra = ["--sim-seed", str(self._seed)]
+        if "model-path" not in candidate.flags and "model" not in candidate.flags:
+            extra += ["--model-path", self.model_path]
+        return [*args, *extra]
