@@ -1,0 +1,430 @@
+"""Sim profiles: what a card, a model and the techniques on top of them truly do, as data.
+
+A profile file (``runtime/sim/profiles/<name>.yaml``) names a card file (``card-<card>.yaml``) and a model
+file (``model-<model>.yaml``) and adds the techniques' true effects, the noise and the runtime version, so a
+new card is one new YAML. Every number carries its provenance in the YAML's comments (which seed, which
+table). ``load_profile`` takes a profile name or a path; ``list_profiles`` lists the shipped ones.
+
+The figures describe what the simulated SGLang does; they are calibrated against the seeds' tables and are
+never a measurement of real hardware.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from elsa_tune.errors import ConfigError
+from elsa_tune.runtime.failure import FailureKind
+from elsa_tune.search_spaces.candidate import FlagValue
+
+SCHEMA_VERSION = 1
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+_CARD_PREFIX = "card-"
+_MODEL_PREFIX = "model-"
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class CardProfile:
+    """A GPU as the simulator sees it. ``memory_gb`` is the total SGLang reads (GiB, ``torch.cuda`` units).
+
+    ``context_overhead_gb`` is what the CUDA contexts and runtime hold before the scheduler measures free memory.
+    Compute scales with ``(power_limit_w / default_power_w) ** power_exponent`` (prefill is compute-bound;
+    seed 002: the cap costs prefill most), decode scales with it raised to ``decode_power_exponent``.
+    """
+
+    name: str
+    memory_gb: float
+    bandwidth_gbs: float
+    bf16_tflops: float
+    fp8_tflops: float
+    fp4_tflops: float
+    power_limit_w: float
+    default_power_w: float
+    context_overhead_gb: float = 0.2
+    power_exponent: float = 0.5
+    decode_power_exponent: float = 0.1
+    sm: str = "sm120"
+    uuid: str = ""
+
+    def power_factor(self, *, decode: bool, power_limit_w: float | None = None) -> float:
+        """Speed factor of a power cap relative to the card's default (1.0 at the default)."""
+        limit = self.power_limit_w if power_limit_w is None else power_limit_w
+        ratio = max(0.05, min(1.0, limit / self.default_power_w))
+        return float(ratio ** (self.decode_power_exponent if decode else self.power_exponent))
+
+
+@dataclass(frozen=True)
+class DraftProfile:
+    """A model's built-in draft head (MTP / EAGLE): memory it takes and what one draft step costs.
+
+    ``private_vocab_gb`` is the embedding + output-head copy a stock runtime keeps for the draft (seed 000: ~2 GB)
+    until a technique shares them. ``acceptance`` is the per-token acceptance probability of a chain draft by
+    content regime; the mean accepted length of a topk-1 chain of ``k`` steps is ``(1 - p**(k+1)) / (1 - p)``
+    (the bonus token included).
+    """
+
+    weights_gb: float
+    buffers_gb: float
+    private_vocab_gb: float = 0.0
+    kv_bytes_per_token: int = 0
+    state_slots_per_request: int = 0
+    step_s: float = 0.001
+    step_s_per_token: float = 0.0
+    default_steps: tuple[int, int, int] = (3, 1, 4)
+    acceptance: Mapping[str, float] = field(default_factory=dict)
+    topk_bonus: float = 0.04
+
+    def accept_length(self, regime: str, steps: int, topk: int = 1) -> float:
+        """Mean accepted tokens per verify step (bonus included) for a chain of ``steps`` draft tokens."""
+        p = self.acceptance_p(regime)
+        if steps <= 0:
+            return 1.0
+        base = float(steps + 1) if p >= 1.0 else (1.0 - p ** (steps + 1)) / (1.0 - p)
+        # a wider tree (topk > 1) keeps a few more tokens, with diminishing returns
+        return base * (1.0 + self.topk_bonus * math.log2(max(1, topk)))
+
+    def acceptance_p(self, regime: str) -> float:
+        if regime in self.acceptance:
+            return float(self.acceptance[regime])
+        if "default" in self.acceptance:
+            return float(self.acceptance["default"])
+        raise ConfigError(f"no speculative acceptance for regime {regime!r}",
+                          remedy="add the regime (or a 'default') under draft.acceptance in the model YAML")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A model checkpoint as the simulator needs it: memory per component, KV and state sizes, step costs.
+
+    ``kv_bytes_per_token`` is keyed by KV dtype (``fp8_e4m3``, ``bf16``, …; ``auto`` names the default).
+    ``ssm_bytes_per_slot`` is keyed by Mamba SSM dtype (``float32``, ``bfloat16``); ``conv_bytes_per_slot`` is
+    the convolution window. Decode: ``decode_bytes_per_step`` are the weight bytes one forward reads at batch 1;
+    MoE models touch more experts as the batch grows (``moe_experts``/``moe_active``/``moe_bytes_fraction``).
+    Long context costs ``kv_bytes_per_token / (bandwidth · attention_read_efficiency)`` per cached token.
+    Prefill: ``prefill_s_per_token`` (linear part at the card's default power) plus a quadratic attention term
+    ``prefill_s_per_token_ctx`` per token per context token.
+    """
+
+    name: str
+    served_name: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    full_attention_layers: int
+    linear_attention_layers: int
+    context_length: int
+    weights_gb: Mapping[str, float]
+    kv_bytes_per_token: Mapping[str, int]
+    default_kv_dtype: str
+    ssm_bytes_per_slot: Mapping[str, int]
+    conv_bytes_per_slot: int
+    default_ssm_dtype: str
+    decode_bytes_per_step: float
+    decode_fixed_s: float
+    attention_read_efficiency: float
+    prefill_s_per_token: float
+    prefill_s_per_token_ctx: float
+    prefill_chunk_overhead_s: float
+    verify_s_per_token: float
+    verify_attention_factor: float
+    batch_compute_s_per_token: float
+    generation_workspace_gb: float
+    cuda_graph_gb: float
+    draft: DraftProfile | None = None
+    moe_experts: int = 0
+    moe_active: int = 0
+    moe_bytes_fraction: float = 0.0
+    is_hybrid: bool = False
+    is_vision: bool = False
+    active_params_b: float = 0.0
+
+    @property
+    def total_weights_gb(self) -> float:
+        return float(sum(self.weights_gb.values()))
+
+    def kv_bytes(self, dtype: str) -> int:
+        name = self.default_kv_dtype if dtype in ("auto", "") else _KV_ALIASES.get(dtype, dtype)
+        if name not in self.kv_bytes_per_token:
+            raise ConfigError(f"model {self.name} has no KV size for kv-cache-dtype {dtype!r}",
+                              remedy=f"use one of {sorted(self.kv_bytes_per_token)}")
+        return int(self.kv_bytes_per_token[name])
+
+    def state_bytes_per_slot(self, ssm_dtype: str | None) -> int:
+        """One Mamba/GDN state slot (SSM + convolution window), 0 for a model with no linear attention."""
+        if not self.is_hybrid:
+            return 0
+        name = ssm_dtype or self.default_ssm_dtype
+        name = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "float16": "bfloat16"}.get(name, name)
+        if name not in self.ssm_bytes_per_slot:
+            raise ConfigError(f"model {self.name} has no SSM state size for dtype {name!r}",
+                              remedy=f"use one of {sorted(self.ssm_bytes_per_slot)}")
+        return int(self.ssm_bytes_per_slot[name]) + self.conv_bytes_per_slot
+
+
+_KV_ALIASES = {"bfloat16": "bf16", "fp8_e5m2": "fp8_e4m3", "mxfp8": "fp8_e4m3", "fp4_mx_block16": "nvfp4"}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One requirement of a technique's match: a flag or env value, compared as text or numerically."""
+
+    key: str
+    source: str           # "flag", "env" or "spec"
+    equals: Any = None
+    gte: float | None = None
+    lte: float | None = None
+
+    def holds(self, flags: Mapping[str, FlagValue], env: Mapping[str, str], spec_on: bool) -> bool:
+        if self.source == "spec":
+            return spec_on == bool(self.equals)
+        value: Any = flags.get(self.key) if self.source == "flag" else env.get(self.key)
+        if value is None or value is False:
+            return self.equals is False and self.gte is None and self.lte is None
+        if self.gte is not None or self.lte is not None:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                return False
+            return (self.gte is None or number >= self.gte) and (self.lte is None or number <= self.lte)
+        if self.equals is True:
+            return str(value).lower() not in ("0", "false", "")
+        return _text(value) == _text(self.equals)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value == int(value):
+        return str(int(value))
+    return str(value).strip().lower()
+
+
+@dataclass(frozen=True)
+class TechniqueCrash:
+    """How a technique kills the server: the phase, the failure kind and SGLang's exact lines."""
+
+    phase: str                       # "boot", "first_generation" or "under_load"
+    kind: FailureKind
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TechniqueEffect:
+    """The true effect of a flag or env value (or a combination) on this card and model.
+
+    Speed multipliers apply to step times' inverse (``>1`` is faster): ``decode`` is piecewise-linear in
+    log context over ``(context_tokens, multiplier)`` points; ``prefill`` likewise; ``regime`` multiplies by
+    content regime. ``static_gb`` is taken from the static pool (weights/buffers), ``outside_gb`` from the
+    headroom outside it (e.g. a tokenizer worker's CUDA context), ``kv_pool_factor`` scales the KV pool.
+    ``ignored`` names a flag the runtime accepts and silently drops (the resolved args show ``ignored_value``).
+    ``quality_damage`` says what goes wrong in the answers while nothing errors.
+    """
+
+    name: str
+    conditions: tuple[Condition, ...]
+    decode: tuple[tuple[float, float], ...] = ()
+    prefill: tuple[tuple[float, float], ...] = ()
+    regime: Mapping[str, float] = field(default_factory=dict)
+    acceptance_factor: float = 1.0
+    draft_step_factor: float = 1.0
+    static_gb: float = 0.0
+    outside_gb: float = 0.0
+    draft_weights_factor: float = 1.0
+    share_draft_vocab: bool = False
+    kv_pool_factor: float = 1.0
+    context_overhead_gb: float = 0.0
+    ignored: str | None = None
+    ignored_value: Any = None
+    crash: TechniqueCrash | None = None
+    quality_damage: str | None = None
+    note: str = ""
+
+    def matches(self, flags: Mapping[str, FlagValue], env: Mapping[str, str], spec_on: bool) -> bool:
+        return all(c.holds(flags, env, spec_on) for c in self.conditions)
+
+    def decode_multiplier(self, context_tokens: float) -> float:
+        return _interpolate(self.decode, context_tokens)
+
+    def prefill_multiplier(self, context_tokens: float) -> float:
+        return _interpolate(self.prefill, context_tokens)
+
+
+def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear in log(x) between points, flat outside; 1.0 with no points."""
+    if not points:
+        return 1.0
+    if len(points) == 1 or x <= points[0][0]:
+        return float(points[0][1])
+    if x >= points[-1][0]:
+        return float(points[-1][1])
+    lx = math.log(max(x, 1.0))
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x0 <= x <= x1:
+            l0, l1 = math.log(max(x0, 1.0)), math.log(max(x1, 1.0))
+            t = 0.0 if l1 == l0 else (lx - l0) / (l1 - l0)
+            return float(y0 + t * (y1 - y0))
+    return float(points[-1][1])
+
+
+@dataclass(frozen=True)
+class NoiseProfile:
+    """Field-like noise (seeds 001/004): boot drift, run noise, a slow first pass after boot, and the seed."""
+
+    boot_sigma: float = 0.10
+    run_sigma: float = 0.03
+    first_pass_slowdown: float = 0.127
+    warm_requests: int = 16
+    correlation_s: float = 5.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryRules:
+    """How this runtime build does its memory accounting where builds differ.
+
+    ``mamba_ratio_solver``: ``joint`` is SGLang 0.5.23's ``--mamba-full-memory-ratio`` solve (state slots and
+    the speculative intermediate caches for ``slots/ratio`` requests share the Mamba budget, the unused part
+    returns to KV); ``carve`` sizes the intermediate caches for the admitted requests first and gives the rest of
+    the Mamba budget to slots (what seed 004's ratio table shows). ``auto_mamba_slots_max`` caps an auto-sized
+    pool. ``tokenizer_context_gb`` is the CUDA context the HTTP/tokenizer process takes from the headroom after the
+    pools are sized (seed 000: 630 MB). ``runtime_overhead_gb`` is what the build allocates before the scheduler
+    measures free memory (workspaces, communicators), on top of the card's CUDA context.
+    """
+
+    mamba_ratio_solver: str = "joint"
+    auto_mamba_slots_max: int | None = None
+    runtime_overhead_gb: float = 0.0
+    tokenizer_context_gb: float = 0.0
+    draft_state_slots: bool = True
+
+
+@dataclass(frozen=True)
+class SimProfile:
+    """Everything the simulated SGLang needs: card, model, techniques, noise and the runtime version it mimics."""
+
+    name: str
+    card: CardProfile
+    model: ModelProfile
+    techniques: tuple[TechniqueEffect, ...] = ()
+    noise: NoiseProfile = NoiseProfile()
+    memory_rules: MemoryRules = MemoryRules()
+    runtime_version: str = "0.5.23"
+    base_flags: Mapping[str, FlagValue] = field(default_factory=dict)
+    source: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def active_techniques(self, flags: Mapping[str, FlagValue], env: Mapping[str, str],
+                          spec_on: bool) -> tuple[TechniqueEffect, ...]:
+        """The techniques whose conditions all hold for this launch."""
+        return tuple(t for t in self.techniques if t.matches(flags, env, spec_on))
+
+
+# ---- loading ---------------------------------------------------------------------------------------------
+
+
+def list_profiles(directory: Path = PROFILES_DIR) -> list[str]:
+    """Names of the shipped profiles (card and model files are not profiles)."""
+    return sorted(p.stem for p in directory.glob("*.yaml")
+                  if not p.stem.startswith((_CARD_PREFIX, _MODEL_PREFIX)))
+
+
+def load_profile(name_or_path: str | Path) -> SimProfile:
+    """Load a profile by shipped name (``rtx5090-qwen3.8-27b-nvfp4``) or by path to a YAML file.
+
+    Card and model files are looked up beside the profile file, then among the shipped ones.
+    """
+    path = _resolve(name_or_path)
+    data = _read(path)
+    try:
+        card = _card(_read(_sibling(path, _CARD_PREFIX, str(data["card"]))))
+        model = _model(_read(_sibling(path, _MODEL_PREFIX, str(data["model"]))))
+        techniques = tuple(_technique(t) for t in data.get("techniques") or ())
+        noise = NoiseProfile(**(data.get("noise") or {}))
+        rules = MemoryRules(**(data.get("memory_rules") or {}))
+        return SimProfile(name=str(data.get("name", path.stem)), card=card, model=model, techniques=techniques,
+                          noise=noise, memory_rules=rules, runtime_version=str(data.get("runtime_version", "0.5.23")),
+                          base_flags=MappingProxyType(dict(data.get("base_flags") or {})), source=str(path))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"sim profile {path}: {exc!r}",
+                          remedy="compare the file with a shipped profile in runtime/sim/profiles/") from exc
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+        return candidate
+    shipped = PROFILES_DIR / f"{name_or_path}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ConfigError(f"no sim profile {str(name_or_path)!r}",
+                      remedy=f"use a path to a YAML file or one of: {', '.join(list_profiles())}")
+
+
+def _sibling(profile_path: Path, prefix: str, name: str) -> Path:
+    for directory in (profile_path.parent, PROFILES_DIR):
+        candidate = directory / f"{prefix}{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"sim profile {profile_path}: no {prefix}{name}.yaml",
+                      remedy=f"put {prefix}{name}.yaml beside the profile or in {PROFILES_DIR}")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read sim profile {path}: {exc}", remedy="fix the YAML syntax") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"sim profile {path} is not a mapping", remedy="see a shipped profile for the layout")
+    return data
+
+
+def _card(data: Mapping[str, Any]) -> CardProfile:
+    return CardProfile(**{k: v for k, v in data.items() if k != "schema_version"})
+
+
+def _model(data: Mapping[str, Any]) -> ModelProfile:
+    fields = {k: v for k, v in data.items() if k not in ("schema_version", "draft")}
+    for key in ("weights_gb", "kv_bytes_per_token", "ssm_bytes_per_slot"):
+        fields[key] = MappingProxyType(dict(fields.get(key) or {}))
+    draft = data.get("draft")
+    if draft:
+        d = dict(draft)
+        d["default_steps"] = tuple(d.get("default_steps", (3, 1, 4)))
+        d["acceptance"] = MappingProxyType(dict(d.get("acceptance") or {}))
+        fields["draft"] = DraftProfile(**d)
+    return ModelProfile(**fields)
+
+
+def _technique(data: Mapping[str, Any]) -> TechniqueEffect:
+    conditions: list[Condition] = []
+    match = data.get("match") or {}
+    for source, key_source in (("flags", "flag"), ("env", "env")):
+        for key, want in (match.get(source) or {}).items():
+            if isinstance(want, Mapping):
+                conditions.append(Condition(str(key), key_source, gte=want.get("gte"), lte=want.get("lte"),
+                                            equals=want.get("equals")))
+            else:
+                conditions.append(Condition(str(key), key_source, equals=want))
+    if "spec" in match:
+        conditions.append(Condition("spec", "spec", equals=bool(match["spec"])))
+    crash = data.get("crash")
+    fields = {k: v for k, v in data.items() if k not in ("match", "crash", "decode", "prefill", "regime")}
+    return TechniqueEffect(
+        conditions=tuple(conditions),
+        decode=tuple((float(a), float(b)) for a, b in data.get("decode") or ()),
+        prefill=tuple((float(a), float(b)) for a, b in data.get("prefill") or ()),
+        regime=MappingProxyType(dict(data.get("regime") or {})),
+        crash=None if not crash else TechniqueCrash(phase=str(crash["phase"]), kind=FailureKind(crash["kind"]),
+                                                    lines=tuple(str(x) for x in crash["lines"])),
+        **fields,
+    )
