@@ -1,0 +1,150 @@
+"""``elsa-tune log explain SERVER_LOG [--json] [--flags "..."]``: what an SGLang log says happened.
+
+Prints the ``BootReport`` (pool sizes, slots, phase timings, adjustments with their evidence) of any
+SGLang server log, and the classified failure with its evidence and remedy when the log shows one.
+``--flags`` takes the launch flags that were requested (``"--max-running-requests 4 --page-size 32"``
+or a whole launch command) so silent clamps and silently ignored flags can be shown. ``-`` reads stdin.
+
+Exit status: 0 when the log shows no failure, 1 when it shows one, 2 for a missing or empty file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from elsa_tune.errors import ConfigError
+from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.classify import classify, looks_failed
+from elsa_tune.runtime.failure import Failure
+from elsa_tune.runtime.startup_log import build_report
+from elsa_tune.search_spaces.candidate import Candidate, FlagValue
+
+NAME = "log"
+HELP = "explain an SGLang server log: the boot report, or the classified failure with its remedy"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="log_command", metavar="ACTION", required=True)
+    explain = sub.add_parser("explain", help=HELP, description=HELP)
+    explain.add_argument("server_log", metavar="SERVER_LOG", help="path to the log, or - for stdin")
+    explain.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    explain.add_argument("--flags", default="", metavar="FLAGS",
+                         help='the requested launch flags, e.g. "--max-running-requests 4 --enable-mixed-chunk"')
+    explain.set_defaults(func=run_explain)
+
+
+def parse_flags(text: str) -> Candidate:
+    """Launch flags (or a whole launch command) → ``Candidate``; anything before the first flag is ignored."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"--flags cannot be parsed: {exc}", remedy="quote the flags as one shell string") from exc
+    flags: dict[str, FlagValue] = {}
+    i = next((n for n, t in enumerate(tokens) if t.startswith("--")), len(tokens))
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--"):
+            raise ConfigError(f"--flags: unexpected value {token!r}", remedy='write flags as "--name value --switch"')
+        name, eq, inline = token[2:].partition("=")
+        name = name.replace("_", "-")
+        if eq:
+            flags[name], i = inline, i + 1
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            flags[name], i = _value(tokens[i + 1]), i + 2
+        else:
+            flags[name], i = True, i + 1
+    return Candidate(flags=flags, label="log explain")
+
+
+def _value(text: str) -> FlagValue:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ConfigError(f"cannot read the server log {path!r}: {exc.strerror or exc}",
+                              remedy="pass the path of an SGLang server log (or - to read stdin)") from exc
+    if not text.strip():
+        raise ConfigError(f"the server log {path!r} is empty", remedy="pass a log that SGLang wrote")
+    return text
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    text = _read(args.server_log)
+    candidate = parse_flags(args.flags) if args.flags else None
+    report = build_report(text, candidate)
+    failure = classify(text) if looks_failed(text) else None
+    if args.json:
+        print(json.dumps({"report": report.to_dict(), "failure": failure.to_dict() if failure else None},
+                         indent=2, default=str))
+    else:
+        print(render(report, failure))
+    return 1 if failure else 0
+
+
+def _gb(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} GB"
+
+
+def _n(value: Any) -> str:
+    return "—" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def render(report: BootReport, failure: Failure | None) -> str:
+    """The human-readable explanation."""
+    out = ["Boot report"]
+    rows = [
+        ("runtime version", _n(report.runtime_version)),
+        ("KV pool (max_total_num_tokens)", _n(report.max_total_num_tokens)),
+        ("running-request slots (effective)", _n(report.max_running_requests)),
+        ("context length", _n(report.context_len)),
+        ("chunked prefill / max prefill", f"{_n(report.chunked_prefill_size)} / {_n(report.max_prefill_tokens)}"),
+        ("weights", _gb(report.weights_mem_gb)),
+        ("KV cache", f"{_gb(report.kv_pool_gb)}, {_n(report.kv_pool_tokens)} tokens, dtype {_n(report.kv_dtype)}"),
+        ("Mamba state", f"{_gb(report.mamba_pool_gb)}, {_n(report.mamba_cache_size)} slots"),
+        ("CUDA graphs", _gb(report.cuda_graph_mem_gb)),
+        ("GPU memory left after boot", _gb(report.available_gpu_mem_gb)),
+        ("boot time", "—" if report.boot_seconds is None else f"{report.boot_seconds:.1f} s"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    out += [f"  {label:<{width}}  {value}" for label, value in rows]
+    if report.phases:
+        out.append("Phases")
+        for phase in report.phases:
+            seconds = "—" if phase.seconds is None else f"{phase.seconds:.2f} s"
+            extra = []
+            if phase.mem_usage_gb is not None:
+                extra.append(f"uses {phase.mem_usage_gb:.2f} GB")
+            if phase.avail_mem_gb is not None:
+                extra.append(f"{phase.avail_mem_gb:.2f} GB left")
+            out.append(f"  {phase.name:<{width}}  {seconds}" + (f"  ({', '.join(extra)})" if extra else ""))
+    if report.adjustments:
+        out.append("Adjustments (requested → effective)")
+        for adj in report.adjustments:
+            out.append(f"  --{adj.flag}: {adj.requested!r} → {adj.effective!r}  [{adj.reason}]")
+            out.append(f"      evidence: {adj.evidence}")
+    if report.warnings:
+        out.append("Warnings")
+        out += [f"  {w}" for w in report.warnings]
+    if failure is not None:
+        out.append(f"Failure: {failure.kind.value} ({failure.phase})")
+        out.append(f"  {failure.summary}")
+        out.append("  evidence:")
+        out += [f"    {line}" for line in failure.evidence]
+        out.append(f"  remedy: {failure.remedy}")
+    return "\n".join(out)
