@@ -250,6 +250,8 @@ class _Run:
                         rearmed = 0.0
                         async for raw in resp.aiter_raw():
                             now = time.perf_counter()
+                            if done:
+                                continue  # drain to the end of the body so the connection is reused
                             data = buf + raw if buf else raw
                             if b"\r" in data:
                                 data = data.replace(b"\r\n", b"\n")
@@ -280,7 +282,6 @@ class _Run:
                                 rearmed = now
                             if done:
                                 end = now
-                                break
                         if not done:
                             outcome, error = Outcome.DISCONNECTED, "the stream ended without data: [DONE]"
         except TimeoutError:
