@@ -61,6 +61,11 @@ _OVERRIDES: tuple[tuple[re.Pattern[str], str, int | None], ...] = (
     (re.compile(r"[Mm]ixed chunked prefill (?:is|are) disabled"), "enable-mixed-chunk", None),
     (re.compile(r"chang(?:e|ing) page_size (?:from \d+ )?to (\d+)"), "page-size", 1),
 )
+# Requested flags that the log reports back as a number, and the line that says it.
+_REPORTED = {"context-length": "context_len", "chunked-prefill-size": "chunked_prefill_size",
+             "max-prefill-tokens": "max_prefill_tokens", "max-mamba-cache-size": "mamba_cache_size"}
+_REPORTED_LINES = {"context-length": _SUMMARY, "chunked-prefill-size": _SUMMARY, "max-prefill-tokens": _SUMMARY,
+                   "max-mamba-cache-size": _MAMBA}
 _WARN_KV_SHORT = re.compile(r"KV pool holds \d+ tokens, fewer than --context-length \d+")
 
 
@@ -365,10 +370,13 @@ def find_adjustments(candidate: Candidate, report: BootReport, log_text: str = "
         elif "max-running-requests" in found:
             old = found["max-running-requests"]
             found["max-running-requests"] = replace(old, effective=report.max_running_requests)
-    if ("context-length" in requested and report.context_len is not None and "context-length" not in found
-            and not _same(requested["context-length"], report.context_len)):
-        found["context-length"] = Adjustment("context-length", requested["context-length"], report.context_len,
-                                             summary[0].raw if summary else "", reason="context length resolved")
+    for flag, field_name in _REPORTED.items():
+        effective = getattr(report, field_name)
+        if flag not in requested or flag in found or effective is None or _same(requested[flag], effective):
+            continue
+        said = next((ln.raw for ln in lines if _REPORTED_LINES[flag].search(ln.message)), "")
+        found[flag] = Adjustment(flag, requested[flag], effective, said or f"/server_info {field_name}={effective}",
+                                 reason=f"the runtime reports {field_name}={effective}")
 
     args_line = _first(lines, _SERVER_ARGS)
     for flag, value in requested.items():

@@ -193,3 +193,12 @@ def test_report_round_trips_through_dict() -> None:
     report = build_report(SEED_004_CLAMP, Candidate(flags={"max-running-requests": 4}))
     again = BootReport.from_dict(report.to_dict())
     assert again.adjustments == report.adjustments and again.phases == report.phases
+
+
+def test_requested_mamba_slots_and_reported_numbers_are_compared() -> None:
+    candidate = Candidate(flags={"max-mamba-cache-size": 64, "chunked-prefill-size": 8192,
+                                 "context-length": 262144})
+    report = build_report(log("hybrid_mamba_ling_0523_ready.log"), candidate)
+    (adj,) = report.adjustments
+    assert (adj.flag, adj.requested, adj.effective) == ("max-mamba-cache-size", 64, 117)
+    assert "Mamba Cache is allocated. max_mamba_cache_size: 117" in adj.evidence
