@@ -111,6 +111,8 @@ class SimHttpServer:
                     break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass
+        except asyncio.CancelledError:
+            pass   # the server is shutting down; this connection task is the top of its own stack
         finally:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 writer.close()
@@ -171,7 +173,9 @@ class SimHttpServer:
                 "max_total_num_tokens": md.max_total_num_tokens,
                 "max_req_input_len": max_request_input(md.context_len, md.max_total_num_tokens),
                 "startup_time": self.startup_time, "kv_events": None, "version": md.version, "frontend": "python",
-                "internal_states": [internal], "simulated": True}
+                "internal_states": [internal],
+                "simulated": {"sim_time_s": self.serving.sim_time_s, "pacing": self.serving.pacing.summary(),
+                              "finished_requests": self.serving.finished_requests}}
 
     async def _metrics(self, request: Request, writer: asyncio.StreamWriter) -> int:
         body = self.metrics.render().encode()

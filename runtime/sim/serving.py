@@ -95,6 +95,34 @@ class Job:
     warmup: bool = False
 
 
+class Pacing:
+    """How well the loop keeps to its deadlines: intended step time, and lateness of each delivery."""
+
+    def __init__(self, keep: int = 20_000) -> None:
+        self.steps = 0
+        self.intended_s = 0.0
+        self.late: list[float] = []
+        self.keep = keep
+
+    def record(self, intended_s: float, late_s: float) -> None:
+        self.steps += 1
+        self.intended_s += intended_s
+        if len(self.late) >= self.keep:
+            self.late = self.late[self.keep // 2:]
+        self.late.append(late_s)
+
+    def summary(self) -> dict[str, float]:
+        if not self.late:
+            return {"steps": 0}
+        ordered = sorted(self.late)
+
+        def pick(q: float) -> float:
+            return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+        return {"steps": self.steps, "intended_s": round(self.intended_s, 4), "late_p50_ms": pick(0.5) * 1e3,
+                "late_p99_ms": pick(0.99) * 1e3, "late_max_ms": ordered[-1] * 1e3}
+
+
 class Serving:
     """Runs the loop as an asyncio task. ``on_crash`` is called (then the process dies) for a fatal fault."""
 
@@ -120,6 +148,7 @@ class Serving:
         self.spec_forwards = 0
         self.spec_accepted = 0
         self.last_gen_throughput = 0.0
+        self.pacing = Pacing()
         self._wake = asyncio.Event()
         self._decode_steps = 0
         self._window_tokens = 0
@@ -181,7 +210,8 @@ class Serving:
             delay = deadline - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            elif delay < -MAX_LAG_S:
+            self.pacing.record(wall, loop.time() - deadline)
+            if delay < -MAX_LAG_S:
                 deadline = loop.time()
             if step.oom or (self.crash_under_load and step.running > 0 and step.kind == "decode"):
                 self._die(serve_oom_crash())
