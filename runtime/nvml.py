@@ -83,7 +83,7 @@ def list_gpus(lib: Any = None) -> list[GpuIdentity]:
         session.close()
 
 
-def _identity(nvml: ModuleType, index: int) -> GpuIdentity:
+def _identity(nvml: Any, index: int) -> GpuIdentity:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     return GpuIdentity(index, _text(nvml.nvmlDeviceGetUUID(handle)), _text(nvml.nvmlDeviceGetName(handle)),
                        int(nvml.nvmlDeviceGetMemoryInfo(handle).total))
