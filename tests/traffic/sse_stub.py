@@ -49,6 +49,8 @@ class StubServer:
     max_streams: int = 0
     port: int = 0
     _streams: int = 0
+    _generation: int = 0
+    _current: int = 0                     # streams of this generation (since the last reset) in flight
     _pages: set[int] = field(default_factory=set)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
@@ -95,6 +97,8 @@ class StubServer:
             self.received.clear()
             self._pages.clear()
             self.max_streams = 0
+            self._generation += 1
+            self._current = 0
 
     def _cached(self, ids: list[int]) -> int:
         h = 0
@@ -143,8 +147,18 @@ class StubServer:
             return True
         prompt = body["prompt"]
         cached = self._cached(prompt)
+        generation = self._generation
         self._streams += 1
-        self.max_streams = max(self.max_streams, self._streams)
+        self._current += 1
+        self.max_streams = max(self.max_streams, self._current)
+        counted = True
+
+        def uncount() -> None:
+            nonlocal counted
+            if counted and generation == self._generation:
+                self._current -= 1
+            counted = False
+
         try:
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             await writer.drain()
@@ -175,15 +189,20 @@ class StubServer:
                          "prompt_tokens_details": {"cached_tokens": cached}}
                 await self._event(writer, {"id": "x", "object": "text_completion", "choices": [], "usage": usage})
             if not beh.no_done:
-                await self._event(writer, "[DONE]")
+                self._write_event(writer, "[DONE]")
+            uncount()   # before the client can see the end and send its next request
             writer.write(b"0\r\n\r\n")
             await writer.drain()
             return True
         finally:
+            uncount()
             self._streams -= 1
 
-    async def _event(self, writer: asyncio.StreamWriter, obj: Any) -> None:
+    def _write_event(self, writer: asyncio.StreamWriter, obj: Any) -> None:
         payload = obj if isinstance(obj, str) else json.dumps(obj)
         data = f"data: {payload}\n\n".encode()
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+    async def _event(self, writer: asyncio.StreamWriter, obj: Any) -> None:
+        self._write_event(writer, obj)
         await writer.drain()
