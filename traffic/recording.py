@@ -1,0 +1,441 @@
+"""Recording traffic from Prometheus: a trace synthesised from SGLang's aggregate series.
+
+Prometheus cannot see individual requests, so we sample requests whose aggregates match the series
+(sglang.md §5), and the metadata says ``synthesized: true``:
+
+- **Arrivals.** Per-step increments of the arrival counter (``sglang:http_requests_total`` on the
+  generation endpoints; ``sglang:num_requests_total`` as a fallback, which counts at completion and
+  so lags by the latency) are placed uniformly inside their step: an inhomogeneous Poisson process
+  conditioned on the observed counts, so the rate curve is reproduced at the step's resolution.
+- **Lengths.** Prompt and completion lengths are drawn from ``sglang:prompt_tokens_histogram`` and
+  ``sglang:generation_tokens_histogram`` over the window: a bucket by its share, a length uniform
+  inside it; the open top bucket is sized from ``_sum`` so the mean matches. Without histograms the
+  means (``*_tokens_total / num_requests_total``) drive exponential lengths, and the metadata says so.
+- **Prefix reuse.** ``cached_tokens_total / prompt_tokens_total`` is the hit rate. Requests join
+  prefix families and share a leading run of the family's blocks; the run's share of each prompt
+  is calibrated until the trace's infinite-cache reuse (``summary.prefix_reuse``) equals the rate.
+- **Concurrency and pressure.** Running/queued requests, KV and Mamba usage cannot be imposed on a
+  trace (they depend on the server); they are measured and stored in the report, with what the seeds
+  looked at before tuning: the busiest days, the share of time with queued requests, usage at peak.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from elsa_tune.errors import TrafficError
+from elsa_tune.traffic.prometheus import Grid, PrometheusClient, counter_increments, selector_matchers
+from elsa_tune.traffic.prometheus import with_matchers as sel
+from elsa_tune.traffic.summary import prefix_reuse
+from elsa_tune.traffic.trace import DEFAULT_BLOCK_SIZE, SCHEMA_VERSION, Trace, TraceMetadata
+
+log = logging.getLogger(__name__)
+
+REPORT_VERSION = 1
+GENERATION_ENDPOINTS = 'endpoint=~".*(completions|generate).*"'
+ARRIVAL_METRICS = (
+    ("sglang:http_requests_total", GENERATION_ENDPOINTS, "counted at arrival"),
+    ("http_requests_total", GENERATION_ENDPOINTS, "counted at arrival"),
+    ("sglang:num_requests_total", "", "counted at completion: lags arrivals by the request latency"),
+)
+MAX_REQUESTS = 5_000_000
+_FAMILY_SPAN = 1 << 24  # block ids reserved per prefix family (more than any prompt has blocks)
+_UNIQUE_BASE = 1 << 52
+
+
+@dataclass(frozen=True)
+class RecordWindow:
+    """What to record: Unix-second bounds, the query step in seconds, and the label matchers."""
+
+    start: float
+    end: float
+    step: float = 60.0
+    selector: str = ""
+
+    def checked(self, now: float) -> RecordWindow:
+        """The window with its end clamped to ``now``; ``TrafficError`` when it cannot be recorded."""
+        end = min(self.end, now)
+        if not (math.isfinite(self.start) and math.isfinite(end)) or self.start >= end:
+            raise TrafficError(f"empty or reversed time range: {_iso(self.start)} → {_iso(self.end)}"
+                               + (" (the end was clamped to now)" if end < self.end else ""),
+                               remedy="pass --since 14d, or --start before --end, both in the past")
+        if self.step <= 0 or end - self.start < 2 * self.step:
+            raise TrafficError(f"the window ({end - self.start:.0f} s) is shorter than two steps of {self.step:g} s",
+                               remedy="record a longer window or pass a smaller --step")
+        return RecordWindow(start=self.start, end=end, step=self.step, selector=self.selector)
+
+
+@dataclass(frozen=True)
+class RecordingReport:
+    """What the series said, what the synthetic trace reproduces, and what the seeds looked at first."""
+
+    prometheus: str
+    selector: str
+    start: str
+    end: str
+    step_s: float
+    arrival_metric: str
+    requests_observed: float
+    requests_synthesized: int
+    busiest_days: tuple[tuple[str, int], ...]  # (UTC date, requests), busiest first
+    busiest_hour: tuple[str, int] | None
+    queued_share: float | None  # share of sampled time with at least one queued request
+    running_max: float | None
+    running_mean: float | None
+    queue_max: float | None
+    kv_usage_peak: float | None  # max of sglang:token_usage during the busiest day
+    kv_usage_max: float | None  # over the whole window
+    mamba_usage_peak: float | None  # max of sglang:mamba_usage during the busiest day
+    mamba_usage_max: float | None
+    prefix_hit_rate_observed: float | None  # cached / prompt tokens over the window
+    prefix_reuse_synthesized: float
+    prompt_mean_observed: float | None
+    prompt_mean_synthesized: float
+    output_mean_observed: float | None
+    output_mean_synthesized: float
+    lengths_from: str  # histogram | means
+    notes: tuple[str, ...] = ()
+    schema_version: int = REPORT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(_finite(asdict(self)), sort_keys=True)
+
+    def lines(self) -> list[str]:
+        """The human summary ``elsa-tune record`` prints."""
+        days = ", ".join(f"{day} {n:,}" for day, n in self.busiest_days[:3]) or "none"
+        out = [f"recorded   {self.start} → {self.end} from {self.prometheus} {self.selector or '(all series)'}",
+               f"requests   {self.requests_synthesized:,} synthesised from {self.arrival_metric} "
+               f"({self.requests_observed:,.0f} observed)",
+               f"busiest    days: {days}"]
+        if self.busiest_hour:
+            out.append(f"           hour: {self.busiest_hour[0]} with {self.busiest_hour[1]:,} requests")
+        out.append(f"queued     {_pct(self.queued_share)} of the time with requests waiting; running max "
+                   f"{_num(self.running_max)}, mean {_num(self.running_mean)}; queue max {_num(self.queue_max)}")
+        out.append(f"KV usage   {_pct(self.kv_usage_peak)} at most on the busiest day ({_pct(self.kv_usage_max)} "
+                   f"over the window); Mamba usage {_pct(self.mamba_usage_peak)} ({_pct(self.mamba_usage_max)})")
+        out.append(f"prefix     {_pct(self.prefix_hit_rate_observed)} of prompt tokens from cache; trace reuse "
+                   f"{_pct(self.prefix_reuse_synthesized)}")
+        out.append(f"lengths    prompt mean {_num(self.prompt_mean_observed)} → {self.prompt_mean_synthesized:,.0f}, "
+                   f"output mean {_num(self.output_mean_observed)} → {self.output_mean_synthesized:,.0f} "
+                   f"(from {self.lengths_from})")
+        out.extend(f"note       {note}" for note in self.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class Recording:
+    trace: Trace
+    report: RecordingReport
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative bucket counts over the window (``bounds`` ascending, the last is +Inf), and the sum."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    total: float | None = None
+
+    @property
+    def count(self) -> float:
+        return self.cumulative[-1] if self.cumulative else 0.0
+
+    def shares(self) -> np.ndarray[Any, np.dtype[np.float64]]:
+        counts = np.diff(np.concatenate([[0.0], np.asarray(self.cumulative)]))
+        counts = np.clip(counts, 0.0, None)
+        return np.asarray(counts / counts.sum(), dtype=np.float64)
+
+
+@dataclass
+class _Lengths:
+    values: np.ndarray[Any, np.dtype[np.int64]]
+    observed_mean: float | None
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+
+def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, scale: float = 1.0,
+           block_size: int = DEFAULT_BLOCK_SIZE, now: float | None = None) -> Recording:
+    """Query the series of ``window`` and synthesise a trace that reproduces them. Nothing is written."""
+    window = window.checked(time.time() if now is None else now)
+    if scale <= 0:
+        raise TrafficError(f"--scale must be positive, got {scale}", remedy="use e.g. --scale 0.1 to thin traffic")
+    grid = Grid.spanning(window.start, window.end, window.step)
+    matchers = selector_matchers(window.selector)
+    client.query("vector(1)", window.end)  # reachability and a sane answer, before anything else
+    rng = np.random.default_rng(seed)
+    metric, lag_note, counts = _arrival_counts(client, grid, matchers)
+    notes: list[str] = [f"arrivals from {metric}, {lag_note}"]
+    expected = counts * scale
+    draws = np.floor(expected + rng.random(len(expected))).astype(np.int64)
+    total = int(draws.sum())
+    if total == 0:
+        raise TrafficError(f"{metric} did not grow between {_iso(window.start)} and {_iso(window.end)}",
+                           remedy="record a window in which the server served requests")
+    if total > MAX_REQUESTS:
+        raise TrafficError(f"the window holds {total:,} requests, more than {MAX_REQUESTS:,}",
+                           remedy=f"thin it with --scale {MAX_REQUESTS / total:.2g} or record a shorter window")
+    times = grid.times
+    step_starts = np.repeat(times - grid.step, draws)
+    arrivals = np.sort(step_starts + rng.random(total) * grid.step)
+    origin = float(times[0])
+    range_s = f"{round(window.end - window.start)}s"
+    prompt = _lengths(client, "prompt", matchers, range_s, window.end, total, rng)
+    output = _lengths(client, "generation", matchers, range_s, window.end, total, rng)
+    notes += prompt.notes + output.notes
+    hit = _hit_rate(client, matchers, range_s, window.end)
+    if hit is None:
+        notes.append("no sglang:cached_tokens_total: prefix reuse unknown, so the trace shares no prefixes")
+    hashes = shared_prefix_blocks(prompt.values, block_size, hit or 0.0, rng)
+    meta = TraceMetadata(schema_version=SCHEMA_VERSION, source=f"prometheus:{client.url}", block_size=block_size,
+                         start=_iso(origin), end=_iso(window.end), synthesized=True,
+                         notes="synthesised from Prometheus aggregates: arrivals, lengths and prefix reuse match "
+                               "the series, individual requests are samples")
+    trace = Trace.from_columns(meta, arrival_s=arrivals - origin, input_tokens=prompt.values,
+                               output_tokens=output.values, block_hashes=hashes, kind="chat")
+    report = _report(client, window, grid, matchers, metric, counts, trace, hit, prompt, output, notes)
+    extra = {"selector": window.selector, "step_s": f"{window.step:g}", "seed": str(seed), "scale": f"{scale:g}",
+             "recording": report.to_json(), "provenance": f"elsa-tune record --prometheus {client.url}"}
+    return Recording(trace=Trace(trace.table, meta.with_extra(**extra)), report=report)
+
+
+def shared_prefix_blocks(inputs: np.ndarray[Any, np.dtype[np.int64]], block_size: int, target: float,
+                         rng: np.random.Generator, *, per_family: int = 50) -> list[list[int]]:
+    """Block ids whose infinite-cache reuse is ``target`` of prompt tokens (as close as the lengths allow).
+
+    Request ``i`` joins one of ``len / per_family`` prefix families and takes the first ``s_i`` ids of
+    the family's chain, then ids of its own. It reuses ``min(s_i, max s_j)`` blocks over the earlier
+    requests ``j`` of its family; the share ``r`` in ``s_i ≈ r * blocks_i`` is calibrated on that.
+    """
+    n = len(inputs)
+    blocks = -(-inputs // block_size)
+    families = rng.integers(0, max(1, n // per_family), n)
+    jitter = rng.random(n)
+    share = target
+    shared = np.zeros(n, dtype=np.int64)
+    if target > 0:
+        for _ in range(30):
+            shared = np.minimum(np.floor(share * blocks + jitter).astype(np.int64), blocks)
+            achieved = _family_reuse(shared, families, inputs, block_size)
+            if abs(achieved - target) < 0.001 or (share >= 1.0 and achieved < target):
+                break
+            share = min(1.0, share * target / max(achieved, 1e-9))
+    out: list[list[int]] = []
+    unique = _UNIQUE_BASE
+    for count, run, family in zip(blocks.tolist(), shared.tolist(), families.tolist(), strict=True):
+        base = int(family) * _FAMILY_SPAN
+        ids = list(range(base, base + run)) + list(range(unique, unique + count - run))
+        unique += count - run
+        out.append(ids)
+    return out
+
+
+def _family_reuse(shared: np.ndarray[Any, Any], families: np.ndarray[Any, Any], inputs: np.ndarray[Any, Any],
+                  block_size: int) -> float:
+    order = np.lexsort((np.arange(len(shared)), families))
+    fam, run = families[order], shared[order]
+    offset = fam.astype(np.int64) * (int(run.max(initial=0)) + 1)
+    running = np.maximum.accumulate(run + offset) - offset
+    before = np.concatenate([[0], running[:-1]])
+    first = np.concatenate([[True], fam[1:] != fam[:-1]])
+    before = np.where(first, 0, before)
+    reused = np.minimum(np.minimum(run, before) * block_size, inputs[order])
+    return float(reused.sum() / inputs.sum())
+
+
+def _arrival_counts(client: PrometheusClient, grid: Grid,
+                    matchers: str) -> tuple[str, str, np.ndarray[Any, np.dtype[np.float64]]]:
+    for metric, extra, note in ARRIVAL_METRICS:
+        series = client.query_range(sel(metric, matchers, extra), grid)
+        counts = counter_increments(series)
+        if len(counts) and counts.sum() > 0:
+            return metric, note, counts
+    _explain_empty(client, grid, matchers)
+    raise AssertionError("unreachable")  # pragma: no cover - _explain_empty always raises
+
+
+def _explain_empty(client: PrometheusClient, grid: Grid, matchers: str) -> None:
+    """Raise the most useful error for a window with no request counters: wrong selector, or no data."""
+    span = f"{round(grid.step * (grid.points - 1))}s"
+    end = grid.start + grid.step * (grid.points - 1)
+    where = f"between {_iso(grid.start)} and {_iso(end)}"
+    if matchers:
+        elsewhere = client.query(f"count by (job, instance) (last_over_time(sglang:num_requests_total[{span}]))",
+                                 end)
+        if elsewhere:
+            found = "; ".join(", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) or "(no labels)"
+                              for labels, _ in elsewhere[:5])
+            raise TrafficError(f"the selector {{{matchers}}} matches no SGLang request counters {where}; "
+                               f"SGLang series exist with: {found}",
+                               remedy="pass a --selector that matches them, e.g. '{job=\"<job above>\"}'")
+    raise TrafficError(f"no SGLang request counters (sglang:http_requests_total, sglang:num_requests_total) {where}",
+                       remedy="start SGLang with --enable-metrics, make Prometheus scrape it, and record a window "
+                              "(--since/--start/--end) in which it served requests")
+
+
+def _lengths(client: PrometheusClient, which: str, matchers: str, range_s: str, end: float, n: int,
+             rng: np.random.Generator) -> _Lengths:
+    hist = _histogram(client, f"sglang:{which}_tokens_histogram", matchers, range_s, end)
+    counter = "prompt" if which == "prompt" else "generation"
+    if hist is not None and hist.count > 0:
+        mean = hist.total / hist.count if hist.total is not None else None
+        return _Lengths(values=sample_histogram(hist, n, rng), observed_mean=mean, source="histogram")
+    tokens = _scalar(client, f"sum(increase({sel(f'sglang:{counter}_tokens_total', matchers)}[{range_s}]))", end)
+    finished = _scalar(client, f"sum(increase({sel('sglang:num_requests_total', matchers)}[{range_s}]))", end)
+    if tokens is None or not finished:
+        raise TrafficError(f"no {which} length series: neither sglang:{which}_tokens_histogram nor "
+                           f"sglang:{counter}_tokens_total / sglang:num_requests_total",
+                           remedy="check that SGLang runs with --enable-metrics and the selector matches it")
+    mean = tokens / finished
+    values = np.maximum(1, np.ceil(rng.exponential(mean, n))).astype(np.int64)
+    return _Lengths(values=values, observed_mean=mean, source="means",
+                    notes=[f"no {which} histogram: lengths are exponential with the observed mean {mean:.0f}"])
+
+
+def _histogram(client: PrometheusClient, metric: str, matchers: str, range_s: str, end: float) -> Histogram | None:
+    rows = client.query(f"sum by (le) (increase({sel(metric + '_bucket', matchers)}[{range_s}]))", end)
+    if not rows:
+        return None
+    pairs = sorted((float(labels.get("le", "nan")), value) for labels, value in rows)
+    pairs = [(b, v) for b, v in pairs if not math.isnan(b)]
+    if not pairs or not math.isinf(pairs[-1][0]):
+        return None
+    cumulative = np.maximum.accumulate(np.asarray([v for _, v in pairs]))  # increase() may jitter by rounding
+    total = _scalar(client, f"sum(increase({sel(metric + '_sum', matchers)}[{range_s}]))", end)
+    return Histogram(bounds=tuple(b for b, _ in pairs), cumulative=tuple(float(c) for c in cumulative), total=total)
+
+
+def sample_histogram(hist: Histogram, n: int, rng: np.random.Generator) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """``n`` integer lengths: a bucket by its share, then ``lo + (hi - lo) * u**a`` inside it.
+
+    The exponent ``a`` is the one that makes the expected mean equal the histogram's ``_sum / _count``
+    (uniform, ``a = 1``, when the sum is unknown): lengths inside a bucket are rarely uniform, and the
+    mean is what sets the token volume. The open top bucket spans up to four times its lower bound.
+    """
+    shares = hist.shares()
+    lower = np.concatenate([[0.0], np.asarray(hist.bounds[:-1], dtype=np.float64)])
+    upper = np.asarray(hist.bounds, dtype=np.float64).copy()
+    upper[-1] = 4.0 * lower[-1] if lower[-1] > 0 else 1.0
+    exponent = 1.0
+    if hist.total is not None and hist.count > 0:
+        # E[floor(lo + (hi - lo) u^a) + 1] ≈ lo + (hi - lo) / (a + 1) + 0.5, solved for a.
+        room = hist.total / hist.count - 0.5 - float(shares @ lower)
+        width = float(shares @ (upper - lower))
+        exponent = float(np.clip(width / room - 1.0, 0.05, 50.0)) if room > 0 else 50.0
+    buckets = rng.choice(len(shares), size=n, p=shares)
+    spread = rng.random(n) ** exponent
+    values = np.floor(lower[buckets] + spread * (upper[buckets] - lower[buckets])) + 1
+    return np.asarray(np.minimum(values, np.maximum(np.floor(upper[buckets]), 1)), dtype=np.int64)
+
+
+def _hit_rate(client: PrometheusClient, matchers: str, range_s: str, end: float) -> float | None:
+    rows = client.query(f"sum by (cache_source) (increase({sel('sglang:cached_tokens_total', matchers)}[{range_s}]))",
+                        end)
+    if not rows:
+        return None
+    by_source = {labels.get("cache_source", ""): value for labels, value in rows}
+    cached = by_source["total"] if "total" in by_source else sum(by_source.values())
+    prompt = _scalar(client, f"sum(increase({sel('sglang:prompt_tokens_total', matchers)}[{range_s}]))", end)
+    if not prompt:
+        return None
+    return min(1.0, max(0.0, float(cached) / prompt))
+
+
+def _scalar(client: PrometheusClient, promql: str, at: float) -> float | None:
+    rows = client.query(promql, at)
+    return float(rows[0][1]) if rows else None
+
+
+def _gauge(client: PrometheusClient, agg: str, metric: str, matchers: str, grid: Grid) -> np.ndarray[Any, Any] | None:
+    series = client.query_range(f"{agg}({sel(metric, matchers)})", grid)
+    return series[0].values if series else None
+
+
+def _report(client: PrometheusClient, window: RecordWindow, grid: Grid, matchers: str, metric: str,
+            counts: np.ndarray[Any, Any], trace: Trace, hit: float | None, prompt: _Lengths, output: _Lengths,
+            notes: list[str]) -> RecordingReport:
+    days = _per_period(grid, counts, "%Y-%m-%d")
+    hours = _per_period(grid, counts, "%Y-%m-%dT%H:00Z")
+    running = _gauge(client, "sum", "sglang:num_running_reqs", matchers, grid)
+    queue = _gauge(client, "sum", "sglang:num_queue_reqs", matchers, grid)
+    kv = _gauge(client, "max", "sglang:token_usage", matchers, grid)
+    mamba = _gauge(client, "max", "sglang:mamba_usage", matchers, grid)
+    busiest_day = days[0][0] if days else None
+    on_busiest = np.asarray([datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d") == busiest_day
+                             for t in grid.times])
+    if queue is None:
+        notes.append("no sglang:num_queue_reqs series: queueing unknown")
+    return RecordingReport(
+        prometheus=client.url, selector=window.selector, start=_iso(window.start), end=_iso(window.end),
+        step_s=window.step, arrival_metric=metric, requests_observed=float(counts.sum()),
+        requests_synthesized=len(trace), busiest_days=tuple(days[:5]), busiest_hour=hours[0] if hours else None,
+        queued_share=_share_positive(queue), running_max=_stat(running, np.nanmax),
+        running_mean=_stat(running, np.nanmean), queue_max=_stat(queue, np.nanmax),
+        kv_usage_peak=_stat(kv, np.nanmax, on_busiest), kv_usage_max=_stat(kv, np.nanmax),
+        mamba_usage_peak=_stat(mamba, np.nanmax, on_busiest), mamba_usage_max=_stat(mamba, np.nanmax),
+        prefix_hit_rate_observed=hit, prefix_reuse_synthesized=prefix_reuse(trace),
+        prompt_mean_observed=prompt.observed_mean,
+        prompt_mean_synthesized=float(trace.column("input_tokens").mean()),
+        output_mean_observed=output.observed_mean,
+        output_mean_synthesized=float(trace.column("output_tokens").mean()),
+        lengths_from=prompt.source if prompt.source == output.source else f"{prompt.source}/{output.source}",
+        notes=tuple(notes))
+
+
+def _per_period(grid: Grid, counts: np.ndarray[Any, Any], fmt: str) -> list[tuple[str, int]]:
+    """Requests per calendar period (UTC), busiest first. An increment belongs to the step it closes."""
+    totals: dict[str, float] = {}
+    for stamp, count in zip((grid.times - grid.step / 2).tolist(), counts.tolist(), strict=True):
+        if count:
+            key = datetime.fromtimestamp(stamp, UTC).strftime(fmt)
+            totals[key] = totals.get(key, 0.0) + count
+    return sorted(((k, round(v)) for k, v in totals.items()), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _share_positive(values: np.ndarray[Any, Any] | None) -> float | None:
+    if values is None:
+        return None
+    present = values[~np.isnan(values)]
+    return float((present > 0).mean()) if len(present) else None
+
+
+def _stat(values: np.ndarray[Any, Any] | None, fn: Any, mask: np.ndarray[Any, Any] | None = None) -> float | None:
+    if values is None:
+        return None
+    chosen = values[mask] if mask is not None else values
+    chosen = chosen[~np.isnan(chosen)]
+    return float(fn(chosen)) if len(chosen) else None
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _iso(stamp: float) -> str:
+    try:
+        return datetime.fromtimestamp(stamp, UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return str(stamp)
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0%}"
+
+
+def _num(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:,.0f}"
