@@ -26,7 +26,7 @@ from elsa_tune.runtime.gpu import GpuState
 from elsa_tune.search_spaces.candidate import Candidate
 
 STUDY = "qwen-5090"
-T0 = 1_764_400_000.0
+T0 = 1_795_910_400.0   # 2026-11-29 00:00 UTC
 XSS = "<script>alert(1)</script>"
 CRASH = "AttributeError: 'HybridLinearKVPool' object has no attribute 'layer_num'"
 MiB = 1024 * 1024
@@ -199,8 +199,8 @@ def build_history(root: Path) -> HistoryBuilder:
     h.store.files.write_study(StudyRecord(
         name=STUDY, fingerprint=h.fp, started_at=T0, updated_at=h.clock, baseline=BASELINE, incumbent=WINNER,
         budget_s=8 * 3600.0, status=StudyStatus.FINISHED,
-        phases=(PhaseSpan("baseline", T0, T0 + 720, 3600, 3), PhaseSpan("screening", T0 + 720, T0 + 5000, 10800, 13),
-                PhaseSpan("search", T0 + 5000, T0 + 6000, 10800, 2), PhaseSpan("confirmation", T0 + 6000, h.clock,
+        phases=(PhaseSpan("baseline", T0, T0 + 720, 3600, 3), PhaseSpan("screening", T0 + 720, T0 + 3120, 10800, 13),
+                PhaseSpan("search", T0 + 3120, T0 + 3600, 10800, 2), PhaseSpan("confirmation", T0 + 3600, h.clock,
                                                                              3600, 6)),
         noise=NoiseReport(sigma_boot=0.031, sigma_run=0.012, warmup_bias=-0.127, boots=3, passes_per_boot=4.0,
                           mde=1.06),

@@ -1,0 +1,288 @@
+"""``Report``: everything a person reviews in the morning, computed from history alone.
+
+``build_report(run_dir)`` reads the run folder (``RunDir``) and the shared ledger and never measures,
+never talks to a runtime: a report is a pure function of history, so ``elsa-tune report RUN_DIR``
+re-renders it at any time, also for a study that was killed. Renderers (``markdown.py``, ``html.py``,
+``plots.py``, ``deploy.py``) take a ``Report`` and format it; none of them reads files.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from elsa_tune.history.decision import DecisionRecord, Kept
+from elsa_tune.history.fingerprint import Fingerprint
+from elsa_tune.history.ledger import Ledger, LedgerEntry
+from elsa_tune.history.reasons import effect_text, pct, reason_from_failure
+from elsa_tune.history.records import BootOutcome, BootRecord, Phase, TrialRecord
+from elsa_tune.history.run_dir import History, RunDir
+from elsa_tune.history.study_record import NoiseReport, StudyRecord, StudyStatus
+from elsa_tune.history.verdict import Verdict
+from elsa_tune.search_spaces.candidate import Candidate
+
+KEPT_WORDS = {Kept.YES: "Yes", Kept.NO: "No", Kept.INCONCLUSIVE: "No (inconclusive)", Kept.SKIPPED: "Skipped"}
+
+
+@dataclass(frozen=True)
+class BootRow:
+    boot_id: str
+    number: int
+    phase: str
+    arm: str
+    label: str
+    technique: str | None
+    outcome: BootOutcome
+    throughput: float | None
+    min_free_bytes: int | None
+    kv_tokens: int | None
+    slots: int | None
+    started_at: float
+    seconds: float
+    failure: str = ""
+
+
+@dataclass(frozen=True)
+class AbRow:
+    number: int
+    phase: str
+    technique: str
+    delta: str
+    verdict: Verdict
+    kept: Kept
+    result: str
+
+
+@dataclass(frozen=True)
+class KeepRejectRow:
+    """One row of the "Tried / Result / Kept?" table."""
+
+    tried: str
+    delta: str
+    result: str
+    kept: Kept
+
+    @property
+    def kept_word(self) -> str:
+        return KEPT_WORDS[self.kept]
+
+
+@dataclass(frozen=True)
+class AdjustmentSeen:
+    flag: str
+    requested: str
+    effective: str
+    evidence: str
+    boots: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ArmSummary:
+    """Per-boot throughputs of one configuration: mean and spread over boots, never over passes."""
+
+    candidate: Candidate
+    boot_ids: tuple[str, ...]
+    throughputs: tuple[float, ...]
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.throughputs) if self.throughputs else None
+
+    @property
+    def stdev(self) -> float | None:
+        return statistics.stdev(self.throughputs) if len(self.throughputs) >= 2 else None
+
+
+@dataclass(frozen=True)
+class ClientNumbers:
+    """What clients must be told, from the winner's boots (the smallest seen when boots differ).
+
+    ``declared_context_length`` is what ``--context-length`` asked for; ``max_request_tokens`` is what
+    really fits: ``min(context_len, max_total_num_tokens)`` (seed 004 trap 2). ``None`` means not measured.
+    """
+
+    max_total_num_tokens: int | None
+    max_running_requests: int | None
+    context_len: int | None
+    declared_context_length: int | None
+    declared_max_running_requests: int | None
+    boot_ids: tuple[str, ...]
+
+    @property
+    def max_request_tokens(self) -> int | None:
+        known = [v for v in (self.context_len, self.max_total_num_tokens) if v is not None]
+        return min(known) if known else None
+
+
+@dataclass(frozen=True)
+class Report:
+    run_dir: Path
+    study_name: str
+    status: str
+    fingerprint: Fingerprint | None
+    study: StudyRecord | None
+    noise: NoiseReport | None
+    boots: tuple[BootRow, ...]
+    incomplete_boots: tuple[str, ...]
+    ab_rows: tuple[AbRow, ...]
+    keep_reject: tuple[KeepRejectRow, ...]
+    adjustments: tuple[AdjustmentSeen, ...]
+    baseline: ArmSummary | None
+    winner: ArmSummary | None
+    confirmation: DecisionRecord | None
+    client: ClientNumbers | None
+    ledger: tuple[LedgerEntry, ...]
+    ledger_problems: tuple[str, ...]
+    failures: tuple[tuple[str, str, tuple[str, ...]], ...]   # boot id, reason, evidence lines
+    trials: tuple[TrialRecord, ...]
+    warnings: tuple[str, ...]
+    generated_from: str
+
+    @property
+    def winner_ratio(self) -> float | None:
+        if self.baseline is None or self.winner is None or not self.baseline.mean or self.winner.mean is None:
+            return None
+        return self.winner.mean / self.baseline.mean
+
+    def summary_line(self) -> str:
+        """"winner +10.9% [+6%, +16%] over 6 boots vs baseline" or why there is none."""
+        if self.confirmation is not None and self.confirmation.verdict is not None:
+            word = {Kept.YES: "confirmed by the gate", Kept.NO: "rejected by the gate: keep the baseline"}.get(
+                self.confirmation.kept, "not confirmed by the gate")
+            return f"winner vs baseline: {effect_text(self.confirmation.verdict)} ({word})"
+        if self.winner_ratio is not None:
+            return f"winner vs baseline: {pct(self.winner_ratio)} on per-boot means (not confirmed by the gate)"
+        return "no winner yet: the baseline is the incumbent"
+
+
+def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report:
+    """Read ``run_dir`` (and its ledger) and assemble the report. Raises ``HistoryError`` for unreadable records."""
+    history = RunDir(run_dir).load()
+    study = history.study
+    ledger = ledger or Ledger.for_run_dir(history.run_dir)
+    fingerprint = study.fingerprint if study else (history.boots[0].fingerprint if history.boots else None)
+    warnings: list[str] = []
+    keys = {b.fingerprint.key() for b in history.boots}
+    if len(keys) > 1:
+        warnings.append(f"boots were measured on {len(keys)} different setups (fingerprints {sorted(keys)}); "
+                        "numbers across them are not comparable")
+    baseline_c = study.baseline if study else _first_baseline(history)
+    winner_c = study.incumbent if study else None
+    baseline = _arm(history, baseline_c) if baseline_c else None
+    winner = _arm(history, winner_c) if winner_c and baseline_c and winner_c.key() != baseline_c.key() else None
+    confirmation = next((d for d in reversed(history.decisions) if d.phase is Phase.CONFIRMATION), None)
+    noise = (study.noise if study and study.noise else None) or derive_noise(
+        [b for b in history.boots if b.phase is Phase.BASELINE])
+    ledger_entries: tuple[LedgerEntry, ...] = ()
+    problems: tuple[str, ...] = ()
+    if fingerprint is not None:
+        ledger_entries = tuple(ledger.latest_for(fingerprint).values())
+        problems = tuple(bad.describe(ledger.backend.source) for bad in ledger.problems())
+    if history.incomplete_boots:
+        warnings.append(f"{len(history.incomplete_boots)} boot(s) never finished (the study was stopped during "
+                        f"them): {', '.join(history.incomplete_boots)}")
+    status = study.status.value if study else StudyStatus.INTERRUPTED.value
+    return Report(
+        run_dir=history.run_dir, study_name=study.name if study else history.run_dir.name, status=status,
+        fingerprint=fingerprint, study=study, noise=noise, boots=tuple(_boot_row(b) for b in history.boots),
+        incomplete_boots=history.incomplete_boots,
+        ab_rows=tuple(AbRow(d.number, d.phase.value, d.technique, d.delta_text(), d.verdict, d.kept, d.result)
+                      for d in history.decisions if d.verdict is not None),
+        keep_reject=tuple(KeepRejectRow(d.technique, d.delta_text(), d.result, d.kept)
+                          for d in history.decisions if d.phase is not Phase.CONFIRMATION),
+        adjustments=_adjustments(history.boots), baseline=baseline, winner=winner, confirmation=confirmation,
+        client=_client_numbers(history, winner_c or baseline_c), ledger=ledger_entries, ledger_problems=problems,
+        failures=tuple((b.boot_id, _failure_text(b), b.failure.evidence if b.failure else ())
+                       for b in history.boots if b.failure is not None),
+        trials=history.trials, warnings=tuple(warnings), generated_from=str(history.run_dir))
+
+
+def derive_noise(boots: Sequence[BootRecord]) -> NoiseReport | None:
+    """Recompute the baseline's noise from its boots when the study did not record it.
+
+    σ_boot: standard deviation of log per-boot means; σ_run: pooled within-boot standard deviation of log
+    steady passes; warm-up bias: mean of first pass / steady mean − 1. ``None`` when nothing was measured.
+    """
+    per_boot = [(b.passes()[0], b.passes()[1:]) for b in boots if len(b.passes()) >= 2]
+    per_boot = [(first, [v for v in steady if v > 0]) for first, steady in per_boot]
+    per_boot = [(first, steady) for first, steady in per_boot if steady and first > 0]
+    if not per_boot:
+        return None
+    means = [statistics.fmean(steady) for _, steady in per_boot]
+    sigma_boot = statistics.stdev([math.log(m) for m in means]) if len(means) >= 2 else None
+    within = [(len(s) - 1, statistics.variance([math.log(v) for v in s])) for _, s in per_boot if len(s) >= 2]
+    dof = sum(n for n, _ in within)
+    sigma_run = math.sqrt(sum(n * var for n, var in within) / dof) if dof else None
+    warmup = statistics.fmean(first / statistics.fmean(steady) - 1 for first, steady in per_boot)
+    passes = statistics.fmean(len(steady) + 1 for _, steady in per_boot)
+    return NoiseReport(sigma_boot=sigma_boot, sigma_run=sigma_run, warmup_bias=warmup, boots=len(per_boot),
+                       passes_per_boot=passes, derived_from="boots")
+
+
+def _first_baseline(history: History) -> Candidate | None:
+    return next((b.candidate for b in history.boots if b.phase is Phase.BASELINE), None)
+
+
+def _arm(history: History, candidate: Candidate) -> ArmSummary:
+    boots = [b for b in history.boots_of(candidate.key()) if b.outcome.feasible]
+    measured = [(b.boot_id, t) for b in boots if (t := b.boot_throughput()) is not None]
+    return ArmSummary(candidate, tuple(i for i, _ in measured), tuple(t for _, t in measured))
+
+
+def _boot_row(b: BootRecord) -> BootRow:
+    free = b.min_free_gpu_bytes
+    probe_free = [p.min_free_bytes for p in b.probes if p.min_free_bytes is not None]
+    if probe_free:
+        free = min([*probe_free, *([free] if free is not None else [])])
+    return BootRow(boot_id=b.boot_id, number=b.boot_number, phase=b.phase.value, arm=b.arm.value,
+                   label=b.candidate.label, technique=b.technique, outcome=b.outcome,
+                   throughput=b.boot_throughput() if b.outcome.feasible else None, min_free_bytes=free,
+                   kv_tokens=b.report.max_total_num_tokens if b.report else None,
+                   slots=b.report.max_running_requests if b.report else None, started_at=b.started_at,
+                   seconds=b.seconds, failure=_failure_text(b) if b.failure else "")
+
+
+def _failure_text(b: BootRecord) -> str:
+    return str(reason_from_failure(b.failure)) if b.failure else ""
+
+
+def _adjustments(boots: Sequence[BootRecord]) -> tuple[AdjustmentSeen, ...]:
+    seen: dict[tuple[str, str, str], tuple[str, list[str]]] = {}
+    for b in boots:
+        for a in b.report.adjustments if b.report else ():
+            key = (a.flag, repr(a.requested), repr(a.effective))
+            seen.setdefault(key, (a.evidence or a.reason, []))[1].append(b.boot_id)
+    return tuple(AdjustmentSeen(flag, _show(req), _show(eff), evidence, tuple(ids))
+                 for (flag, req, eff), (evidence, ids) in seen.items())
+
+
+def _show(text: str) -> str:
+    return "ignored" if text == "None" else text.strip("'")
+
+
+def _client_numbers(history: History, candidate: Candidate | None) -> ClientNumbers | None:
+    if candidate is None:
+        return None
+    reports = [(b.boot_id, b.report) for b in history.boots_of(candidate.key())
+               if b.report is not None and b.outcome.feasible]
+    if not reports:
+        return None
+
+    def smallest(values: Sequence[int | None]) -> int | None:
+        known = [v for v in values if v is not None]
+        return min(known) if known else None
+
+    declared_ctx = candidate.flags.get("context-length")
+    declared_slots = candidate.flags.get("max-running-requests")
+    return ClientNumbers(
+        max_total_num_tokens=smallest([r.max_total_num_tokens for _, r in reports]),
+        max_running_requests=smallest([r.max_running_requests for _, r in reports]),
+        context_len=smallest([r.context_len for _, r in reports]),
+        declared_context_length=int(declared_ctx) if isinstance(declared_ctx, (int, float, str))
+        and str(declared_ctx).isdigit() else None,
+        declared_max_running_requests=int(declared_slots) if isinstance(declared_slots, (int, float, str))
+        and str(declared_slots).isdigit() else None,
+        boot_ids=tuple(i for i, _ in reports))

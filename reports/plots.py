@@ -1,0 +1,105 @@
+"""The report's figures, drawn with matplotlib's Agg canvas and returned as PNG bytes.
+
+No global backend is set and no window is opened (``Figure`` + ``FigureCanvasAgg``), so rendering works
+headless and inside a running study. A figure without data is ``None``, never an empty chart.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from elsa_tune.reports.model import AbRow, BootRow, Report
+
+MiB = 1024 * 1024
+_PHASE_COLOURS = {"baseline": "#4c72b0", "screening": "#8172b3", "search": "#55a868", "confirmation": "#c44e52"}
+_DPI = 110
+
+
+def search_plot(report: Report) -> bytes | None:
+    """Per-boot throughput in boot order, coloured by phase; crashed/infeasible boots marked on the floor."""
+    rows = report.boots
+    if not rows:
+        return None
+    fig = Figure(figsize=(8.0, 3.6), dpi=_DPI)
+    ax = fig.add_subplot()
+    measured = [r for r in rows if r.throughput is not None]
+    for phase, colour in _PHASE_COLOURS.items():
+        pts = [r for r in measured if r.phase == phase]
+        if pts:
+            ax.scatter([r.number for r in pts], [r.throughput for r in pts], s=28, color=colour, label=phase, zorder=3)
+    failed = [r for r in rows if not r.outcome.feasible]
+    floor = min((r.throughput for r in measured if r.throughput is not None), default=1.0) * 0.9
+    if failed:
+        ax.scatter([r.number for r in failed], [floor] * len(failed), marker="x", s=40, color="#d62728",
+                   label="crashed / infeasible", zorder=4)
+    if measured:
+        best: list[float] = []
+        for r in measured:
+            value = r.throughput if r.throughput is not None else 0.0
+            best.append(max(best[-1], value) if best else value)
+        ax.step([r.number for r in measured], best, where="post", color="#333333", linewidth=1, alpha=0.6,
+                label="best so far")
+    ax.set_xlabel("boot")
+    ax.set_ylabel("output tok/s (per-boot mean)")
+    ax.set_title("Objective per boot")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return _png(fig)
+
+
+def forest_plot(rows: Sequence[AbRow]) -> bytes | None:
+    """Each A/B's throughput effect with its confidence interval (ratio, 1 = no change)."""
+    usable = [r for r in rows if r.verdict.effect is not None]
+    if not usable:
+        return None
+    fig = Figure(figsize=(8.0, 0.5 * len(usable) + 1.2), dpi=_DPI)
+    ax = fig.add_subplot()
+    for y, row in enumerate(reversed(usable)):
+        v = row.verdict
+        effect = v.effect if v.effect is not None else 1.0
+        colour = {"yes": "#2ca02c", "no": "#d62728"}.get(row.kept.value, "#7f7f7f")
+        if v.ci_low is not None and v.ci_high is not None:
+            ax.plot([(v.ci_low - 1) * 100, (v.ci_high - 1) * 100], [y, y], color=colour, linewidth=2)
+        ax.plot([(effect - 1) * 100], [y], "o", color=colour)
+    ax.axvline(0, color="#333333", linewidth=1)
+    ax.set_yticks(range(len(usable)))
+    ax.set_yticklabels([_short(r.technique) for r in reversed(usable)], fontsize=8)
+    ax.set_xlabel("throughput change vs incumbent, % (95% CI)")
+    ax.set_title("A/B effects")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def headroom_plot(rows: Sequence[BootRow], floor_bytes: int | None = None) -> bytes | None:
+    """Minimum free GPU memory seen per boot (MiB), with crashed boots marked."""
+    usable = [r for r in rows if r.min_free_bytes is not None]
+    if not usable:
+        return None
+    fig = Figure(figsize=(8.0, 3.0), dpi=_DPI)
+    ax = fig.add_subplot()
+    colours = ["#d62728" if not r.outcome.feasible else _PHASE_COLOURS.get(r.phase, "#4c72b0") for r in usable]
+    ax.bar([r.number for r in usable], [(r.min_free_bytes or 0) / MiB for r in usable], color=colours)
+    if floor_bytes:
+        ax.axhline(floor_bytes / MiB, color="#d62728", linestyle="--", linewidth=1, label="headroom floor")
+        ax.legend(fontsize=7)
+    ax.set_xlabel("boot")
+    ax.set_ylabel("min free GPU memory, MiB")
+    ax.set_title("Memory headroom per boot (red: crashed or failed a probe)")
+    ax.grid(alpha=0.3, axis="y")
+    return _png(fig)
+
+
+def _short(text: str, limit: int = 38) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _png(fig: Figure) -> bytes:
+    canvas = FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    canvas.print_png(buffer)  # type: ignore[no-untyped-call]
+    return buffer.getvalue()

@@ -1,0 +1,45 @@
+"""How numbers read in reports: one place for units, rounding and "unknown" (never a made-up 0)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+MiB = 1024 * 1024
+
+
+def ids(ids: Sequence[str]) -> str:
+    return ", ".join(ids) if len(ids) <= 4 else f"{', '.join(ids[:3])} … (+{len(ids) - 3})"
+
+
+def p_value(p: float | None) -> str:
+    return "n/a" if p is None else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+
+
+def num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
+def integer(value: int | None) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / MiB:,.0f} MiB"
+
+
+def frac(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
+
+
+def when(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

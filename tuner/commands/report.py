@@ -1,0 +1,43 @@
+"""``elsa-tune report RUN_DIR``: re-render report.md, report.html and best/ from a study's history.
+
+Nothing is measured and no runtime is started: the outputs are a function of the run folder (and the
+ledger beside it), so this works on a finished, a running or a killed study.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from elsa_tune.errors import ConfigError
+from elsa_tune.reports.build import write_outputs
+
+NAME = "report"
+HELP = "re-render report.md, report.html and best/ of a study from its history (measures nothing)"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the study's folder (holds study.json, boots/)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the figures (faster; the HTML says so)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: no such run directory",
+                          remedy="pass the folder a study wrote, e.g. elsa-runs/<study>/")
+    if not (run_dir / "boots").is_dir() and not (run_dir / "study.json").exists():
+        raise ConfigError(f"{run_dir}: not a study folder (no study.json, no boots/)",
+                          remedy="pass the folder a study wrote, e.g. elsa-runs/<study>/")
+    outputs = write_outputs(run_dir, with_plots=not args.no_plots)
+    report = outputs.report
+    print(f"{report.study_name}: {report.summary_line()}")
+    print(f"  {len(report.boots)} boots, {len(report.keep_reject)} decisions, status {report.status}")
+    for warning in report.warnings:
+        print(f"  warning: {warning}")
+    print(f"  wrote {outputs.markdown}")
+    print(f"  wrote {outputs.html}")
+    if outputs.best is not None:
+        print(f"  wrote {outputs.best}/ (launch.sh, docker-compose.yml, server-args.yaml, client.json, client.md)")
+    return 0
