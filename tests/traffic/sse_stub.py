@@ -122,7 +122,7 @@ class StubServer:
                 if method == "GET" and path == "/v1/models":
                     await self._json(writer, 200, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
                 elif method == "POST" and path == "/v1/completions":
-                    if not await self._complete(writer, json.loads(raw)):
+                    if not await self._complete(reader, writer, json.loads(raw)):
                         return
                 else:
                     await self._json(writer, 404, {"detail": "Not Found"})
@@ -137,7 +137,7 @@ class StubServer:
                      .encode() + data)
         await writer.drain()
 
-    async def _complete(self, writer: asyncio.StreamWriter, body: dict[str, Any]) -> bool:
+    async def _complete(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: dict[str, Any]) -> bool:
         with self._lock:
             n = len(self.received)
             self.received.append(Received(n, time.perf_counter(), body))
@@ -167,6 +167,8 @@ class StubServer:
             sent = 0
             chunk_no = 0
             while sent < total:
+                if reader.at_eof():   # the client went away
+                    return False
                 if beh.disconnect_after is not None and chunk_no >= beh.disconnect_after:
                     writer.transport.abort()
                     return False
