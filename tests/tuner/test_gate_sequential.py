@@ -166,7 +166,7 @@ def test_boundaries_reproducible_and_match_the_spec() -> None:
     # statistics.md §3.5: OBF nominal one-sided p .0014 / .0175 / .0426 at 4 / 8 / 12 blocks
     for got, want in zip(fresh.nominal_p, (0.0014, 0.0175, 0.0426), strict=True):
         assert got == pytest.approx(want, rel=0.15)
-    assert one.achieved_alpha == pytest.approx(0.05, abs=0.001)
+    assert 0.045 <= one.achieved_alpha <= 0.05
     pocock = calibrate(Design(shape="pocock"))
     assert len(set(pocock.nominal_p)) == 1 and 0.015 < pocock.nominal_p[0] < 0.03
 
