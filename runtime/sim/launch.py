@@ -23,16 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.card import CardLease, default_card_dir
-from elsa_tune.runtime.sim.faults import Crash, Faults
-from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash, plan_memory
+from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash
+from elsa_tune.runtime.sim.memory import MemoryPlan, plan_memory
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.noise import NoiseSettings, ServingNoise
 from elsa_tune.runtime.sim.profile import SimProfile, load_profile
 from elsa_tune.runtime.sim.server import ServedModel, SimHttpServer
-from elsa_tune.runtime.sim.serving import Job, JobSpec, Serving, StepSource
-from elsa_tune.runtime.sim.source import engine_source
+from elsa_tune.runtime.sim.serving import Serving
+from elsa_tune.runtime.sim.source import BLOCK_TOKENS, crash_of, engine_source
 from elsa_tune.runtime.sim.startup import (
     READY_LINE,
     Boot,
@@ -43,13 +42,11 @@ from elsa_tune.runtime.sim.startup import (
     uvicorn_bind_failed,
     uvicorn_started,
 )
-from elsa_tune.runtime.sim.tokens import Completion
 from elsa_tune.search_spaces.candidate import FlagValue
 
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
-_PHASE_OF_KIND = {FailureKind.WEIGHTS_OOM: "weights", FailureKind.CUDA_GRAPH_FAILED: "graph"}
 _TORCH_DTYPES = {"auto": "torch.bfloat16", "bf16": "torch.bfloat16", "bfloat16": "torch.bfloat16",
                  "fp8_e4m3": "torch.float8_e4m3fn", "fp8_e5m2": "torch.float8_e5m2", "mxfp8": "torch.float8_e4m3fn",
                  "nvfp4": "torch.float4_e2m1fn_x2", "fp4_mx_block16": "torch.float4_e2m1fn_x2"}
@@ -89,7 +86,7 @@ def serve(options: SimOptions) -> int:
         time.sleep(seconds * faults.slow_boot / speedup)
 
     facts = facts_from_plan(profile, plan, options.server_args)
-    plan_crash = _crash_of(plan.boot_failure) if plan.boot_failure else None
+    plan_crash = crash_of(plan.boot_failure) if plan.boot_failure else None
 
     def crash_at(phase: str) -> Crash | None:
         fault = faults.boot_crash_at(phase, plan.mem_fraction_static, plan.total_gb)
@@ -115,34 +112,28 @@ def serve(options: SimOptions) -> int:
             _release(lease, faults)
             return 1
         lease.set_used(plan.gpu_used_bytes)
-        return asyncio.run(_serve_async(options, profile, plan, faults, out, lease, sock, host, port, speedup,
-                                        boot_started, die))
+        return asyncio.run(_serve_async(options, profile, plan, dict(facts.server_args), faults, out, lease, sock,
+                                        host, port, speedup, boot_started, die))
     finally:
         _release(lease, faults)
 
 
-async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPlan, faults: Faults, out: ServerLog,
+async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPlan, args: dict[str, Any],
+                       faults: Faults, out: ServerLog,
                        lease: CardLease, sock: socket.socket, host: str, port: int, speedup: float,
                        boot_started: float, die: Any) -> int:
-    args = options.server_args
     served_name = str(args.get("served_model_name") or args.get("model_path") or profile.model.served_name)
     metrics = SglangMetrics(served_name)
     noise = ServingNoise(_noise_settings(profile), options.seed)
-    source: StepSource = engine_source(profile, plan, options.flags, options.env,
-                                       random.Random(f"elsa-sim-engine:{options.seed}"))
-    serve_crash = plan.serve_crash
+    source = engine_source(profile, plan, options.flags, options.env, random.Random(f"elsa-sim-engine:{options.seed}"))
     serving = Serving(source, noise=noise, metrics=metrics, server_log=out, faults=faults, speedup=speedup,
                       decode_log_interval=int(args.get("decode_log_interval") or 40), hybrid=profile.model.is_hybrid,
-                      first_generation_oom=plan.first_generation_oom or (
-                          serve_crash is not None and serve_crash.phase == "first_generation"),
-                      crash_under_load=serve_crash is not None and serve_crash.phase == "under_load",
-                      on_crash=lambda crash: die(_crash_of(serve_crash) if serve_crash and crash.kind is not
-                                                 FailureKind.HANG else crash, True),
+                      on_crash=lambda crash: die(crash, True),
                       watchdog_timeout_s=float(args.get("watchdog_timeout") or 300.0))
     model = ServedModel(
         served_name=served_name, model_path=str(args.get("model_path")), context_len=plan.context_len,
         max_total_num_tokens=plan.kv_tokens, max_running_requests=plan.max_running_requests,
-        block_size=max(1, plan.page_size if plan.page_size > 1 else 16), server_args=args,
+        block_size=BLOCK_TOKENS, server_args=args,
         memory_usage={"weight": round(plan.weights_gb + plan.draft_weights_gb, 2), "kvcache": round(plan.kv_gb, 2),
                       "startup_available": round(plan.avail_after_load_gb, 2), "token_capacity": plan.kv_tokens,
                       "token_capacity_swa": None, "graph": {"decode": round(plan.cuda_graph_gb * 0.8, 2),
@@ -167,10 +158,13 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
     server = await asyncio.start_server(http.handle_connection, sock=sock, limit=1024 * 1024)
     loop_task = asyncio.create_task(serving.run())
     uvicorn_started(out, host, port)
-    await _warmup(serving, out, faults, speedup, plan)
+    await _warmup(serving, out, faults, speedup)
     http.ready = True
     http.startup_time = time.monotonic() - boot_started
     out.info(READY_LINE)
+    if faults.crash_after_requests == 0:
+        # "crash after 0 requests": the scheduler dies on its own shortly after readiness.
+        loop.call_later(0.2 / speedup, lambda: die(serve_oom_crash(), True))
     try:
         await stop.wait()
     finally:
@@ -184,18 +178,9 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
     return 0
 
 
-async def _warmup(serving: Serving, out: ServerLog, faults: Faults, speedup: float, plan: MemoryPlan) -> None:
-    """SGLang's warm-up request: a short generate through the scheduler before the ready line."""
-    warm = Job(spec=JobSpec(rid="warmup", input_tokens=6, block_hashes=(), output_tokens=1, regime="chat"),
-               completion=Completion.for_prompt([0], None), finish_reason="length", streaming=False,
-               created=time.monotonic(), warmup=True)
-    serving.submit(warm)
-    # No timeout of our own: a hung scheduler hangs the warm-up (the caller's boot timeout or the watchdog ends it).
-    while True:
-        _, done = await warm.deliveries.get()
-        if done:
-            break
-    await asyncio.sleep(_DEFAULT_WARMUP_S * faults.slow_boot / speedup)
+async def _warmup(serving: Serving, out: ServerLog, faults: Faults, speedup: float) -> None:
+    """SGLang's warm-up request (a short generate) before the ready line; a hung scheduler never finishes it."""
+    await serving.warmup(_DEFAULT_WARMUP_S * faults.slow_boot / speedup)
     out.raw('INFO:     127.0.0.1:53470 - "GET /model_info HTTP/1.1" 200 OK')
     out.info(runtime_line("Prefill", [("#new-seq", 1), ("#new-token", 6), ("#cached-token", 0),
                                       ("token usage", 0.00), ("#running-req", 0), ("#queue-req", 0),
@@ -266,17 +251,11 @@ def _quant(name: str) -> str | None:
     return None
 
 
-def _crash_of(sim: SimCrash | None) -> Crash:
-    assert sim is not None
-    if sim.kind is FailureKind.HOST_OOM_KILLED:
-        return Crash(sim.kind, "kv", (), traceback=False)
-    phase = _PHASE_OF_KIND.get(sim.kind, "kv") if sim.phase == "boot" else "serve"
-    return Crash(sim.kind, phase, tuple(sim.lines))
-
-
 def _damage_share(plan: MemoryPlan) -> float:
-    # A broken draft head or kernel fumbles a sizeable share of answers, not all of them.
-    return 0.0 if not plan.quality_damage else 0.6
+    # A damaged draft only lowers acceptance: the target verifies every token, so the text stays right. Other
+    # damage (a wrong kernel, a bad cache hit) fumbles a sizeable share of answers, not all of them.
+    wrong = [d for d in plan.quality_damage if "draft" not in d.lower()]
+    return 0.6 if wrong else 0.0
 
 
 def _noise_settings(profile: SimProfile) -> NoiseSettings:

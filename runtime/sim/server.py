@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from elsa_tune.runtime.sim.metrics import SglangMetrics
-from elsa_tune.runtime.sim.serving import Job, JobSpec, Serving
+from elsa_tune.runtime.sim.serving import Job, JobRejected, JobSpec, Serving
 from elsa_tune.runtime.sim.tokens import Completion, block_hashes, chat_token_ids, text_token_ids
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,10 @@ class SimHttpServer:
         job = Job(spec=spec, completion=completion, finish_reason=reason, streaming=stream, created=time.monotonic())
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage", md.include_usage_default))
-        self.serving.submit(job)
+        try:
+            self.serving.submit(job)
+        except JobRejected as exc:
+            raise HttpError(400, str(exc)) from exc
         try:
             if stream:
                 return await self._stream(writer, job, chat=chat, include_usage=include_usage)
@@ -266,6 +269,8 @@ class SimHttpServer:
                 _, done = await job.deliveries.get()
                 if done:
                     break
+            if job.error is not None:
+                raise HttpError(400, job.error)
             return await _send_json(writer, 200, self._final_body(job, chat=chat))
         except (ConnectionError, asyncio.CancelledError):
             self.serving.abort(rid)
@@ -303,7 +308,9 @@ class SimHttpServer:
                 await writer.drain()
             if done:
                 break
-        if include_usage:
+        if job.error is not None:
+            _write_event(writer, {"error": _error_body(job.error, "BadRequestError", 400)})
+        elif include_usage:
             _write_event(writer, {"id": rid, "object": obj, "created": created, "model": self.model.served_name,
                                   "choices": [], "usage": self._usage(job)})
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from elsa_tune.runtime.sim.faults import Crash, Faults, first_generation_oom_crash, serve_oom_crash, watchdog_crash
+from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash, watchdog_crash
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.noise import ServingNoise
 from elsa_tune.runtime.sim.startup import ServerLog, runtime_line
@@ -61,18 +61,31 @@ class Step:
     mamba_capacity: int = 0
     verify_calls: int = 0                      # speculative verify forwards this step (0 without spec)
     accepted_tokens: int = 0                   # tokens emitted by those verifies
-    oom: bool = False                          # the step could not allocate and the scheduler dies
+    aborted: Mapping[str, str] = field(default_factory=dict)   # requests the scheduler refused, with SGLang's text
+
+
+class JobRejected(ValueError):
+    """The scheduling core refuses a request (HTTP 400); the message is SGLang's."""
+
+
+class StepCrash(Exception):
+    """The scheduling core died while serving; ``crash`` says how SGLang reports it."""
+
+    def __init__(self, crash: Crash) -> None:
+        super().__init__(crash.kind.value)
+        self.crash = crash
 
 
 class StepSource(Protocol):
     """The scheduling core as the serving loop sees it (``engine.py`` behind an adapter)."""
 
-    def submit(self, job: JobSpec) -> None: ...
+    def submit(self, job: JobSpec) -> None:
+        """Queue a request; raises ``JobRejected`` for a request SGLang answers with 400."""
 
     def abort(self, rid: str) -> None: ...
 
     def step(self) -> Step | None:
-        """The next step, or ``None`` when there is nothing to run."""
+        """The next step, or ``None`` when there is nothing to run; raises ``StepCrash`` when the scheduler dies."""
 
     def flush_cache(self) -> bool: ...
 
@@ -92,7 +105,6 @@ class Job:
     first_token_at: float | None = None
     last_token_at: float | None = None
     error: str | None = None
-    warmup: bool = False
 
 
 class Pacing:
@@ -128,8 +140,7 @@ class Serving:
 
     def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics, server_log: ServerLog,
                  faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
-                 first_generation_oom: bool, on_crash: Callable[[Crash], None],
-                 crash_under_load: bool = False, watchdog_timeout_s: float = 300.0) -> None:
+                 on_crash: Callable[[Crash], None], watchdog_timeout_s: float = 300.0) -> None:
         self.source = source
         self.noise = noise
         self.metrics = metrics
@@ -138,8 +149,7 @@ class Serving:
         self.speedup = max(speedup, 1e-6)
         self.decode_log_interval = max(1, decode_log_interval)
         self.hybrid = hybrid
-        self.first_generation_oom = first_generation_oom
-        self.crash_under_load = crash_under_load
+        self._warming = False
         self.on_crash = on_crash
         self.watchdog_timeout_s = watchdog_timeout_s
         self.jobs: dict[str, Job] = {}
@@ -160,20 +170,25 @@ class Serving:
     # ---- requests -----------------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
-        if self.first_generation_oom and not job.warmup:
-            self._die(first_generation_oom_crash())
-        self.jobs[job.spec.rid] = job
+        """Hand a request to the scheduler; raises ``JobRejected`` (HTTP 400) when it refuses it."""
         self.source.submit(job.spec)
+        self.jobs[job.spec.rid] = job
         self._wake.set()
+
+    async def warmup(self, seconds: float) -> None:
+        """SGLang's warm-up generate before the ready line; a hung scheduler hangs it (the watchdog ends it)."""
+        if self._hung:
+            self._warming = True
+            await asyncio.Event().wait()
+        await asyncio.sleep(seconds)
 
     def abort(self, rid: str) -> None:
         job = self.jobs.pop(rid, None)
         if job is None:
             return
         self.source.abort(rid)
-        if not job.warmup:
-            with self.metrics.lock:
-                self.metrics.aborted.inc(self.metrics.tok)
+        with self.metrics.lock:
+            self.metrics.aborted.inc(self.metrics.tok)
 
     @property
     def busy(self) -> bool:
@@ -195,10 +210,14 @@ class Serving:
             if self._hung:
                 # A hung forward: nothing moves, /health still answers, the watchdog fires in real seconds.
                 await asyncio.sleep(min(1.0, self.watchdog_timeout_s))
-                if self.jobs and time.monotonic() - self._hung_since >= self.watchdog_timeout_s:
+                if (self.jobs or self._warming) and time.monotonic() - self._hung_since >= self.watchdog_timeout_s:
                     self._die(watchdog_crash(self.watchdog_timeout_s))
                 continue
-            step = self.source.step()
+            try:
+                step = self.source.step()
+            except StepCrash as exc:
+                self._die(exc.crash)
+                return
             if step is None:
                 self._wake.clear()
                 await self._wake.wait()
@@ -213,12 +232,17 @@ class Serving:
             self.pacing.record(wall, loop.time() - deadline)
             if delay < -MAX_LAG_S:
                 deadline = loop.time()
-            if step.oom or (self.crash_under_load and step.running > 0 and step.kind == "decode"):
-                self._die(serve_oom_crash())
             self._deliver(step, loop.time())
 
     def _deliver(self, step: Step, now: float) -> None:
         m = self.metrics
+        for rid, message in step.aborted.items():
+            job = self.jobs.pop(rid, None)
+            if job is not None:
+                job.error = message
+                job.deliveries.put_nowait((0, True))
+                with m.lock:
+                    m.aborted.inc(m.tok)
         with m.lock:
             for rid, cached in step.cached.items():
                 job = self.jobs.get(rid)
@@ -235,10 +259,9 @@ class Serving:
                 emitted_total += n
                 if job.first_token_at is None:
                     job.first_token_at = now
-                    if not job.warmup:
-                        m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, now - job.created)
-                        m.queue_time.observe(m.sched, max(0.0, now - job.created - step.duration_s / self.speedup))
-                elif not job.warmup:
+                    m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, now - job.created)
+                    m.queue_time.observe(m.sched, max(0.0, now - job.created - step.duration_s / self.speedup))
+                else:
                     m.itl.observe(m.tok, (now - (job.last_token_at or now)) / n, weight=n)
                 job.last_token_at = now
                 job.generated += n
@@ -263,8 +286,6 @@ class Serving:
         if job is None:
             return
         job.deliveries.put_nowait((0, True))
-        if job.warmup:
-            return
         m = self.metrics
         streaming = {**m.tok, "is_streaming": _flag(job.streaming)}
         with m.lock:
