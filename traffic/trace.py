@@ -43,6 +43,9 @@ from elsa_tune.errors import TrafficError
 SCHEMA_VERSION = 1
 META_PREFIX = "elsa_tune."
 DEFAULT_BLOCK_SIZE = 512
+DEMO_TRACE = Path(__file__).resolve().parent / "data" / "demo.parquet"
+"""378 real requests: the busiest 90 s of the Mooncake FAST'25 conversation trace (provenance in its metadata)."""
+DEMO_WINDOW = (3081.0, 3171.0)
 
 SCHEMA = pa.schema(
     [

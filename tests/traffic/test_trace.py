@@ -96,3 +96,14 @@ def test_from_columns_broadcasts_scalars() -> None:
                                block_hashes=[[1], [1, 2]], kind="code")
     assert [r.kind for r in trace.requests()] == ["code", "code"]
     assert trace.duration_s == 1.0
+
+
+def test_bundled_demo_is_the_busiest_window_of_the_real_mooncake_trace(shared_dir: Path) -> None:
+    from elsa_tune.traffic.imports import import_trace
+    from elsa_tune.traffic.trace import DEMO_TRACE, DEMO_WINDOW
+
+    demo = read_trace(DEMO_TRACE)
+    assert len(demo) == 378 and DEMO_TRACE.stat().st_size < 200_000
+    assert "Mooncake" in demo.metadata.extra["provenance"]
+    full = import_trace(shared_dir / "traces" / "mooncake_conversation_trace.jsonl", "mooncake").trace
+    assert demo.table.equals(full.window(*DEMO_WINDOW).table)
