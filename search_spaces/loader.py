@@ -302,7 +302,9 @@ class _Parser:
             yield Derived(flag=flag, expression=_expr(source, line), when=when, line=line)
 
     def rules(self, d: LineMap) -> Iterator[Rule]:
-        raw = d.get("rules", [])
+        raw = d.get("rules")
+        if raw is None:
+            return
         if not isinstance(raw, LineList):
             _fail("rules must be a list of {rule: EXPRESSION, message: TEXT}", d, "rules")
         for item, line in zip(raw, raw.item_lines, strict=True):

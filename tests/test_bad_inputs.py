@@ -1,0 +1,148 @@
+"""Bad inputs reach the user as one paragraph naming the cause and the fix, a nonzero exit code, no traceback.
+
+Each case runs the real CLI in a subprocess (``python -m elsa_tune ...``), as a user would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+GOOD = """\
+name: tiny
+model:
+  path: /models/tiny
+base:
+  flags:
+    enable-metrics: true
+    kv-cache-dtype: fp8_e4m3
+parameters:
+  mem-fraction-static: {type: float, low: 0.80, high: 0.95, step: 0.05, baseline: 0.85}
+  max-running-requests: {type: int, low: 1, high: 8, baseline: 2}
+rules:
+  - rule: mem-fraction-static <= 0.97
+techniques:
+  mixed:
+    kind: speed
+    rationale: mixed chunks
+    flags: {enable-mixed-chunk: true}
+"""
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "elsa_tune", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, check=False)
+
+
+def assert_one_paragraph(proc: subprocess.CompletedProcess[str], *, code: int, cause: str, fix: str) -> str:
+    err = proc.stderr.strip()
+    assert proc.returncode == code, (proc.returncode, err)
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    assert err.startswith("elsa-tune: error: "), err
+    assert "\n\n" not in err and len(err.splitlines()) <= 4, err
+    assert "remedy: " in err, err
+    message, remedy = err.split("remedy: ", 1)
+    assert cause in message, err
+    assert fix in remedy, err
+    return err
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_good_space_checks_clean(tmp_path: Path) -> None:
+    proc = run_cli("space", "check", str(write(tmp_path, GOOD)), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok: tiny")
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    text = GOOD.replace("    kv-cache-dtype: fp8_e4m3", "    kv-cache-dtype: [fp8_e4m3")
+    path = write(tmp_path, text)
+    err = assert_one_paragraph(run_cli("space", "check", str(path), cwd=tmp_path), code=2,
+                               cause="malformed YAML", fix="fix the YAML syntax")
+    assert f"{path}:" in err
+
+
+def test_unknown_flag_names_the_nearest(tmp_path: Path) -> None:
+    text = GOOD.replace("enable-mixed-chunk: true", "enable-mixed-chunks: true")
+    path = write(tmp_path, text)
+    err = assert_one_paragraph(run_cli("space", "check", str(path), cwd=tmp_path), code=2,
+                               cause="--enable-mixed-chunks, which the runtime does not have",
+                               fix="did you mean --enable-mixed-chunk?")
+    assert f"{path}:{line_of(text, 'enable-mixed-chunks')}:" in err
+
+
+def test_removed_flag_of_an_older_sglang(tmp_path: Path) -> None:
+    text = GOOD.replace("    kv-cache-dtype: fp8_e4m3", "    cuda-graph-max-bs: 8")
+    path = write(tmp_path, text)
+    assert_one_paragraph(run_cli("space", "check", str(path), cwd=tmp_path), code=2,
+                         cause="--cuda-graph-max-bs, which the runtime does not have",
+                         fix="did you mean --cuda-graph-max-bs-")
+
+
+def test_value_outside_the_flag_choices(tmp_path: Path) -> None:
+    text = GOOD.replace("kv-cache-dtype: fp8_e4m3", "kv-cache-dtype: fp8")
+    assert_one_paragraph(run_cli("space", "check", str(write(tmp_path, text)), cwd=tmp_path), code=2,
+                         cause="'fp8', not one of", fix="use a value the runtime accepts")
+
+
+def test_rule_no_candidate_can_satisfy(tmp_path: Path) -> None:
+    text = GOOD.replace("mem-fraction-static <= 0.97", "mem-fraction-static > max-running-requests")
+    path = write(tmp_path, text)
+    err = assert_one_paragraph(run_cli("space", "show", str(path), cwd=tmp_path), code=2,
+                               cause="no candidate of the space can satisfy rule", fix="fix the rule")
+    assert f"{path}:{line_of(text, 'mem-fraction-static > max-running-requests')}:" in err
+
+
+def test_bad_probe_headroom(tmp_path: Path) -> None:
+    text = GOOD + "probes:\n  headroom_floor_mib: -512\n"
+    assert_one_paragraph(run_cli("space", "check", str(write(tmp_path, text)), cwd=tmp_path), code=2,
+                         cause="headroom_floor_mib = -512 is below the minimum", fix="fix the value")
+
+
+def test_unknown_space_name_and_missing_file(tmp_path: Path) -> None:
+    assert_one_paragraph(run_cli("space", "show", "generic-sglng", cwd=tmp_path), code=2,
+                         cause="no shipped search space named 'generic-sglng'", fix="did you mean 'generic-sglang'?")
+    assert_one_paragraph(run_cli("space", "check", str(tmp_path / "nope.yaml"), cwd=tmp_path), code=2,
+                         cause="does not exist", fix="give an existing YAML file")
+
+
+def test_generic_space_without_a_model(tmp_path: Path) -> None:
+    assert_one_paragraph(run_cli("space", "check", "generic-sglang", cwd=tmp_path), code=2,
+                         cause="names no model", fix="--model PATH")
+    proc = run_cli("space", "show", "generic-sglang", "--model", "/models/local", cwd=tmp_path)
+    assert proc.returncode == 0 and "--model-path /models/local" in proc.stdout
+
+
+def test_runtime_python_that_does_not_exist(tmp_path: Path) -> None:
+    assert_one_paragraph(run_cli("space", "check", "qwen3.8-27b-nvfp4-rtx5090", "--runtime-python",
+                                 str(tmp_path / "no-venv" / "python"), cwd=tmp_path), code=4,
+                         cause="cannot run", fix="python of a venv where sglang is installed")
+
+
+@pytest.mark.sglang
+def test_unknown_flag_against_the_installed_runtime(tmp_path: Path) -> None:
+    python = os.environ.get("ELSA_SGLANG_PYTHON")
+    if not python:
+        pytest.skip("set ELSA_SGLANG_PYTHON to a python with sglang==0.5.23 installed")
+    good = run_cli("space", "check", "qwen3.8-27b-nvfp4-rtx5090", "--runtime-python", python, cwd=tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert f"the --help of {python}" in good.stdout
+    text = GOOD.replace("enable-mixed-chunk: true", "enable-mixed-chunks: true")
+    assert_one_paragraph(run_cli("space", "check", str(write(tmp_path, text)), "--runtime-python", python,
+                                 cwd=tmp_path), code=2,
+                         cause="--enable-mixed-chunks, which the runtime does not have",
+                         fix="did you mean --enable-mixed-chunk?")
