@@ -139,6 +139,7 @@ class ABResult:
     policy: GatePolicy
     boundaries: Mapping[str, Any]
     seed: int
+    context: Mapping[str, str] = field(default_factory=dict)   # runtime, model, GPU the numbers are about
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -148,11 +149,16 @@ class ABResult:
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": self.schema_version, "verdict": self.verdict.to_dict(),
                 "samples": [s.to_dict() for s in self.samples], "schedule": self.schedule.to_dict(),
-                "policy": self.policy.to_dict(), "boundaries": dict(self.boundaries), "seed": self.seed}
+                "policy": self.policy.to_dict(), "boundaries": dict(self.boundaries), "seed": self.seed,
+                "context": dict(self.context)}
 
 
-def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int) -> ABResult:
-    """Boot both arms in seeded ABBA·BAAB blocks, deciding at each look, until a decision or the cap."""
+def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
+           context: Mapping[str, str] | None = None) -> ABResult:
+    """Boot both arms in seeded ABBA·BAAB blocks, deciding at each look, until a decision or the cap.
+
+    ``context`` names the runtime, model and GPU the boots ran on; it is stored with the result.
+    """
     schedule = abba_baab(policy.looks[-1], rng_seed)
     bounds = policy.boundaries()
     samples: list[BootSample] = []
@@ -173,9 +179,10 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int) -> ABResult:
     if verdict is None:  # unreachable: the last slot always completes the last look
         raise RuntimeError("the schedule ended without a look")
     run = schedule.truncated(len(samples))
-    verdict = replace(verdict, extra={**verdict.extra, "order": run.letters(), "schedule_seed": rng_seed})
+    verdict = replace(verdict, extra={**verdict.extra, "order": run.letters(), "schedule_seed": rng_seed,
+                                      "context": dict(context or {})})
     return ABResult(verdict=verdict, samples=tuple(samples), schedule=run, policy=policy,
-                    boundaries=bounds.to_dict(), seed=rng_seed)
+                    boundaries=bounds.to_dict(), seed=rng_seed, context=dict(context or {}))
 
 
 def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], policy: GatePolicy, look: int,
