@@ -11,6 +11,7 @@ never a measurement of real hardware.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -69,7 +70,8 @@ class DraftProfile:
     ``private_vocab_gb`` is the embedding + output-head copy a stock runtime keeps for the draft (seed 000: ~2 GB)
     until a technique shares them. ``acceptance`` is the per-token acceptance probability of a chain draft by
     content regime; the mean accepted length of a topk-1 chain of ``k`` steps is ``(1 - p**(k+1)) / (1 - p)``
-    (the bonus token included).
+    (the bonus token included). ``prefill_workspace_gb_per_100k`` is what the draft needs outside the pools while
+    the prompt is read (the target's hidden states it consumes), per 100K tokens of context.
     """
 
     weights_gb: float
@@ -82,6 +84,7 @@ class DraftProfile:
     default_steps: tuple[int, int, int] = (3, 1, 4)
     acceptance: Mapping[str, float] = field(default_factory=dict)
     topk_bonus: float = 0.04
+    prefill_workspace_gb_per_100k: float = 0.0
 
     def accept_length(self, regime: str, steps: int, topk: int = 1) -> float:
         """Mean accepted tokens per verify step (bonus included) for a chain of ``steps`` draft tokens."""
@@ -236,6 +239,7 @@ class TechniqueEffect:
     regime: Mapping[str, float] = field(default_factory=dict)
     acceptance_factor: float = 1.0
     draft_step_factor: float = 1.0
+    batch_compute_factor: float = 1.0
     static_gb: float = 0.0
     outside_gb: float = 0.0
     draft_weights_factor: float = 1.0
@@ -308,6 +312,16 @@ class MemoryRules:
 
 
 @dataclass(frozen=True)
+class NamedConfig:
+    """A launch configuration a seed describes (e.g. ``stock``, ``elsa-1.7``): flags and env, with its source."""
+
+    name: str
+    flags: Mapping[str, FlagValue]
+    env: Mapping[str, str]
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class SimProfile:
     """Everything the simulated SGLang needs: card, model, techniques, noise and the runtime version it mimics."""
 
@@ -319,8 +333,16 @@ class SimProfile:
     memory_rules: MemoryRules = MemoryRules()
     runtime_version: str = "0.5.23"
     base_flags: Mapping[str, FlagValue] = field(default_factory=dict)
+    configs: Mapping[str, NamedConfig] = field(default_factory=dict)
     source: str = ""
     schema_version: int = SCHEMA_VERSION
+
+    def config(self, name: str) -> NamedConfig:
+        """A named launch configuration of this profile (``ConfigError`` naming the known ones)."""
+        if name not in self.configs:
+            raise ConfigError(f"profile {self.name} has no config {name!r}",
+                              remedy=f"use one of: {', '.join(sorted(self.configs)) or '(none)'}")
+        return self.configs[name]
 
     def active_techniques(self, flags: Mapping[str, FlagValue], env: Mapping[str, str],
                           spec_on: bool) -> tuple[TechniqueEffect, ...]:
@@ -352,10 +374,41 @@ def load_profile(name_or_path: str | Path) -> SimProfile:
         rules = MemoryRules(**(data.get("memory_rules") or {}))
         return SimProfile(name=str(data.get("name", path.stem)), card=card, model=model, techniques=techniques,
                           noise=noise, memory_rules=rules, runtime_version=str(data.get("runtime_version", "0.5.23")),
-                          base_flags=MappingProxyType(dict(data.get("base_flags") or {})), source=str(path))
+                          base_flags=MappingProxyType(dict(data.get("base_flags") or {})),
+                          configs=MappingProxyType(_configs(data.get("configs") or {})), source=str(path))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"sim profile {path}: {exc!r}",
                           remedy="compare the file with a shipped profile in runtime/sim/profiles/") from exc
+
+
+def _configs(data: Mapping[str, Any]) -> dict[str, NamedConfig]:
+    """Named configs; ``extends: other`` starts from another config's flags and env."""
+    out: dict[str, NamedConfig] = {}
+
+    def build(name: str, seen: tuple[str, ...] = ()) -> NamedConfig:
+        if name in out:
+            return out[name]
+        if name in seen or name not in data:
+            raise ValueError(f"config {name!r} is unknown or extends itself")
+        raw = data[name] or {}
+        flags: dict[str, FlagValue] = {}
+        env: dict[str, str] = {}
+        if raw.get("extends"):
+            parent = build(str(raw["extends"]), (*seen, name))
+            flags.update(parent.flags)
+            env.update(parent.env)
+        for key, value in (raw.get("flags") or {}).items():
+            if value is None:
+                flags.pop(key, None)
+            else:
+                flags[str(key)] = value
+        env.update({str(k): str(v) for k, v in (raw.get("env") or {}).items()})
+        out[name] = NamedConfig(name, MappingProxyType(flags), MappingProxyType(env), str(raw.get("note", "")))
+        return out[name]
+
+    for name in data:
+        build(str(name))
+    return out
 
 
 def _resolve(name_or_path: str | Path) -> Path:
@@ -388,17 +441,30 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
+def _numbers(data: Mapping[str, Any], text_fields: tuple[str, ...]) -> dict[str, Any]:
+    """YAML 1.1 reads ``19.96e9`` (no exponent sign) as text: take such scalars as numbers."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, str) and key not in text_fields:
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        out[key] = value
+    return out
+
+
 def _card(data: Mapping[str, Any]) -> CardProfile:
-    return CardProfile(**{k: v for k, v in data.items() if k != "schema_version"})
+    fields = _numbers(data, ("name", "sm", "uuid"))
+    return CardProfile(**{k: v for k, v in fields.items() if k != "schema_version"})
 
 
 def _model(data: Mapping[str, Any]) -> ModelProfile:
-    fields = {k: v for k, v in data.items() if k not in ("schema_version", "draft")}
+    fields = {k: v for k, v in _numbers(data, ("name", "served_name", "default_kv_dtype", "default_ssm_dtype")).items()
+              if k not in ("schema_version", "draft")}
     for key in ("weights_gb", "kv_bytes_per_token", "ssm_bytes_per_slot"):
         fields[key] = MappingProxyType(dict(fields.get(key) or {}))
     draft = data.get("draft")
     if draft:
-        d = dict(draft)
+        d = _numbers(draft, ())
         d["default_steps"] = tuple(d.get("default_steps", (3, 1, 4)))
         d["acceptance"] = MappingProxyType(dict(d.get("acceptance") or {}))
         fields["draft"] = DraftProfile(**d)
