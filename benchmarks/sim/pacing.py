@@ -6,7 +6,8 @@ times, from ``/server_info``'s ``simulated.pacing``) with what the clients recei
 token rate, and the timing error of deliveries (how late each step's tokens left the server) and of the
 client-side inter-chunk gaps. ``--speedup`` runs simulated time faster to find the head-room.
 
-    python benchmarks/sim/pacing.py --profile rtx5090-qwen3.6-35b-a3b-nvfp4 --streams 12 --speedup 1 2 4
+    python benchmarks/sim/pacing.py --profile rtx5090-qwen3.6-35b-a3b-nvfp4 --config elsa-1.7 --streams 12 \
+        --speedup 1 2 4
 """
 
 from __future__ import annotations
@@ -166,11 +167,14 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=1024, help="completion tokens per stream")
     parser.add_argument("--speedup", type=float, nargs="+", default=[1.0])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--config", default="elsa-1.7", help="the profile's named configuration (--sim-config)")
     parser.add_argument("--flags", default="", help="extra SGLang flags for the server, as one string")
     args = parser.parse_args()
-    rows = [run(args.profile, s, args.streams, args.prompt_tokens, args.tokens, args.seed, args.flags.split())
+    extra = [*(["--sim-config", args.config] if args.config else []), *args.flags.split()]
+    rows = [run(args.profile, s, args.streams, args.prompt_tokens, args.tokens, args.seed, extra)
             for s in args.speedup]
-    print(f"simulated server pacing — profile {args.profile}, {args.streams} streams × {args.tokens} tokens "
+    print(f"simulated server pacing — profile {args.profile} ({args.config}), {args.streams} streams × "
+          f"{args.tokens} tokens "
           f"(a simulation, not a measurement of real hardware)")
     head = (f"{'speedup':>7} {'tokens':>7} {'wall s':>7} {'target tok/s':>12} {'achieved':>9} {'error':>7} "
             f"{'late p50 ms':>11} {'late p99 ms':>11} {'ITL p50 ms':>10} {'ITL p99 ms':>10} {'server CPU':>10}")

@@ -58,8 +58,10 @@ def flag_by_name(name: str) -> FlagSpec | None:
     return _BY_OPTION.get(f"--{name.lstrip('-')}")
 
 
-def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
+def add_sglang_arguments(parser: argparse.ArgumentParser, *, require_model: bool = True) -> None:
     """Add every SGLang flag to ``parser`` with its default suppressed, so the namespace holds only what was given.
+
+    ``--model-path`` is required as in SGLang unless ``require_model`` is false.
 
     ``resolve_defaults`` fills the rest; ``requested_flags`` turns the namespace into ``Candidate``-style flags.
     """
@@ -78,7 +80,7 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
                 kwargs["nargs"] = spec.nargs
             if spec.choices is not None:
                 kwargs["choices"] = _typed_choices(spec)
-        if spec.dest == "model_path":
+        if spec.dest == "model_path" and require_model:
             kwargs["required"] = True
         parser.add_argument(*spec.names, **kwargs)
 

@@ -46,7 +46,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                        help="a TruthWorkload as JSON text or a JSON file (see runtime/sim/truth.py)")
     truth.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="an environment variable of the launch (repeatable)")
-    sglang_flags.add_sglang_arguments(truth)
+    sglang_flags.add_sglang_arguments(truth, require_model=False)
     truth.set_defaults(func=_truth)
 
     profiles = sub.add_parser("profiles", help="list the shipped simulation profiles")
@@ -56,11 +56,36 @@ def register(parser: argparse.ArgumentParser) -> None:
 def _sim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-profile", required=True, metavar="NAME_OR_PATH",
                         help="a shipped profile name (elsa-tune sim profiles) or a profile YAML")
+    parser.add_argument("--sim-config", default=None, metavar="NAME",
+                        help="start from one of the profile's named configurations (flags and env, e.g. elsa-1.7); "
+                             "flags on the command line win")
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The SGLang arguments given on the command line, over those of ``--sim-config`` (by ``ServerArgs`` field)."""
     known = {spec.dest for spec in sglang_flags.sglang_flags()}
-    return {k: v for k, v in vars(args).items() if k in known}
+    given = {k: v for k, v in vars(args).items() if k in known}
+    if not args.sim_config:
+        return given
+    base: dict[str, Any] = {}
+    for name, value in _config(args).flags.items():
+        spec = sglang_flags.flag_by_name(name)
+        if spec is None:
+            raise ConfigError(f"--sim-config {args.sim_config}: unknown flag {name!r}",
+                              remedy="fix the profile's configs section")
+        if value is not None and value is not False:
+            base[spec.dest] = value
+    return {**base, **given}
+
+
+def _config_env(args: argparse.Namespace) -> dict[str, str]:
+    return dict(_config(args).env) if args.sim_config else {}
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from elsa_tune.runtime.sim.profile import load_profile
+
+    return load_profile(args.sim_profile).config(args.sim_config)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -70,11 +95,12 @@ def _serve(args: argparse.Namespace) -> int:
     options = SimOptions(profile=args.sim_profile, server_args=sglang_flags.resolve_defaults(given),
                          flags=sglang_flags.requested_flags(given), seed=args.sim_seed, fault=args.sim_fault,
                          speedup=args.sim_speedup, card_dir=args.sim_card_dir, argv=tuple(sys.argv),
-                         env=dict(os.environ))
+                         env={**os.environ, **_config_env(args)})
     return int(serve(options))
 
 
 def _truth(args: argparse.Namespace) -> int:
+    from elsa_tune.runtime.sim.engine import SimRequest
     from elsa_tune.runtime.sim.profile import load_profile
     from elsa_tune.runtime.sim.truth import TruthWorkload, truth
 
@@ -87,10 +113,14 @@ def _truth(args: argparse.Namespace) -> int:
                           remedy='pass e.g. --workload \'{"concurrency": 8, "input_tokens": [1024], '
                                  '"output_tokens": [1024]}\'') from exc
     try:
-        workload = TruthWorkload(**data)
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        if "requests" in fields:
+            fields["requests"] = tuple(SimRequest(**{**r, "block_hashes": tuple(r.get("block_hashes", ()))})
+                                       for r in fields["requests"])
+        workload = TruthWorkload(**fields)
     except TypeError as exc:
         raise ConfigError(f"--workload: {exc}", remedy="use the fields of runtime/sim/truth.py TruthWorkload") from exc
-    env = {}
+    env = _config_env(args)
     for item in args.env:
         name, sep, value = item.partition("=")
         if not sep:
