@@ -82,7 +82,7 @@ def _flag_sets(space: SearchSpace) -> Iterator[Mapping[str, FlagValue]]:
     attempts += [({p.name: p.sample(rng) for p in space.parameters}, ()) for _ in range(SAMPLES)]
     for values, techniques in attempts:
         try:
-            flags, _, _ = space._assemble(values, techniques)
+            flags, _, _ = space.assemble_flags(values, techniques)
         except (DerivationError, RuleViolation):
             continue
         yield flags
@@ -111,7 +111,7 @@ def _check_satisfiable(space: SearchSpace) -> None:
 
 def _check_baseline(space: SearchSpace) -> None:
     try:
-        flags, _, _ = space._assemble({}, ())
+        flags, _, _ = space.assemble_flags({}, ())
     except DerivationError as exc:
         line = next((d.line for d in space.derived if f"{d.flag!r}" in exc.message), None)
         raise SpaceError(f"the baseline cannot be built: {exc.message}", path=space.path, line=line,
@@ -127,7 +127,7 @@ def _check_techniques(space: SearchSpace) -> None:
         if not technique.screen:
             continue
         try:
-            flags, _, _ = space._assemble({}, (technique.name,))
+            flags, _, _ = space.assemble_flags({}, (technique.name,))
         except ConfigError as exc:
             raise SpaceError(f"technique {technique.name!r} cannot be applied to the baseline: {exc.message}",
                              path=space.path, line=technique.line, remedy=exc.remedy or

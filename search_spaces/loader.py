@@ -10,7 +10,9 @@ and a seeded random sample).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import hashlib
 import shlex
 from collections.abc import Iterator, Mapping
 from importlib import resources
@@ -149,7 +151,7 @@ def parse_space(text: str, path: str) -> SearchSpace:
         raise SpaceError("a search space must be a YAML mapping (name:, model:, base:, parameters:, ...)",
                          path=path, line=1, remedy="start from a shipped space: `elsa-tune space show generic-sglang`")
     try:
-        space = _Parser(data).space(path)
+        space = _Parser(data).space(path, hashlib.sha256(text.encode()).hexdigest())
     except _Problem as exc:
         raise SpaceError(str(exc), path=path, line=exc.line, remedy=_remedy(str(exc))) from exc
     check_space(space)
@@ -171,7 +173,7 @@ class _Parser:
     def __init__(self, data: LineMap) -> None:
         self.data = data
 
-    def space(self, path: str) -> SearchSpace:
+    def space(self, path: str, digest: str) -> SearchSpace:
         d = self.data
         _keys(d, self.TOP)
         version = d.get("schema_version", SCHEMA_VERSION)
@@ -197,7 +199,7 @@ class _Parser:
             techniques=tuple(self.technique(n, t, _map(d, "techniques")) for n, t in _map(d, "techniques").items()),
             objectives=self.objectives(d), guardrails=self.guardrails(_map(d, "guardrails")),
             probes=self.probes(_map(d, "probes")), budget=self.budget(_map(d, "budget")),
-            base_lines=dict(_map(base, "flags").key_lines),
+            base_lines=dict(_map(base, "flags").key_lines), digest=digest,
         )
 
     def model(self, m: LineMap) -> ModelSpec:
@@ -286,7 +288,7 @@ class _Parser:
         problem = param.problem(baseline)
         if problem:
             raise _Problem(f"parameter {name!r}: baseline {problem}", spec.key_lines.get("baseline", line))
-        return Parameter(**{**param.__dict__, "baseline": param.coerce(baseline)})
+        return dataclasses.replace(param, baseline=param.coerce(baseline))
 
     def derived(self, d: LineMap) -> Iterator[Derived]:
         for flag, spec in d.items():

@@ -159,6 +159,7 @@ class SearchSpace:
     probes: ProbeSettings = ProbeSettings()
     budget: Budget = Budget()
     base_lines: Mapping[str, int] = field(default_factory=dict)
+    digest: str = ""  # sha256 of the YAML text: which exact file a study ran
     schema_version: int = SCHEMA_VERSION
 
     # ---- candidates --------------------------------------------------------------------------------
@@ -282,7 +283,7 @@ class SearchSpace:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able summary (for reports and ``space show --json``)."""
         return {
-            "schema_version": self.schema_version, "name": self.name, "path": self.path,
+            "schema_version": self.schema_version, "name": self.name, "path": self.path, "digest": self.digest,
             "description": self.description, "model": dataclasses.asdict(self.model), "gpu": self.gpu,
             "runtime": dataclasses.asdict(self.runtime), "base_flags": dict(self.base_flags),
             "base_env": dict(self.base_env), "parameters": [p.to_dict() for p in self.parameters],
@@ -299,7 +300,7 @@ class SearchSpace:
     # ---- building ----------------------------------------------------------------------------------
 
     def _build(self, values: Mapping[str, Value], techniques: Sequence[str], label: str | None) -> Candidate:
-        flags, env, chosen = self._assemble(values, techniques)
+        flags, env, chosen = self.assemble_flags(values, techniques)
         label = label if label is not None else _label(self, chosen, techniques)
         violations: list[Violation] = check_rules(self.rules, flags)
         if violations:
@@ -308,9 +309,9 @@ class SearchSpace:
         return Candidate(flags={k: v for k, v in flags.items() if v is not None and v is not False}, env=env,
                          label=label)
 
-    def _assemble(self, values: Mapping[str, Value],
-                  techniques: Sequence[str]) -> tuple[dict[str, FlagValue], dict[str, str], dict[str, Value]]:
-        """Flags, env and parameter values of a candidate before the rules are checked."""
+    def assemble_flags(self, values: Mapping[str, Value], techniques: Sequence[str] = (),
+                       ) -> tuple[dict[str, FlagValue], dict[str, str], dict[str, Value]]:
+        """Flags, env and parameter values of a candidate before the rules are checked (no model needed)."""
         flags: dict[str, FlagValue] = dict(self.base_flags)
         env: dict[str, str] = dict(self.base_env)
         if self.model.path is not None:

@@ -260,3 +260,11 @@ def test_error_message_names_file_and_line(tmp_path: Path) -> None:
     text = VALID.replace("    baseline: 2\n", "    baselin: 2\n")
     err = error_of(tmp_path, text)
     assert str(err).startswith(f"{tmp_path / 'space.yaml'}:{line_of(text, 'baselin:')}: ")
+
+
+def test_digest_identifies_the_file_content(tmp_path: Path) -> None:
+    a = load_space(write(tmp_path, VALID, "a.yaml"))
+    b = load_space(write(tmp_path, VALID, "b.yaml"))
+    c = load_space(write(tmp_path, VALID.replace("baseline: 3", "baseline: 4"), "c.yaml"))
+    assert len(a.digest) == 64 and a.digest == b.digest != c.digest
+    assert a.to_dict()["digest"] == a.digest
