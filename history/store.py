@@ -36,9 +36,13 @@ from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
 
 from elsa_tune.errors import HistoryError
+from elsa_tune.history.decision import DecisionRecord
+from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.heartbeat import Heartbeat
+from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.records import BootRecord, TrialRecord, TrialState
 from elsa_tune.history.run_dir import BootSlot, History, RunDir
+from elsa_tune.history.study_record import StudyRecord
 from elsa_tune.runtime.failure import Failure
 
 log = logging.getLogger(__name__)
@@ -117,6 +121,41 @@ class StudyStore:
 
     def load(self) -> History:
         return self.files.load()
+
+    def record_decision(self, decision: DecisionRecord) -> Path:
+        """Write a keep/reject decision (``decisions/<nnnn>-<technique>.json``) atomically."""
+        path: Path = self.files.write_decision(decision)
+        return path
+
+    def next_decision_number(self) -> int:
+        number: int = self.files.next_decision_number()
+        return number
+
+    def write_study(self, study: StudyRecord) -> Path:
+        """Rewrite ``study.json`` atomically; refuses a record whose setup differs from the stored one."""
+        self.check_fingerprint(study.fingerprint)
+        path: Path = self.files.write_study(study)
+        return path
+
+    def read_study(self) -> StudyRecord | None:
+        record: StudyRecord | None = self.files.read_study()
+        return record
+
+    def check_fingerprint(self, fingerprint: Fingerprint) -> None:
+        """Refuse to continue a study in this folder on another setup (numbers would not be comparable)."""
+        stored = self.files.read_study()
+        if stored is None or stored.fingerprint.key() == fingerprint.key():
+            return
+        changes = stored.fingerprint.differences(fingerprint) or [
+            f"{k}: {v} → {fingerprint.to_dict()[k]}" for k, v in stored.fingerprint.to_dict().items()
+            if fingerprint.to_dict().get(k) != v]
+        raise HistoryError(f"{self.files.path} holds a study measured on another setup ({'; '.join(changes)})",
+                           remedy="start a new study in a fresh run directory (--out); the ledger is shared")
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger shared by the studies of this run directory's parent folder."""
+        return Ledger.for_run_dir(self.files.path)
 
     # ---- Optuna -------------------------------------------------------------------------------------
 

@@ -8,13 +8,14 @@ under load, a kept page size, and a confirmation of the winner against the basel
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import optuna
 
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.fingerprint import Fingerprint
-from elsa_tune.history.ledger import Ledger, LedgerEntry
+from elsa_tune.history.ledger import LedgerEntry
 from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Covariates, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import NoiseReport, PhaseSpan, StudyRecord, StudyStatus
@@ -76,8 +77,10 @@ class HistoryBuilder:
         model_dir = root / "models" / "qwen"
         model_dir.mkdir(parents=True, exist_ok=True)
         (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen3_next", "layers": 48}))
-        self.fp = fingerprint(model_dir)
         self.run_dir = root / "runs" / STUDY
+        stored = self.run_dir / "study.json"
+        self.fp = (Fingerprint.from_dict(json.loads(stored.read_text())["fingerprint"]) if stored.exists()
+                   else fingerprint(model_dir))
         self.store = StudyStore(self.run_dir, name=STUDY, heartbeat_interval=None)
         self.clock = T0
         self.decision_number = 0
@@ -107,7 +110,7 @@ class HistoryBuilder:
                                 flags_delta=flags, verdict=verdict, failure=failure, ignored=ignored, skipped=skipped,
                                 boots_incumbent=tuple(incumbent), boots_candidate=tuple(candidate),
                                 decided_at=self.clock)
-        self.store.files.write_decision(record)
+        self.store.record_decision(record)
         return record
 
 
@@ -117,10 +120,16 @@ def verdict(decision: Decision, effect: float, low: float, high: float, n: int, 
                    guardrails=(GuardrailResult("ttft_p50", True, 0.97, 0.9, 1.05, 1.10),), extra=extra)
 
 
+def copy_history(template: HistoryBuilder, root: Path) -> HistoryBuilder:
+    """A private copy of a built history (building one costs seconds on a loaded machine)."""
+    shutil.copytree(template.root, root, dirs_exist_ok=True)
+    return HistoryBuilder(root)
+
+
 def build_history(root: Path) -> HistoryBuilder:
     """A complete, finished study with its ledger. Returns the builder (``run_dir``, ``store``, ``fp``)."""
     h = HistoryBuilder(root)
-    ledger = Ledger.for_run_dir(h.run_dir)
+    ledger = h.store.ledger
     clamp = Adjustment("max-running-requests", 4, 2, "max_running_requests=2", "mamba slots")
     base_ids = [h.boot(BASELINE, Phase.BASELINE, Arm.INCUMBENT, BootOutcome.MEASURED,
                        values=[142.0 + i, 162.6 - i, 161.0 + i, 163.2],
@@ -196,7 +205,7 @@ def build_history(root: Path) -> HistoryBuilder:
         if d.phase is not Phase.CONFIRMATION:
             ledger.append(LedgerEntry.from_decision(d, h.fp, run_dir=h.run_dir))
 
-    h.store.files.write_study(StudyRecord(
+    h.store.write_study(StudyRecord(
         name=STUDY, fingerprint=h.fp, started_at=T0, updated_at=h.clock, baseline=BASELINE, incumbent=WINNER,
         budget_s=8 * 3600.0, status=StudyStatus.FINISHED,
         phases=(PhaseSpan("baseline", T0, T0 + 720, 3600, 3), PhaseSpan("screening", T0 + 720, T0 + 3120, 10800, 13),

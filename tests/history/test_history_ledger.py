@@ -5,7 +5,7 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
-from elsa_history_factory import build_history, fingerprint
+from elsa_history_factory import HistoryBuilder, fingerprint
 
 from elsa_tune.errors import HistoryError
 from elsa_tune.history.decision import DecisionRecord
@@ -26,8 +26,8 @@ def _entry(technique: str, fp: Fingerprint, decision: Decision = Decision.REJECT
                        ci_high=0.98, boots=8)
 
 
-def test_study_ledger_sits_beside_the_run_dirs(tmp_path: Path) -> None:
-    h = build_history(tmp_path)
+def test_study_ledger_sits_beside_the_run_dirs(history: HistoryBuilder) -> None:
+    h = history
     ledger = Ledger.for_run_dir(h.run_dir)
     assert Path(ledger.backend.source) == h.run_dir.parent / "ledger.jsonl"
     assert isinstance(ledger.backend, LedgerBackend)
@@ -45,8 +45,8 @@ def test_study_ledger_sits_beside_the_run_dirs(tmp_path: Path) -> None:
         assert len(Ledger.at(where).entries()) == 5
 
 
-def test_rejected_for_same_fingerprint_and_reopened_for_a_new_one(tmp_path: Path) -> None:
-    h = build_history(tmp_path)
+def test_rejected_for_same_fingerprint_and_reopened_for_a_new_one(history: HistoryBuilder) -> None:
+    h = history
     ledger = Ledger.for_run_dir(h.run_dir)
     rejected = ledger.rejected_for(h.fp)
     assert set(rejected) == {"hicache", "mixed-chunk", "attention-backend triton", "fused-qk-norm-rope"}

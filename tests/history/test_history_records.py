@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from elsa_history_factory import BASELINE, build_history, verdict
+from elsa_history_factory import BASELINE, HistoryBuilder, verdict
 
 from elsa_tune.errors import HistoryError
 from elsa_tune.history.decision import DecisionRecord, Kept
@@ -16,9 +16,9 @@ from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import Failure, FailureKind
 
 
-@pytest.fixture(scope="module")
-def history_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_history(tmp_path_factory.mktemp("records")).run_dir
+@pytest.fixture
+def history_dir(history_template: HistoryBuilder) -> Path:
+    return history_template.run_dir
 
 
 def test_every_record_round_trips_through_json(history_dir: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from elsa_history_factory import BASELINE, STUDY, build_history
+from elsa_history_factory import BASELINE, STUDY, HistoryBuilder, fingerprint
 
 from elsa_tune.errors import HistoryError
 from elsa_tune.history.records import TrialState
@@ -62,8 +62,8 @@ def _kill(proc: subprocess.Popen[str]) -> str:
     return err
 
 
-def test_store_round_trip_and_registry(tmp_path: Path) -> None:
-    h = build_history(tmp_path)
+def test_store_round_trip_and_registry(history: HistoryBuilder) -> None:
+    h = history
     history = h.store.load()
     registered = h.store.registered_boots()
     assert set(registered) == {b.boot_id for b in history.boots}
@@ -71,8 +71,8 @@ def test_store_round_trip_and_registry(tmp_path: Path) -> None:
     assert (h.run_dir / "study.db").is_file()
 
 
-def test_crashed_candidate_is_an_infeasible_complete_trial(tmp_path: Path) -> None:
-    h = build_history(tmp_path)
+def test_crashed_candidate_is_an_infeasible_complete_trial(history: HistoryBuilder) -> None:
+    h = history
     study = h.store.create_or_load_study(f"{STUDY}-search", ["maximize"])
     trials = study.get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
@@ -123,8 +123,8 @@ def test_result_written_but_never_told_is_recovered(tmp_path: Path) -> None:
     assert fresh.reconcile(study).recovered_trials == ()    # idempotent
 
 
-def test_boots_written_before_a_crash_are_registered_on_resume(tmp_path: Path) -> None:
-    h = build_history(tmp_path)
+def test_boots_written_before_a_crash_are_registered_on_resume(history: HistoryBuilder) -> None:
+    h = history
     registry = h.store._registry_id
     gone = h.store.load().boots[-1].boot_id
     # drop a registry row, as if the process died between boot.json and the Optuna write
@@ -163,6 +163,7 @@ def test_sigkill_while_writing_boots_loses_no_finished_boot(tmp_path: Path) -> N
     assert store.new_boot("after").number > max(b.boot_number for b in history.boots)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_killed_trial_is_failed_after_the_grace_period(tmp_path: Path) -> None:
     run = tmp_path / "run"
@@ -212,3 +213,15 @@ def test_failure_without_values_is_infeasible(tmp_path: Path) -> None:
     trial.suggest_float("mem-fraction-static", 0.8, 0.97)
     rec = store.record_trial_result(study, trial, values=None)
     assert rec.state is TrialState.FAILED and study.trials[-1].state is optuna.trial.TrialState.FAIL
+
+
+def test_a_study_folder_refuses_another_setup(history: HistoryBuilder) -> None:
+    h = history
+    study = h.store.read_study()
+    assert study is not None
+    h.store.write_study(study)                      # same setup: fine
+    other = fingerprint(h.root / "models" / "qwen", driver="625.01")
+    with pytest.raises(HistoryError, match=r"driver: 620\.70 → 625\.01") as caught:
+        h.store.write_study(type(study).from_dict({**study.to_dict(), "fingerprint": other.to_dict()}))
+    assert "fresh run directory" in caught.value.remedy
+    assert h.store.next_decision_number() == len(h.store.load().decisions) + 1

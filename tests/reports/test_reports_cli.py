@@ -4,14 +4,14 @@ import json
 from pathlib import Path
 
 import pytest
-from elsa_history_factory import XSS, build_history
+from elsa_history_factory import XSS, HistoryBuilder, copy_history
 
 from elsa_tune.tuner.cli import main
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_history(tmp_path_factory.mktemp("cli")).run_dir
+def run_dir(history_template: HistoryBuilder, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_history(history_template, tmp_path_factory.mktemp("cli")).run_dir
 
 
 def test_report_command_writes_outputs(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from elsa_history_factory import WINNER, XSS, build_history, gpu_state
+from elsa_history_factory import WINNER, XSS, HistoryBuilder, copy_history, gpu_state
 
 from elsa_tune.reports.build import Outputs, write_outputs
 from elsa_tune.reports.deploy import launch_script, server_argv
@@ -19,8 +19,8 @@ from elsa_tune.reports.model import build_report
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory: pytest.TempPathFactory) -> Outputs:
-    h = build_history(tmp_path_factory.mktemp("reports"))
+def outputs(history_template: HistoryBuilder, tmp_path_factory: pytest.TempPathFactory) -> Outputs:
+    h = copy_history(history_template, tmp_path_factory.mktemp("reports"))
     return write_outputs(h.run_dir)
 
 
