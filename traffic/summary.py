@@ -225,8 +225,8 @@ def render_text(summary: TraceSummary) -> str:
         lines.append(f"sampling   {s.sampled_share:.0%} sampled (temperature > 0)")
     if s.requests_with_images:
         lines.append(f"images     {s.requests_with_images:,} requests carry images")
-    for key, value in s.recording.items():
-        lines.append(f"recorded   {key}: {_short(value)}")
+    if s.recording:
+        lines.extend(_recording_lines(s.recording))
     if s.breakers:
         lines.append("prefix-cache breakers (volatile content early in shared prompts):")
         for b in s.breakers:
@@ -250,9 +250,18 @@ def _without_nan(value: Any) -> Any:
     return value
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= 100 else text[:97] + "..."
+def _recording_lines(report: Mapping[str, Any]) -> list[str]:
+    """What a Prometheus recording saw before the synthesis (see ``recording.RecordingReport``)."""
+    def pct(key: str) -> str:
+        value = report.get(key)
+        return "unknown" if value is None else f"{value:.0%}"
+
+    days = ", ".join(f"{day} {count:,}" for day, count in report.get("busiest_days", [])[:3]) or "none"
+    return [f"recorded   {report.get('start')} → {report.get('end')} {report.get('selector') or '(all series)'}, "
+            f"arrivals from {report.get('arrival_metric')}",
+            f"           busiest days {days}; queued {pct('queued_share')} of the time",
+            f"           at peak: KV usage {pct('kv_usage_peak')}, Mamba usage {pct('mamba_usage_peak')}; "
+            f"prefix hit rate {pct('prefix_hit_rate_observed')}"]
 
 
 def _duration(seconds: float) -> str:
