@@ -366,7 +366,7 @@ class Engine:
 
     def _decode(self, aborted: dict[str, str]) -> StepResult:
         self._serve_crash(first_generation=False)
-        batch = self.running
+        batch = list(self.running)
         contexts = [live.req.input_tokens + live.generated for live in batch]
         seconds = self.perf.decode_step_s(len(batch), contexts)
         multiplier = sum(self.perf.regime_multiplier(live.req.regime) for live in batch) / len(batch)
