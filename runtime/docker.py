@@ -1,0 +1,301 @@
+"""``SGLangDocker``: boot SGLang in a Docker container through the docker SDK, check it, stop it.
+
+The container gets exactly one GPU, by UUID, as ``DeviceRequest(device_ids=[uuid], capabilities=[["gpu"]])``;
+its port 30000 is published on ``127.0.0.1`` only, on a free host port; the model folder and the
+Hugging Face cache are bind-mounted (the model read-only); ``shm_size`` is set, ``ipc_mode="host"`` is
+optional, and the container is never privileged. Its log is streamed into ``boot_dir/server.log``;
+ready means the ready line **and** ``GET /health`` 200. A failed boot and ``stop`` remove the
+container; ``stop`` then waits (bounded) through the ``GpuView`` for the memory to come back.
+
+Tested without a Docker engine: the test suite runs a real ``docker.DockerClient(base_url=...)``
+against a fake Docker Engine HTTP API (``tests/runtime/fake_docker_engine.py``) that records every
+request and runs a scripted fake SGLang as the "container", asserting the exact create payload
+(DeviceRequests, PortBindings, ShmSize, Privileged, Env, Binds) and the full runtime contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import httpx
+import requests
+from docker.types import DeviceRequest
+
+from elsa_tune.errors import BootFailed, RuntimeUnavailable
+from elsa_tune.runtime.classify import classify
+from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
+from elsa_tune.runtime.gpu import GpuView
+from elsa_tune.runtime.ports import free_port
+from elsa_tune.runtime.process import DEFAULT_LAUNCH, wait_memory_released
+from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
+from elsa_tune.runtime.server_log import LogTee
+from elsa_tune.runtime.startup_log import build_report
+from elsa_tune.search_spaces.candidate import Candidate
+
+log = logging.getLogger(__name__)
+
+CONTAINER_PORT = 30000
+_OWNED_FLAGS = ("host", "port")
+_NO_ENGINE = "start Docker (or set DOCKER_HOST), or use the process runtime"
+_ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
+
+
+@dataclass
+class _Boot:
+    container: Any
+    tee: LogTee
+    baseline_used: int | None
+    started: float
+    exit: Exit | None = None
+
+
+def _exit_code(container: Any) -> int | None:
+    state = container.attrs.get("State", {})
+    if state.get("Status") in ("exited", "dead"):
+        return int(state.get("ExitCode", 0))
+    return None
+
+
+def _as_signal_code(code: int | None) -> int | None:
+    """Docker reports a signal death as 128+N; the classifier speaks Popen's -N."""
+    return 128 - code if code is not None and 128 < code < 160 else code
+
+
+class SGLangDocker:
+    """The ``Runtime`` for SGLang in Docker. ``client`` (or ``base_url``) selects the engine."""
+
+    def __init__(self, image: str, gpu: GpuView | None = None, *, client: Any = None, base_url: str | None = None,
+                 launch: Sequence[str] = DEFAULT_LAUNCH, model_dir: Path | None = None, model_mount: str = "/model",
+                 hf_cache: Path | None = None, hf_cache_mount: str = "/root/.cache/huggingface",
+                 volumes: Mapping[str, str] | None = None, shm_size: str = "32g", ipc_host: bool = False,
+                 extra_env: Mapping[str, str] | None = None, boot_timeout_s: float = 900.0,
+                 stop_timeout_s: float = 30.0, memory_release_timeout_s: float = 60.0, health_timeout_s: float = 20.0,
+                 memory_margin_bytes: int = 512 << 20, poll_interval_s: float = 0.2,
+                 name_prefix: str = "elsa-tune") -> None:
+        self.image = image
+        self.gpu = gpu
+        self._client = client
+        self.base_url = base_url
+        self.launch = tuple(launch)
+        self.binds: dict[str, dict[str, str]] = {}
+        if model_dir is not None:
+            self.binds[str(model_dir)] = {"bind": model_mount, "mode": "ro"}
+        if hf_cache is not None:
+            self.binds[str(hf_cache)] = {"bind": hf_cache_mount, "mode": "rw"}
+        for host_path, container_path in (volumes or {}).items():
+            self.binds[host_path] = {"bind": container_path, "mode": "rw"}
+        self.shm_size = shm_size
+        self.ipc_host = ipc_host
+        self.extra_env = dict(extra_env or {})
+        self.boot_timeout_s = boot_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.memory_release_timeout_s = memory_release_timeout_s
+        self.health_timeout_s = health_timeout_s
+        self.memory_margin_bytes = memory_margin_bytes
+        self.poll_interval_s = poll_interval_s
+        self.name_prefix = name_prefix
+        self._boots: dict[str, _Boot] = {}
+
+    def client(self) -> Any:
+        """The docker client (created on first use); an unreachable engine is ``RuntimeUnavailable``."""
+        if self._client is None:
+            try:
+                self._client = (docker.DockerClient(base_url=self.base_url) if self.base_url
+                                else docker.from_env())
+            except _ENGINE_ERRORS as exc:
+                raise RuntimeUnavailable(f"the Docker engine cannot be reached: {exc}",
+                                         remedy=_NO_ENGINE) from exc
+        return self._client
+
+    def command(self, candidate: Candidate) -> list[str]:
+        """The container's command: launch + candidate flags + the host and port we own."""
+        flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}
+        return [*self.launch, *Candidate(flags=flags).argv(), "--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
+
+    def create_kwargs(self, candidate: Candidate, host_port: int, name: str) -> dict[str, Any]:
+        """Everything ``containers.create`` gets: no privileged mode, one GPU by UUID, port on 127.0.0.1."""
+        kwargs: dict[str, Any] = {
+            "image": self.image, "command": self.command(candidate), "name": name, "detach": True,
+            "environment": {**self.extra_env, **candidate.env, "PYTHONUNBUFFERED": "1"},
+            "ports": {f"{CONTAINER_PORT}/tcp": ("127.0.0.1", host_port)},
+            "volumes": self.binds, "shm_size": self.shm_size, "privileged": False,
+            "labels": {"elsa-tune.candidate": candidate.key(), "elsa-tune.label": candidate.label},
+        }
+        if self.gpu is not None:
+            kwargs["device_requests"] = [DeviceRequest(device_ids=[self.gpu.uuid], capabilities=[["gpu"]])]
+        if self.ipc_host:
+            kwargs["ipc_mode"] = "host"
+        return kwargs
+
+    # ---- start ------------------------------------------------------------------------------------
+
+    def start(self, candidate: Candidate, boot_dir: Path) -> Server:
+        """Create and start the container; return when ready or raise ``BootFailed`` (container removed)."""
+        client = self.client()
+        boot_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        name = f"{self.name_prefix}-{candidate.key()}-{port}"
+        kwargs = self.create_kwargs(candidate, port, name)
+        (boot_dir / "launch.json").write_text(json.dumps(
+            {"image": self.image, "command": kwargs["command"], "env": kwargs["environment"], "port": port,
+             "name": name, "gpu_uuid": self.gpu.uuid if self.gpu else None}, indent=2))
+        baseline = self.gpu.memory().used if self.gpu is not None else None
+        log_path = boot_dir / "server.log"
+        log_path.write_text("")
+        started_wall, started = time.time(), time.monotonic()
+        container = self._create(client, kwargs)
+        boot: _Boot | None = None
+        ready = False
+        try:
+            container.start()
+            tee = LogTee(self._log_stream(container), log_path)
+            tee.start()
+            boot = _Boot(container, tee, baseline, started)
+            base_url = f"http://127.0.0.1:{port}"
+            with httpx.Client(trust_env=False) as http:
+                self._wait_ready(boot, http, base_url, log_path)
+                info = self._server_info(http, base_url)
+            report = build_report(tee.text(), candidate, info)
+            (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+            ready = True
+        except _ENGINE_ERRORS as exc:
+            raise RuntimeUnavailable(f"the Docker engine failed while booting {name}: {exc}",
+                                     remedy="check `docker logs` and the engine; the container was removed") from exc
+        finally:
+            if not ready:
+                self._remove(container)
+        assert boot is not None
+        self._boots[container.id] = boot
+        return Server(candidate=candidate, base_url=base_url, port=port, boot_dir=boot_dir, log_path=log_path,
+                      report=report, started_at=started_wall, ready_at=time.time(), handle=container.id,
+                      gpu_uuid=self.gpu.uuid if self.gpu else None)
+
+    def _create(self, client: Any, kwargs: Mapping[str, Any]) -> Any:
+        try:
+            return client.containers.create(**kwargs)
+        except docker.errors.ImageNotFound as exc:
+            raise RuntimeUnavailable(f"the image {self.image!r} is not available: {exc.explanation or exc}",
+                                     remedy=f"docker pull {self.image} (or build it) before the study") from exc
+        except docker.errors.APIError as exc:
+            remedy = ("install the NVIDIA container toolkit so Docker can pass GPUs" if "gpu" in str(exc).lower()
+                      else "check the image, the mounts and the engine (the message above says what failed)")
+            raise RuntimeUnavailable(f"Docker refused to create the container: {exc.explanation or exc}",
+                                     remedy=remedy) from exc
+        except _ENGINE_ERRORS as exc:
+            raise RuntimeUnavailable(f"the Docker engine cannot be reached: {exc}", remedy=_NO_ENGINE) from exc
+
+    def _log_stream(self, container: Any) -> Iterable[bytes]:
+        try:
+            yield from container.logs(stream=True, follow=True)
+        except _ENGINE_ERRORS as exc:
+            log.debug("log stream of %s ended: %s", container.id[:12], exc)
+
+    def _wait_ready(self, boot: _Boot, http: httpx.Client, base_url: str, log_path: Path) -> None:
+        deadline = boot.started + self.boot_timeout_s
+        while True:
+            boot.container.reload()
+            code = _exit_code(boot.container)
+            if code is not None:
+                boot.tee.closed.wait(timeout=5.0)
+                failure = classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code),
+                                                                 elapsed_s=time.monotonic() - boot.started))
+                raise BootFailed(failure, log_path=str(log_path))
+            if boot.tee.ready.is_set() and self._healthy(http, base_url):
+                return
+            if time.monotonic() >= deadline:
+                failure = classify(boot.tee.text(), FailureHints(timed_out=True,
+                                                                 elapsed_s=time.monotonic() - boot.started))
+                raise BootFailed(failure, log_path=str(log_path))
+            boot.tee.ready.wait(timeout=self.poll_interval_s)
+
+    def _healthy(self, http: httpx.Client, base_url: str) -> bool:
+        try:
+            return http.get(f"{base_url}/health", timeout=self.health_timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _server_info(self, http: httpx.Client, base_url: str) -> dict[str, Any] | None:
+        try:
+            response = http.get(f"{base_url}/server_info", timeout=self.health_timeout_s)
+            data = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    # ---- check / stop -----------------------------------------------------------------------------
+
+    def check(self, server: Server) -> Health:
+        """Running and ``/health`` 200 → HEALTHY; running but failing → UNHEALTHY; exited → DEAD (classified)."""
+        boot = self._boots.get(server.handle)
+        if boot is None or boot.exit is not None:
+            return Health(HealthState.DEAD, "stopped")
+        try:
+            boot.container.reload()
+        except docker.errors.NotFound:
+            return Health(HealthState.DEAD, "the container is gone")
+        except _ENGINE_ERRORS as exc:
+            return Health(HealthState.UNHEALTHY, f"the Docker engine did not answer: {exc}")
+        code = _exit_code(boot.container)
+        if code is not None:
+            boot.tee.closed.wait(timeout=5.0)
+            return Health(HealthState.DEAD, f"the container exited with {code}", self._died(boot, code))
+        try:
+            with httpx.Client(trust_env=False) as http:
+                status = http.get(f"{server.base_url}/health", timeout=self.health_timeout_s).status_code
+        except httpx.HTTPError as exc:
+            return self._unhealthy(boot, f"/health did not answer: {type(exc).__name__}")
+        if status == 200:
+            return Health(HealthState.HEALTHY, "ok")
+        return self._unhealthy(boot, f"/health answered {status}")
+
+    def _unhealthy(self, boot: _Boot, detail: str) -> Health:
+        failure = classify(boot.tee.text(), FailureHints(became_ready=True, timed_out=True))
+        return Health(HealthState.UNHEALTHY, detail, failure if failure.kind is FailureKind.HANG else None)
+
+    def _died(self, boot: _Boot, code: int) -> Failure:
+        return classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code), became_ready=True,
+                                                      elapsed_s=time.monotonic() - boot.started))
+
+    def stop(self, server: Server) -> Exit:
+        """Stop (SIGTERM, then SIGKILL after the timeout) and remove the container, then wait for the GPU."""
+        boot = self._boots.get(server.handle)
+        if boot is None:
+            return Exit(returncode=None, killed=False, gpu_memory_released=True, seconds=0.0,
+                        detail="not started by this runtime (nothing to stop)")
+        if boot.exit is not None:
+            return boot.exit
+        began = time.monotonic()
+        failure: Failure | None = None
+        code: int | None = None
+        killed = False
+        try:
+            boot.container.reload()
+            code = _exit_code(boot.container)
+            if code is not None:
+                failure = self._died(boot, code)
+            else:
+                boot.container.stop(timeout=int(self.stop_timeout_s))
+                code = int(boot.container.wait(timeout=self.stop_timeout_s + 30).get("StatusCode", -1))
+                killed = code == 137
+        except _ENGINE_ERRORS as exc:
+            log.warning("stopping %s: %s", server.handle[:12], exc)
+        self._remove(boot.container)
+        boot.tee.closed.wait(timeout=5.0)
+        released, detail = wait_memory_released(self.gpu, boot.baseline_used, timeout_s=self.memory_release_timeout_s,
+                                                margin_bytes=self.memory_margin_bytes)
+        boot.exit = Exit(returncode=code, killed=killed, gpu_memory_released=released,
+                         seconds=round(time.monotonic() - began, 3), failure=failure, detail=detail)
+        return boot.exit
+
+    def _remove(self, container: Any) -> None:
+        with contextlib.suppress(*_ENGINE_ERRORS):
+            container.remove(force=True)
