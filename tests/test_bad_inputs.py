@@ -130,7 +130,7 @@ def test_generic_space_without_a_model(tmp_path: Path) -> None:
 def test_runtime_python_that_does_not_exist(tmp_path: Path) -> None:
     assert_one_paragraph(run_cli("space", "check", "qwen3.8-27b-nvfp4-rtx5090", "--runtime-python",
                                  str(tmp_path / "no-venv" / "python"), cwd=tmp_path), code=4,
-                         cause="cannot run", fix="python of a venv where sglang is installed")
+                         cause="does not exist", fix="install SGLang")
 
 
 @pytest.mark.sglang
@@ -140,7 +140,7 @@ def test_unknown_flag_against_the_installed_runtime(tmp_path: Path) -> None:
         pytest.skip("set ELSA_SGLANG_PYTHON to a python with sglang==0.5.23 installed")
     good = run_cli("space", "check", "qwen3.8-27b-nvfp4-rtx5090", "--runtime-python", python, cwd=tmp_path)
     assert good.returncode == 0, good.stderr
-    assert f"the --help of {python}" in good.stdout
+    assert f"the --help of {python} -m sglang.launch_server" in good.stdout
     text = GOOD.replace("enable-mixed-chunk: true", "enable-mixed-chunks: true")
     assert_one_paragraph(run_cli("space", "check", str(write(tmp_path, text)), "--runtime-python", python,
                                  cwd=tmp_path), code=2,

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.runtime import flags as runtime_flags
 from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.search_spaces.loader import list_shipped_spaces, load_space
 from elsa_tune.search_spaces.space import FlagShape, SearchSpace
@@ -26,8 +27,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="load and validate the space against the runtime's --help flags")
     _common(check)
     check.add_argument("--runtime-python", metavar="PY",
-                       help="python of the venv with the runtime (default: the bundled SGLang "
-                            f"{sglang_flags.SGLANG_VERSION} flag table)")
+                       help="python of the venv with SGLang: check against its `-m sglang.launch_server --help` "
+                            f"(default: the bundled SGLang {sglang_flags.SGLANG_VERSION} flag table, with choices)")
     check.set_defaults(func=_check)
     shipped = sub.add_parser("list", help="list the shipped search spaces")
     shipped.set_defaults(func=_list)
@@ -96,13 +97,16 @@ def _flag_text(flag: str, value: object) -> str:
 def _check(args: argparse.Namespace) -> int:
     space = _load(args)
     if args.runtime_python:
-        specs = sglang_flags.harvest(args.runtime_python)
-        source = f"the --help of {args.runtime_python}"
+        # The real runtime's --help: flag names and aliases (value choices are checked with the bundled table).
+        launch = (args.runtime_python, "-m", "sglang.launch_server")
+        flag_set = runtime_flags.harvest(launch)
+        source = f"the --help of {shlex.join(launch)}"
+        space.validate_flags(flag_set.all_names())
     else:
         specs = sglang_flags.sglang_flags()
         source = f"the bundled SGLang {sglang_flags.SGLANG_VERSION} flag table"
-    known: Mapping[str, FlagShape] = {name[2:]: spec for spec in specs for name in spec.names}
-    space.validate_flags(known)
+        known: Mapping[str, FlagShape] = {name[2:]: spec for spec in specs for name in spec.names}
+        space.validate_flags(known)
     screened = [t.name for t in space.techniques if t.screen]
     if space.model.path is None:
         raise ConfigError(f"search space {space.name!r} names no model, so no candidate can be built",
