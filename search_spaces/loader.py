@@ -273,6 +273,9 @@ class _Parser:
                 _fail(f"parameter {name!r}: step must be positive", spec, "step")
             if log and low <= 0:
                 _fail(f"parameter {name!r}: a log range needs low > 0", spec, "low")
+            if log and step is not None:
+                # Optuna's distributions refuse the combination; a lattice is linear by definition.
+                _fail(f"parameter {name!r}: step and log cannot be combined", spec, "step")
         elif kind is ParameterKind.CATEGORICAL:
             raw = spec.get("choices")
             if not isinstance(raw, list) or not raw or len({repr(c) for c in raw}) != len(raw):

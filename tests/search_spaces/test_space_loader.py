@@ -148,6 +148,7 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     ("    step: 0.05\n", "    step: -0.05\n", "step: -0.05", "minimum"),
     ("    type: int\n    low: 1\n    high: 8", "    type: integer\n    low: 1\n    high: 8", "type: integer",
      "not one of int"),
+    ("    step: 0.05\n", "    step: 0.05\n    log: true\n", "step: 0.05", "step and log cannot be combined"),
 ])
 def test_bad_range(tmp_path: Path, old: str, new: str, needle: str, words: str) -> None:
     text = VALID.replace(old, new, 1)
