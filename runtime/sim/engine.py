@@ -115,6 +115,7 @@ class _RadixCache:
     def __init__(self, block_tokens: int) -> None:
         self.block_tokens = block_tokens
         self.nodes: OrderedDict[int, int] = OrderedDict()   # node key -> lock count (LRU order)
+        self.locked = 0                                      # nodes with a lock count above zero
 
     @staticmethod
     def keys(hashes: Sequence[int]) -> list[int]:
@@ -129,7 +130,7 @@ class _RadixCache:
         return len(self.nodes) * self.block_tokens
 
     def evictable(self) -> int:
-        return sum(1 for locks in self.nodes.values() if locks == 0) * self.block_tokens
+        return (len(self.nodes) - self.locked) * self.block_tokens
 
     def match(self, keys: Sequence[int]) -> list[int]:
         matched: list[int] = []
@@ -137,14 +138,21 @@ class _RadixCache:
             if key not in self.nodes:
                 break
             matched.append(key)
-        for key in matched:
-            self.nodes.move_to_end(key)
+        self._touch(matched)
         return matched
+
+    def _touch(self, path: Sequence[int]) -> None:
+        # leaves become the least recent of their path, so eviction takes leaves before the prefixes they extend
+        for key in reversed(path):
+            self.nodes.move_to_end(key)
 
     def lock(self, path: Sequence[int], delta: int) -> None:
         for key in path:
             if key in self.nodes:
-                self.nodes[key] = max(0, self.nodes[key] + delta)
+                before = self.nodes[key]
+                after = max(0, before + delta)
+                self.nodes[key] = after
+                self.locked += (after > 0) - (before > 0)
 
     def insert(self, keys: Sequence[int]) -> int:
         """Add the blocks not yet cached; returns how many tokens were added."""
@@ -153,20 +161,25 @@ class _RadixCache:
             if key not in self.nodes:
                 self.nodes[key] = 0
                 added += 1
-            self.nodes.move_to_end(key)
+        self._touch(keys)
         return added * self.block_tokens
 
     def evict(self, tokens: int) -> int:
+        """Drop least recently used unlocked blocks until ``tokens`` are freed (or none are left)."""
         freed = 0
-        for key in [k for k, locks in self.nodes.items() if locks == 0]:
+        victims: list[int] = []
+        for key, locks in self.nodes.items():
             if freed >= tokens:
                 break
+            if locks == 0:
+                victims.append(key)
+                freed += self.block_tokens
+        for key in victims:
             del self.nodes[key]
-            freed += self.block_tokens
         return freed
 
     def clear(self) -> bool:
-        if any(locks for locks in self.nodes.values()):
+        if self.locked:
             return False
         self.nodes.clear()
         return True

@@ -252,3 +252,15 @@ def test_usage_reports_tokens_and_mamba_slots() -> None:
     assert step.used_tokens == 3 * 401 and step.token_capacity == engine.capacity
     assert step.mamba_used == 3 * engine.plan.slots_per_request and step.mamba_capacity == 24
     assert 0 < step.token_usage < 1 and 0 < step.mamba_usage <= 1
+
+
+def test_eviction_takes_leaves_before_the_prefix_they_extend() -> None:
+    engine = make_engine({"max-total-tokens": 2048})
+    chain = tuple(range(1, 21))                          # 20 blocks = 1,280 tokens
+    engine.submit(SimRequest("a", 1280, 1, block_hashes=chain))
+    drain(engine)
+    engine.submit(SimRequest("b", 1024, 1, block_hashes=tuple(range(500, 516))))
+    drain(engine)                                        # needs room: some of a's blocks go
+    engine.submit(SimRequest("again", 1280, 1, block_hashes=chain))
+    hit = drain(engine)[0].cached["again"]
+    assert 0 < hit < 1280 and hit % BLOCK == 0
