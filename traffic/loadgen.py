@@ -33,12 +33,14 @@ import httpx
 from elsa_tune.errors import ConfigError
 from elsa_tune.traffic.measurement import DEFAULT_MAX_ERROR_FRACTION, Outcome, RequestRecord, RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.transport import SENT_AT, StreamingTransport
 from elsa_tune.traffic.workload import ReplayMode, RequestSpec, Workload
 
 log = logging.getLogger(__name__)
 
 COMPLETIONS_PATH = "/v1/completions"
 _MASK64 = (1 << 64) - 1
+_JSON = {"content-type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,12 @@ class LoadgenSettings:
     fresh_prompts_per_pass: bool = True
     model: str | None = None               # None: ask ``/v1/models`` once per run
     error_body_bytes: int = 2000           # how much of an error response is kept
+    # "streaming": elsa-tune's lean HTTP/1.1 transport (traffic/transport.py); "httpx": httpx's default
+    # (httpcore + h11), about ten times more CPU per streamed token. Both are plain httpx.AsyncClient.
+    http_transport: str = "streaming"
+    # Request bodies are built before the clock starts while their prompts total at most this many
+    # tokens (about 6 bytes each in memory); later ones are built just before they are sent.
+    prebuild_tokens: int = 4_000_000
 
 
 class LoadGenerator:
@@ -80,6 +88,9 @@ class LoadGenerator:
         self.prompts = prompts
         self.slots = slots
         self.settings = settings or LoadgenSettings()
+        if self.settings.http_transport not in ("streaming", "httpx"):
+            raise ConfigError(f"unknown http_transport {self.settings.http_transport!r}",
+                              remedy="use 'streaming' (default) or 'httpx'")
         self._transport = transport
 
     def concurrency_cap(self, workload: Workload) -> tuple[int, tuple[str, ...]]:
@@ -121,10 +132,16 @@ class LoadGenerator:
         limits = httpx.Limits(max_connections=cap, max_keepalive_connections=cap)
         timeout = httpx.Timeout(connect=t.connect_s, read=None, write=t.stall_s, pool=None)
         salt = pass_index if self.settings.fresh_prompts_per_pass else 0
+        transport = self._transport
+        if transport is None and self.settings.http_transport == "streaming":
+            transport = StreamingTransport(max_connections=cap)
         async with httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout,
-                                     transport=self._transport) as client:
+                                     transport=transport) as client:
             model = self.settings.model or await self._model(client)
             run = _Run(self, client, workload, salt, model)
+            run.prebuild(self.settings.prebuild_tokens)
+            if isinstance(transport, StreamingTransport):
+                await transport.preconnect(self.base_url, min(cap, len(workload)), t.connect_s)
             started_at = time.time()
             timed_out = False
             try:
@@ -168,11 +185,13 @@ class _Run:
         self.salt = salt
         self.model = model
         self.records: list[RequestRecord | None] = [None] * len(workload)
+        self.bodies: list[bytes | None] = [None] * len(workload)
         self.in_flight = 0
         self.next_index = 0
         self.t0 = time.perf_counter()
         self.uid_base = int(workload.id, 16)
         self.timeouts = gen.settings.timeouts
+        self.url = httpx.URL(gen.base_url + COMPLETIONS_PATH)   # parsed once, not per request
 
     async def drive(self, cap: int) -> None:
         self.t0 = time.perf_counter()
@@ -197,6 +216,14 @@ class _Run:
             self.next_index += 1
             await self._send(spec, None, None)
 
+    def prebuild(self, max_tokens: int) -> None:
+        total = 0
+        for spec in self.workload.requests:
+            total += spec.input_tokens
+            if total > max_tokens:
+                break
+            self.bodies[spec.index] = self._body(spec)
+
     def _body(self, spec: RequestSpec) -> bytes:
         prompt = self.gen.prompts.prompt_array(spec.block_hashes, spec.input_tokens, kind=spec.kind, salt=self.salt,
                                                unique_key=(self.uid_base ^ (spec.index * 0x9E3779B97F4A7C15)) & _MASK64)
@@ -212,7 +239,8 @@ class _Run:
 
     async def _send(self, spec: RequestSpec, scheduled: float | None, slots: asyncio.Semaphore | None) -> None:
         try:
-            body = self._body(spec)
+            body = self.bodies[spec.index] or self._body(spec)
+            self.bodies[spec.index] = None
             self.in_flight += 1
             try:
                 self.records[spec.index] = await self._stream(spec, body, scheduled)
@@ -239,8 +267,8 @@ class _Run:
         end: float | None = None
         try:
             async with asyncio.timeout(t.first_token_s) as deadline:
-                async with self.client.stream("POST", COMPLETIONS_PATH, content=body,
-                                              headers={"content-type": "application/json"}) as resp:
+                async with self.client.stream("POST", self.url, content=body, headers=_JSON) as resp:
+                    sent = resp.request.extensions.get(SENT_AT, sent)   # when the bytes left, if the transport knows
                     status = resp.status_code
                     if status != 200:
                         outcome, error = Outcome.HTTP_ERROR, await _error_text(resp, self.gen.settings.error_body_bytes)
@@ -265,6 +293,9 @@ class _Run:
                                 if payload == b"[DONE]":
                                     done = True
                                     break
+                                if _is_plain_token(payload):
+                                    chunk_times.append(now)
+                                    continue
                                 chunk = json.loads(payload)
                                 choices = chunk.get("choices")
                                 if choices:
@@ -333,6 +364,16 @@ class _Run:
             cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None,
             finish_reason=finish, status_code=status, error=error, timeout_phase=phase,
             in_flight_at_send=in_flight, session=spec.session)
+
+
+def _is_plain_token(payload: bytes) -> bool:
+    """A compact chunk that only carries text: a choice, no finish reason, no usage, no error.
+
+    The patterns cannot match inside a JSON string (its quotes are escaped), so this is exact for the
+    compact JSON SGLang writes; any other layout falls through to ``json.loads``.
+    """
+    return (b'"finish_reason":null' in payload and b'"usage":' not in payload.replace(b'"usage":null', b"")
+            and b'"error"' not in payload and b'"choices":[{' in payload)
 
 
 def _sse_data(event: bytes) -> bytes | None:

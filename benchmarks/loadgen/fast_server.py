@@ -47,11 +47,13 @@ class Stats:
         self.tokens = 0
         self.ttft: list[float] = []
         self.late: list[float] = []
+        self.recv: list[float] = []
         self.first_recv: float | None = None
         self.last_end: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "tokens": self.tokens, "ttft_s": self.ttft, "late_s": self.late,
+                "recv": self.recv,
                 "first_recv": self.first_recv, "last_end": self.last_end}
 
 
@@ -150,6 +152,7 @@ class Http(asyncio.Protocol):
             req = json.loads(body)
             stats = self.stats
             stats.requests += 1
+            stats.recv.append(recv)
             stats.first_recv = recv if stats.first_recv is None else stats.first_recv
             prompt = req.get("prompt")
             n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
