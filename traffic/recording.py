@@ -71,7 +71,10 @@ class RecordWindow:
         if self.step <= 0 or end - self.start < 2 * self.step:
             raise TrafficError(f"the window ({end - self.start:.0f} s) is shorter than two steps of {self.step:g} s",
                                remedy="record a longer window or pass a smaller --step")
-        return RecordWindow(start=self.start, end=end, step=self.step, selector=self.selector)
+        # Whole steps on the Unix epoch: readable bounds, and steps that line up with scrapes.
+        start = math.floor(self.start / self.step) * self.step
+        end = math.floor(end / self.step) * self.step
+        return RecordWindow(start=start, end=end, step=self.step, selector=self.selector)
 
 
 @dataclass(frozen=True)

@@ -77,3 +77,18 @@ def test_malformed_azure_rows_and_wrong_format(tmp_path: Path) -> None:
         import_trace(path, "sharegpt")
     with pytest.raises(TrafficError, match="no such file"):
         import_trace(tmp_path / "nope.csv", "azure")
+
+
+def test_cli_import_lists_skipped_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from elsa_tune.tuner.cli import main
+
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [5]}\nnot json\n')
+    out = tmp_path / "m.parquet"
+    assert main(["traffic", "import", str(path), "--format", "mooncake", "-o", str(out)]) == 2
+    assert "m.jsonl:2: not JSON" in capsys.readouterr().err and not out.exists()
+    assert main(["traffic", "import", str(path), "--format", "mooncake", "--kind", "tool", "--skip-bad",
+                 "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "imported 1 requests from 2 lines" in captured.out and "line 2: not JSON" in captured.err
+    assert next(read_trace(out).requests()).kind == "tool"
