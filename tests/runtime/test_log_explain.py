@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -45,22 +45,21 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert (adj["flag"], adj["requested"], adj["effective"]) == ("max-running-requests", 32, 9)
 
 
-def test_bad_inputs_are_one_paragraph_errors_without_traceback(tmp_path: Path) -> None:
+def test_bad_inputs_are_one_paragraph_errors_without_traceback(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.log"
     empty.write_text("\n")
     for target in (str(tmp_path / "missing.log"), str(empty)):
-        done = subprocess.run([sys.executable, "-m", "elsa_tune", "log", "explain", target],
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert done.returncode == 2
-        assert done.stderr.startswith("elsa-tune: error: ") and "remedy:" in done.stderr
-        assert "Traceback" not in done.stderr
+        assert main(["log", "explain", target]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("elsa-tune: error: ") and "remedy:" in err
+        assert "Traceback" not in err
 
 
-def test_reads_stdin() -> None:
-    done = subprocess.run([sys.executable, "-m", "elsa_tune", "log", "explain", "-"],
-                          input=(LOGS / "not_enough_memory_4330.log").read_text(), capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 1 and "no_room_for_kv" in done.stdout
+def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO((LOGS / "not_enough_memory_4330.log").read_text()))
+    assert main(["log", "explain", "-"]) == 1
+    assert "no_room_for_kv" in capsys.readouterr().out
 
 
 def test_parse_flags_handles_switches_inline_values_and_commands() -> None:

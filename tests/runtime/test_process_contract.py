@@ -27,7 +27,8 @@ def fake_runtime(tmp_path: Path, scenario: str, **overrides: object) -> SGLangPr
     env = {"FAKE_SGLANG_SCENARIO": scenario, "FAKE_SGLANG_PIDS": str(tmp_path / "pids"),
            "FAKE_SGLANG_GPU_DIR": str(tmp_path / "gpu"), "FAKE_SGLANG_BYTES": str(2 << 30),
            "FAKE_SGLANG_DIE_AFTER_S": "1.5"}
-    options: dict[str, object] = {"boot_timeout_s": 2.0 if scenario == "hang" else 30.0, "stop_timeout_s": 2.0,
+    hang = scenario == "hang"
+    options: dict[str, object] = {"boot_timeout_s": 2.0 if hang else 30.0, "stop_timeout_s": 1.0 if hang else 2.0,
                                   "memory_release_timeout_s": 10.0, "health_timeout_s": 2.0, "extra_env": env}
     options.update(overrides)
     return SGLangProcess((sys.executable, str(FAKE)), DirectoryGpu(tmp_path / "gpu"), **options)  # type: ignore[arg-type]
