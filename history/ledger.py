@@ -231,9 +231,10 @@ class Ledger:
         target = Path(path)
         if target.suffix == ".jsonl" or target.is_file():
             return cls(JsonlLedger(target))
-        if (target / LEDGER_FILE).exists() or not (target / "study.json").exists():
-            return cls(JsonlLedger(target / LEDGER_FILE))
-        return cls.for_run_dir(target)
+        is_run_dir = (target / "study.json").exists() or (target / "boots").is_dir()
+        if is_run_dir and not (target / LEDGER_FILE).exists():
+            return cls.for_run_dir(target)
+        return cls(JsonlLedger(target / LEDGER_FILE))
 
     @classmethod
     def for_run_dir(cls, run_dir: str | Path) -> Ledger:

@@ -46,7 +46,7 @@ def render_html(report: Report, plots: Mapping[str, bytes | None] | None = None)
     parts += _table(["Tried", "Result", "Kept?"],
                     [[r.tried, r.result, _Class(r.kept_word, r.kept.value)] for r in report.keep_reject])
     parts += ["<h2>A/B tests</h2>", _img(plots.get("forest"), "A/B effects with confidence intervals")]
-    parts += _table(["#", "phase", "technique", "delta", "effect", "95% CI", "p", "boots (inc./cand.)", "decision",
+    parts += _table(["#", "phase", "technique", "delta", "effect", "CI", "p", "boots (inc./cand.)", "decision",
                      "guardrails"],
                     [[str(r.number), r.phase, r.technique, _Code(r.delta), pct(r.verdict.effect),
                       interval(r.verdict.ci_low, r.verdict.ci_high), units.p_value(r.verdict.p_value),

@@ -27,7 +27,7 @@ def render_markdown(report: Report) -> str:
                  [[r.tried + (f" (`{r.delta}`)" if r.delta and r.delta != r.tried else ""), r.result, r.kept_word]
                   for r in report.keep_reject], code_cols=())
     out += ["## A/B tests", ""]
-    out += table(["#", "phase", "technique", "effect", "95% CI", "p", "boots (inc./cand.)", "decision"],
+    out += table(["#", "phase", "technique", "effect", "CI", "p", "boots (inc./cand.)", "decision"],
                  [[str(r.number), r.phase, r.technique, pct(r.verdict.effect),
                    interval(r.verdict.ci_low, r.verdict.ci_high), units.p_value(r.verdict.p_value),
                    f"{r.verdict.boots_incumbent}/{r.verdict.boots_candidate}", r.verdict.decision.value]
