@@ -164,7 +164,8 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
     out.info(READY_LINE)
     if faults.crash_after_requests == 0:
         # "crash after 0 requests": the scheduler dies on its own shortly after readiness.
-        loop.call_later(0.2 / speedup, lambda: die(serve_oom_crash(), True))
+        # A few real seconds, so a runtime's readiness check sees the server up before it dies.
+        loop.call_later(3.0, lambda: die(serve_oom_crash(), True))
     try:
         await stop.wait()
     finally:
