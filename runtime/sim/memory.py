@@ -198,6 +198,10 @@ class _Planner:
         self.techniques = profile.active_techniques(flags, env, self.spec.on)
         self.adjustments: list[Adjustment] = []
         self.crash: SimCrash | None = None
+        asked = flag_int(flags, "speculative-num-draft-tokens")
+        if self.spec.on and asked is not None and asked != self.spec.draft_tokens:
+            self.adjustments.append(Adjustment("speculative-num-draft-tokens", asked, self.spec.draft_tokens,
+                                               self.warnings[-1], "topk 1 forces steps + 1"))
 
     # each step may set self.crash; later steps still run so a failed plan still reports what it could size
     def plan(self) -> MemoryPlan:
@@ -248,8 +252,11 @@ class _Planner:
         user_cap = flag_int(f, "max-total-tokens")
         if user_cap is not None:
             if user_cap > kv_tokens:
-                self.warnings.append(f"max_total_tokens={user_cap} is larger than the profiled value {kv_tokens}. "
-                                     "Use the profiled value instead.")
+                line = (f"max_total_tokens={user_cap} is larger than the profiled value {kv_tokens}. "
+                        "Use the profiled value instead.")
+                self.warnings.append(line)
+                self.adjustments.append(Adjustment("max-total-tokens", user_cap, kv_tokens, line,
+                                                   "larger than the memory allows"))
             kv_tokens = min(kv_tokens, user_cap)
         if kv_tokens <= 0 and self.crash is None:
             self._fail(FailureKind.NO_ROOM_FOR_KV, [

@@ -72,6 +72,8 @@ def test_speculative_defaults_and_adjustments() -> None:
     assert odd.spec.draft_tokens == 6
     assert any("adjusted to speculative_num_steps + 1" in w for w in odd.warnings)
     assert odd.resolved_server_args["speculative_num_draft_tokens"] == 6
+    adjusted = [a for a in odd.adjustments if a.flag == "speculative-num-draft-tokens"]
+    assert adjusted and (adjusted[0].requested, adjusted[0].effective) == (3, 6)
 
 
 def test_mixed_chunk_is_silently_ignored_with_speculative_decoding() -> None:
@@ -160,6 +162,7 @@ def test_max_total_tokens_caps_the_pool_and_warns_when_too_large() -> None:
     assert capped.kv_tokens == 4096
     huge = plan_memory(profile, {**small, "max-total-tokens": 10**9}, {})
     assert any("is larger than the profiled value" in w for w in huge.warnings)
+    assert [a.effective for a in huge.adjustments if a.flag == "max-total-tokens"] == [huge.kv_tokens]
 
 
 def test_kv_capacity_reduces_requested_running_requests() -> None:

@@ -102,3 +102,13 @@ def test_open_loop_respects_arrivals_and_rejects_overlong_prompts() -> None:
     result = truth(profile, config.flags, config.env, TruthWorkload(requests=requests))
     assert result.completed == 2 and result.rejected == 1
     assert result.makespan_s > 2.0
+
+
+def test_host_cache_hits_answer_wrong_until_the_fix() -> None:
+    # seeds 001/002: "A wrong answer from a fast cache hit looks exactly like a right one"
+    profile = load_profile(QWEN36)
+    old, fixed = profile.config("elsa-part-one"), profile.config("elsa-1.7")
+    broken = truth(profile, {**old.flags, "enable-hierarchical-cache": True}, old.env, TruthWorkload())
+    healthy = truth(profile, {**fixed.flags, "enable-hierarchical-cache": True}, fixed.env, TruthWorkload())
+    assert broken.quality_damaged and not broken.crashed and broken.output_tokens_per_s
+    assert not healthy.quality_damaged
