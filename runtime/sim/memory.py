@@ -211,6 +211,7 @@ class _Planner:
         chunked = flag_int(f, "chunked-prefill-size") or auto_chunk
         page = flag_int(f, "page-size") or 1
         requested = flag_int(f, "max-running-requests")
+        requested = None if requested is None else max(1, requested)   # SGLang: max(1, value // dp)
         max_bs = flag_int(f, "cuda-graph-max-bs-decode") or auto_bs
         if flag_int(f, "cuda-graph-max-bs-decode") is None and requested is not None:
             max_bs = min(max_bs, requested)
@@ -279,7 +280,8 @@ class _Planner:
         workspace = m.generation_workspace_gb
         if self.spec.on and m.draft is not None:
             workspace = max(0.1 * workspace, workspace - m.draft.buffers_gb * 0.2)
-        headroom = available - max(0.0, outside) - workspace
+        # a technique may shrink the generation's temporaries (negative outside), never below half of them
+        headroom = available - max(-workspace / 2, outside) - workspace
         if available < 0 and self.crash is None:
             self._fail(FailureKind.CUDA_GRAPH_FAILED, [
                 "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 256.00 MiB.",
@@ -313,7 +315,7 @@ class _Planner:
             adjustments=tuple(self.adjustments), warnings=tuple(self.warnings), boot_failure=self.crash,
             first_generation_oom=first_gen_oom, serve_crash=serve_crash,
             quality_damage=tuple(t.quality_damage for t in self.techniques if t.quality_damage),
-            resolved_server_args=self._resolved(fraction, chunked, page, running, context_len, slots, page),
+            resolved_server_args=self._resolved(fraction, chunked, page, running, context_len, slots),
             gpu_used_bytes=int(used * GIB))
 
     def _fail(self, kind: FailureKind, lines: list[str], technique: str | None = None) -> None:
@@ -460,8 +462,8 @@ class _Planner:
             self.adjustments.append(Adjustment(t.ignored, requested, t.ignored_value, line,
                                                t.note or "accepted and silently ignored"))
 
-    def _resolved(self, fraction: float, chunked: int, page: int, running: int, context_len: int, slots: int,
-                  _page: int) -> dict[str, Any]:
+    def _resolved(self, fraction: float, chunked: int, page: int, running: int, context_len: int,
+                  slots: int) -> dict[str, Any]:
         given: dict[str, Any] = {}
         for name, value in self.flags.items():
             spec = flag_by_name(name)
