@@ -108,9 +108,11 @@ def test_seed_000_space_marks_the_fp8_draft_head_as_memory() -> None:
     assert head.kind is TechniqueKind.MEMORY and head.prior is not None and head.prior.verdict == "keep"
     baseline = space.baseline()
     assert baseline.flags["max-running-requests"] == 12
-    assert baseline.flags["max-mamba-cache-size"] == 96
+    assert baseline.flags["max-mamba-cache-size"] == 48
     assert baseline.flags["moe-runner-backend"] == "cutlass"
     assert baseline.env["SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"] == "1"
+    assert baseline.flags["enable-linear-replayssm-spec"] is True
+    assert space.guardrails.min_context_tokens == 262144
 
 
 def test_valid_space_loads(tmp_path: Path) -> None:
