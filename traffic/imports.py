@@ -83,13 +83,13 @@ Row = tuple[int, TraceRequest | BadLine, str | None]
 
 
 def collect(source: Path, rows: Iterator[Row], skip_bad: bool,
-             meta: Callable[[str | None, str | None, int], TraceMetadata]) -> ImportResult:
+             meta: Callable[[str | None, str | None, int], TraceMetadata], *, lines: int = 0) -> ImportResult:
+    """Gather rows into an ``ImportResult``; ``lines`` is the source's line count when rows skip some."""
     requests: list[TraceRequest] = []
     skipped: list[SkippedLine] = []
-    lines = 0
     start: str | None = None
     for number, item, wall in rows:
-        lines = number
+        lines = max(lines, number)
         if isinstance(item, BadLine):
             if not skip_bad:
                 raise TrafficError(f"{source}:{number}: {item}",

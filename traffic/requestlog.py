@@ -2,7 +2,12 @@
 
 A line is either a bare request body (``/v1/chat/completions``, ``/v1/completions`` or SGLang's native
 ``/generate``) or a gateway record that wraps one (``request``/``body``/``req`` beside ``response`` and a
-time field), as LiteLLM, a reverse proxy or SGLang's request logging write them. We keep: the arrival
+time field), as LiteLLM or a reverse proxy write them, or an event of SGLang's own request log
+(``--log-requests --log-requests-format json --log-requests-level 3``; file targets prefix each line
+with ``[date time] ``). SGLang logs a request up to three times (``request.received.openai``,
+``request.received``, ``request.finished``): we keep one event per request, the finished one when
+there is one (it carries the server's token counts; its arrival is its time minus ``e2e_latency``),
+and count the others as duplicates, not as requests. We keep: the arrival
 time, the prompt (tools first, then the messages in order, the way chat templates lay them out), the
 completion length (``usage.completion_tokens``, else ``max_tokens``), sampling parameters, the session,
 images, and the content regime (``kind``).
@@ -38,7 +43,8 @@ DEFAULT_OUTPUT_TOKENS = 256
 _HASH_MASK = (1 << 63) - 1
 _TIME_FIELDS = ("timestamp", "time", "created_at", "startTime", "start_time", "request_time", "ts", "@timestamp",
                 "created")
-_BODY_FIELDS = ("request", "body", "req", "request_body", "payload")
+_BODY_FIELDS = ("request", "body", "req", "request_body", "payload", "obj")
+_FINISHED, _RECEIVED, _RECEIVED_OPENAI = "request.finished", "request.received", "request.received.openai"
 _SESSION_FIELDS = ("session_id", "session", "conversation_id", "thread_id", "user")
 
 
@@ -82,8 +88,11 @@ def parse_record(record: Mapping[str, Any], block_size: int) -> LoggedRequest:
     """Turn one decoded log record into a ``LoggedRequest``; ``BadLine`` says why it cannot."""
     body = _body(record)
     arrival = _arrival(record, body)
-    response = record.get("response") or record.get("res") or {}
-    usage = _mapping(response.get("usage") if isinstance(response, Mapping) else None) or _mapping(record.get("usage"))
+    response = _mapping(record.get("response") or record.get("res") or record.get("out"))
+    usage = (_mapping(response.get("usage")) or _mapping(record.get("usage"))
+             or _mapping(response.get("meta_info")))  # SGLang's request log: out.meta_info.prompt_tokens
+    if record.get("event") == _FINISHED and _number(usage.get("e2e_latency")):
+        arrival -= float(usage["e2e_latency"])  # logged at completion
     sampling = _mapping(body.get("sampling_params"))
     images = 0
     tools = body.get("tools") or body.get("functions") or []
@@ -108,6 +117,7 @@ def parse_record(record: Mapping[str, Any], block_size: int) -> LoggedRequest:
                 last_user = text
             parts.append(f"<|{message.get('role', 'user')}|>\n{text}\n")
     elif "prompt" in body or "text" in body or "input_ids" in body:
+        images += _count_images(body.get("image_data"))
         prompt = body.get("prompt", body.get("text", body.get("input_ids")))
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             units = [str(t) for t in prompt]
@@ -151,6 +161,8 @@ def infer_kind(body: Mapping[str, Any], tool_traffic: bool, asked: str) -> str:
     template = _mapping(body.get("chat_template_kwargs"))
     if body.get("reasoning_effort") or template.get("enable_thinking") or body.get("thinking"):
         return "reasoning"
+    if "<tools>" in asked or "<tool_call>" in asked or "<tool_response>" in asked:
+        return "tool"  # a chat template already rendered the tools into the prompt text (SGLang's request log)
     if "```" in asked or re.search(r"^\s*(def|class|import|#include|function)\b", asked, re.MULTILINE):
         return "code"
     return "chat"
@@ -160,23 +172,24 @@ def import_request_log(source: Path, *, skip_bad: bool, block_size: int) -> Impo
     """Import a JSONL request log; prefix-cache breakers found in its prompts go into the metadata."""
     from elsa_tune.traffic.breakers import breakers_to_json, find_breakers
 
-    logged: list[LoggedRequest] = []
+    parsed: list[tuple[int, LoggedRequest | BadLine, str | None, str | None]] = []
+    lines = 0
+    for number, line in read_lines(source):
+        lines = number
+        try:
+            record = json_line(line)
+            parsed.append((number, parse_record(record, block_size), _event(record), _rid(record)))
+        except BadLine as exc:
+            parsed.append((number, exc, None, None))
+    kept, duplicates = _one_event_per_request(parsed)
+    logged = [item for number, item, _, _ in parsed if number in kept and isinstance(item, LoggedRequest)]
 
     def rows() -> Iterator[Row]:
-        for number, line in read_lines(source):
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise BadLine("not a JSON object")
-                item = parse_record(record, block_size)
-            except json.JSONDecodeError as exc:
-                yield number, BadLine(f"not JSON: {exc.msg} at column {exc.colno}"), None
-                continue
-            except BadLine as exc:
-                yield number, exc, None
-                continue
-            logged.append(item)
-            yield number, item.request, None
+        for number, item, _, _ in parsed:
+            if isinstance(item, BadLine):
+                yield number, item, None
+            elif number in kept:
+                yield number, item.request, None
 
     def meta(start: str | None, end: str | None, skipped: int) -> TraceMetadata:
         ordered = sorted(logged, key=lambda item: item.request.arrival_s)
@@ -190,12 +203,61 @@ def import_request_log(source: Path, *, skip_bad: bool, block_size: int) -> Impo
             synthesized=False,
             notes="request log: prompts hashed into chained blocks with an approximate tokenizer"
                   + (f"; {defaulted} requests had no completion length and got {DEFAULT_OUTPUT_TOKENS}"
-                     if defaulted else ""),
+                     if defaulted else "")
+                  + (f"; {duplicates} duplicate SGLang log events of the same requests left out" if duplicates
+                     else ""),
             extra={"provenance": str(source), "format": "openai-jsonl", "tokenizer": TOKENIZER_NOTE,
                    "skipped_lines": str(skipped), "output_tokens_defaulted": str(defaulted),
-                   "tools": json.dumps(tools), "breakers": breakers_to_json(findings)})
+                   "duplicate_events": str(duplicates), "tools": json.dumps(tools),
+                   "breakers": breakers_to_json(findings)})
 
-    return collect(source, rows(), skip_bad, meta)
+    return collect(source, rows(), skip_bad, meta, lines=lines)
+
+
+def json_line(line: str) -> Mapping[str, Any]:
+    """A JSON object from a log line, allowing a logger's ``[date time] `` prefix before it."""
+    text = line.strip()
+    if not text.startswith("{") and text.startswith("[") and "] {" in text:
+        text = text[text.index("] {") + 2:]
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(record, dict):
+        raise BadLine("not a JSON object")
+    return record
+
+
+def _event(record: Mapping[str, Any]) -> str | None:
+    event = record.get("event")
+    return event if event in (_FINISHED, _RECEIVED, _RECEIVED_OPENAI) else None
+
+
+def _rid(record: Mapping[str, Any]) -> str | None:
+    rid = record.get("rid") or _mapping(record.get("obj")).get("rid")
+    return str(rid) if rid not in (None, "") else None
+
+
+def _one_event_per_request(parsed: list[tuple[int, LoggedRequest | BadLine, str | None, str | None]]
+                           ) -> tuple[set[int], int]:
+    """Line numbers to keep, and how many SGLang log events were duplicates of a kept request.
+
+    Plain records (no SGLang event) are all kept. Among SGLang events: every ``finished``; a
+    ``received`` whose request never finished; ``received.openai`` only when the log has nothing else
+    (it carries no request id to match).
+    """
+    good = [(number, event, rid) for number, item, event, rid in parsed if isinstance(item, LoggedRequest)]
+    finished = {rid for _, event, rid in good if event == _FINISHED and rid}
+    has_engine_events = any(event in (_FINISHED, _RECEIVED) for _, event, _ in good)
+    def wanted(event: str | None, rid: str | None) -> bool:
+        if event == _RECEIVED:
+            return not (rid and rid in finished)
+        if event == _RECEIVED_OPENAI:
+            return not has_engine_events
+        return True  # a plain record, or a finished event
+
+    kept = {number for number, event, rid in good if wanted(event, rid)}
+    return kept, len(good) - len(kept)
 
 
 def _body(record: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -277,6 +339,12 @@ def _session(record: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
             if str(key).lower() in ("x-session-id", "x-conversation-id"):
                 return str(value)
     return None
+
+
+def _count_images(value: Any) -> int:
+    if value is None:
+        return 0
+    return len(value) if isinstance(value, list) else 1
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -94,3 +94,38 @@ def test_bad_lines_are_reported_by_number(tmp_path: Path) -> None:
     assert [(s.line, s.reason.split(" ")[0]) for s in result.skipped] == [(3, "not"), (4, "no"), (5, "no"),
                                                                           (6, "timestamp")]
     assert len(result.trace) == 2
+
+
+def test_sglang_json_request_log_keeps_one_event_per_request(tmp_path: Path) -> None:
+    """``--log-requests --log-requests-format json --log-requests-level 3`` written to a file target."""
+    templated = "<|im_start|>system\n<tools>\n{\"name\": \"read_file\"}\n</tools><|im_end|>\n" + SYSTEM
+    sampling = {"max_new_tokens": 100, "temperature": 0.6, "top_k": 20}
+
+    def line(stamp: str, payload: dict[str, Any]) -> str:
+        return f"[2026-11-29 10:00:{stamp[:2]}] " + json.dumps({"timestamp": f"2026-11-29T10:00:{stamp}", **payload})
+
+    openai = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
+    abc = {"text": templated + "open a.py", "sampling_params": sampling, "rid": "abc", "stream": True}
+    ghi = {"text": templated + "open b.py", "sampling_params": sampling, "rid": "ghi", "image_data": ["x", "y"]}
+    lines = [
+        line("00.100000", {"event": "request.received.openai", "obj": openai}),
+        line("00.120000", {"event": "request.received", "rid": "abc", "obj": abc}),
+        line("01.000000", {"event": "request.received.openai", "obj": openai}),
+        line("01.020000", {"event": "request.received", "rid": "ghi", "obj": ghi}),  # never finished (aborted)
+        line("05.120000", {"event": "request.finished", "rid": "abc", "obj": abc,
+                           "out": {"text": "ok", "meta_info": {"id": "abc", "prompt_tokens": 812,
+                                                               "completion_tokens": 57, "cached_tokens": 512,
+                                                               "e2e_latency": 5.0}}}),
+    ]
+    path = tmp_path / "host_0.log"
+    path.write_text("\n".join(lines) + "\n")
+    result = import_trace(path, "openai-jsonl", block_size=64)
+    rows = list(result.trace.requests())
+    assert result.lines == 5 and result.skipped == ()
+    assert [(r.input_tokens, r.output_tokens, r.kind, r.images) for r in rows] == [
+        (812, 57, "tool", 0), (len(pieces(ghi["text"])), 100, "tool", 2)]
+    assert [r.arrival_s for r in rows] == pytest.approx([0.0, 0.9])  # finished at 5.12 s minus its 5 s latency
+    assert (rows[0].temperature, rows[0].top_k) == (0.6, 20)
+    assert result.trace.metadata.extra["duplicate_events"] == "3"
+    # both prompts share the templated system prompt
+    assert rows[0].block_hashes[:5] == rows[1].block_hashes[:5]
