@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from elsa_tune.search_spaces.candidate import Candidate
 
 

@@ -271,3 +271,35 @@ def test_digest_identifies_the_file_content(tmp_path: Path) -> None:
     c = load_space(write(tmp_path, VALID.replace("baseline: 3", "baseline: 4"), "c.yaml"))
     assert len(a.digest) == 64 and a.digest == b.digest != c.digest
     assert a.to_dict()["digest"] == a.digest
+
+
+def test_runtime_image_objectives_and_budget(tmp_path: Path) -> None:
+    text = VALID + textwrap.dedent("""\
+        runtime:
+          image: lmsysorg/sglang:v0.5.23
+          volumes: ["/srv/models:/models:ro", "/srv/cache:/root/.cache"]
+          shm_size: 32g
+          version: "0.5.23"
+        gpu: {name: NVIDIA GeForce RTX 5090, memory_gib: 32}
+        objectives:
+          - {metric: output_throughput, workload: burst}
+          - {metric: ttft_p99, weight: 0.5}
+        budget: {hours: 8, max_boots: 60, boots_per_arm: 4}
+        """)
+    space = load_space(write(tmp_path, text))
+    assert space.runtime.image == "lmsysorg/sglang:v0.5.23" and space.runtime.command is None
+    assert space.runtime.volumes == ("/srv/models:/models:ro", "/srv/cache:/root/.cache")
+    assert (space.gpu, space.gpu_memory_gib) == ("NVIDIA GeForce RTX 5090", 32.0)
+    assert [(o.metric, o.direction, o.workload, o.weight) for o in space.objectives] == [
+        ("output_throughput", "maximize", "burst", 1.0), ("ttft_p99", "minimize", None, 0.5)]
+    assert (space.budget.hours, space.budget.max_boots, space.budget.boots_per_arm) == (8.0, 60, 4)
+
+
+def test_runtime_command_string_and_conflicts(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, VALID + "runtime:\n  command: /opt/elsa/bin/python -m sglang.launch_server\n"))
+    assert space.runtime.command == ("/opt/elsa/bin/python", "-m", "sglang.launch_server")
+    text = VALID + "runtime:\n  command: [python]\n  image: x\n"
+    err = error_of(tmp_path, text)
+    assert "either command or image" in err.message and err.line == line_of(text, "image: x")
+    text = VALID + "runtime:\n  command: [python]\n  volumes: ['/a:/b']\n"
+    assert "only apply to a Docker image" in error_of(tmp_path, text).message
