@@ -163,6 +163,7 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
     bounds = policy.boundaries()
     samples: list[BootSample] = []
     verdict: Verdict | None = None
+    looks: list[dict[str, Any]] = []
     for slot in schedule:
         sample = _boot(sampler, slot.arm, slot.block, slot.position)
         samples.append(sample)
@@ -174,13 +175,15 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
                              look or _look_for(policy, slot.block), boundaries=bounds)
             log.info("A/B look after %d boots (%s): %s — %s", len(samples), schedule.letters(len(samples)),
                      verdict.decision.value, verdict.reason)
+            looks.append({"look": verdict.stopped_at_look, "boots": len(samples), "decision": verdict.decision.value,
+                          "reason": verdict.reason, "effect": verdict.effect, "p_value": verdict.p_value})
             if verdict.decision is not Decision.INCONCLUSIVE or verdict.extra.get("final"):
                 break
     if verdict is None:  # unreachable: the last slot always completes the last look
         raise RuntimeError("the schedule ended without a look")
     run = schedule.truncated(len(samples))
     verdict = replace(verdict, extra={**verdict.extra, "order": run.letters(), "schedule_seed": rng_seed,
-                                      "context": dict(context or {})})
+                                      "context": dict(context or {}), "looks": looks})
     return ABResult(verdict=verdict, samples=tuple(samples), schedule=run, policy=policy,
                     boundaries=bounds.to_dict(), seed=rng_seed, context=dict(context or {}))
 

@@ -195,6 +195,9 @@ def test_adjusted_p_is_at_most_alpha_exactly_when_a_boundary_is_crossed() -> Non
 def test_run_records_schedule_and_samples() -> None:
     result = run_ab(NoiseModelSampler(effect=0.0, seed=9), POLICY, 123, context={"runtime": "sglang 0.5.23"})
     assert result.schedule.seed == 123 and result.to_dict()["context"]["runtime"] == "sglang 0.5.23"
+    looks = result.verdict.extra["looks"]
+    assert looks[-1]["decision"] == result.verdict.decision.value and looks[-1]["boots"] == len(result.samples)
+    assert all(look["decision"] == "inconclusive" for look in looks[:-1])
     assert result.verdict.extra["order"] == result.schedule.letters() == "".join(s.arm.value for s in result.samples)
     assert result.verdict.boots_incumbent + result.verdict.boots_candidate == len(result.samples)
     data = result.to_dict()
