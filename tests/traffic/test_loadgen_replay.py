@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import time
 from collections.abc import Iterator
@@ -37,8 +38,16 @@ def stub(server: StubServer) -> StubServer:
     return server
 
 
-def _gen(stub: StubServer, slots: int | None = 8, settings: LoadgenSettings = FAST, seed: int = 0) -> LoadGenerator:
+def _gen(stub: StubServer, slots: int | None = 8, settings: LoadgenSettings = FAST, seed: int = 0,
+         kind: str = "streaming") -> LoadGenerator:
+    settings = dataclasses.replace(settings, http_transport=kind)
     return LoadGenerator(stub.url, PromptSynth(BS, seed=seed), slots=slots, settings=settings)
+
+
+# The behaviours that depend on the HTTP layer run over both transports: elsa-tune's and httpx's own.
+@pytest.fixture(params=["streaming", "httpx"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def _trace() -> Trace:
@@ -63,9 +72,9 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def test_exact_lengths_and_request_fields_on_the_wire(stub: StubServer) -> None:
+def test_exact_lengths_and_request_fields_on_the_wire(stub: StubServer, kind: str) -> None:
     workload = closed_loop(_trace(), concurrency=4, n_requests=12)
-    m = _gen(stub).measure(workload, 1)
+    m = _gen(stub, kind=kind).measure(workload, 1)
     assert m.requests_ok == 12 and m.errors.count == 0
     by_len = sorted((len(r.body["prompt"]), r.body["max_tokens"]) for r in stub.received)
     assert by_len == sorted((s.input_tokens, s.output_tokens) for s in workload.requests)
@@ -117,14 +126,14 @@ def test_same_pass_same_requests_fresh_pass_fresh_prompts(stub: StubServer) -> N
     assert warm.cached_token_ratio is not None and warm.cached_token_ratio > 0.9
 
 
-def test_errors_are_recorded_per_request_and_summarised_apart(stub: StubServer) -> None:
+def test_errors_are_recorded_per_request_and_summarised_apart(stub: StubServer, kind: str) -> None:
     def plan(body: dict[str, object], n: int) -> Behaviour:
         return {1: Behaviour(status=500), 2: Behaviour(disconnect_after=3), 3: Behaviour(error_in_stream_after=2),
                 4: Behaviour(no_done=True)}.get(n % 10, Behaviour())
 
     stub.plan = plan
     workload = synthetic(20, 40, 8, 1, block_size=BS)
-    m = _gen(stub).measure(workload, 0)
+    m = _gen(stub, kind=kind).measure(workload, 0)
     by = {r.index: r for r in m.records}
     assert m.requests_ok == 12 and m.errors.count == 8
     assert m.errors.by_outcome == {"http_error": 2, "disconnected": 4, "server_error": 2}
@@ -137,11 +146,11 @@ def test_errors_are_recorded_per_request_and_summarised_apart(stub: StubServer) 
     assert m.ttft_s.n == 12
 
 
-def test_timeouts_first_token_and_stall(stub: StubServer) -> None:
+def test_timeouts_first_token_and_stall(stub: StubServer, kind: str) -> None:
     stub.plan = lambda body, n: {0: Behaviour(ttft_s=2.0), 1: Behaviour(stall_after=2, stall_s=2.0)}.get(n, Behaviour())
     settings = LoadgenSettings(timeouts=Timeouts(connect_s=2, first_token_s=0.4, stall_s=0.4, run_s=20),
                                max_error_fraction=0.9)
-    m = _gen(stub, settings=settings).measure(synthetic(4, 40, 6, 1, block_size=BS), 0)
+    m = _gen(stub, settings=settings, kind=kind).measure(synthetic(4, 40, 6, 1, block_size=BS), 0)
     by = {r.index: r for r in m.records}
     assert by[0].outcome is Outcome.TIMEOUT and by[0].timeout_phase == "first_token" and by[0].ttft_s is None
     assert by[1].outcome is Outcome.TIMEOUT and by[1].timeout_phase == "stall" and by[1].output_tokens == 2
@@ -216,9 +225,9 @@ def test_run_deadline_cuts_the_pass_and_is_reported(stub: StubServer) -> None:
     assert len(late) == 1 and late[0].timeout_phase == "run_deadline"
 
 
-def test_cancelling_a_run_closes_its_streams(stub: StubServer) -> None:
+def test_cancelling_a_run_closes_its_streams(stub: StubServer, kind: str) -> None:
     stub.plan = lambda body, n: Behaviour(ttft_s=0.01, itl_s=0.05)
-    gen = _gen(stub)
+    gen = _gen(stub, kind=kind)
 
     async def scenario() -> None:
         task = asyncio.create_task(gen.run(synthetic(6, 40, 200, 3, block_size=BS), 0))
