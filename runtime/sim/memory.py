@@ -21,7 +21,7 @@ from typing import Any
 from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.flags import flag_by_name, resolve_defaults
-from elsa_tune.runtime.sim.profile import GIB, SimProfile, TechniqueEffect
+from elsa_tune.runtime.sim.profile import GIB, SimProfile
 from elsa_tune.search_spaces.candidate import FlagValue
 
 SCHEMA_VERSION = 1
@@ -486,9 +486,3 @@ class _Planner:
                 resolved[t.ignored.replace("-", "_")] = t.ignored_value
         return resolved
 
-
-def active(profile: SimProfile, flags: Mapping[str, FlagValue], env: Mapping[str, str],
-           spec_on: bool) -> tuple[TechniqueEffect, ...]:
-    """The profile's techniques active for this launch (a convenience for the server's log)."""
-    found: tuple[TechniqueEffect, ...] = profile.active_techniques({**profile.base_flags, **flags}, env, spec_on)
-    return found
