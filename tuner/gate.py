@@ -262,6 +262,10 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
             return ctx.verdict(Decision.INCONCLUSIVE, f"the gain passed but guardrail {pending[0].name} was not "
                                                       f"shown non-inferior at the cap ({pending[0].detail}); the "
                                                       "incumbent stays", final=True, p_value=p_adj, mde=mde)
+        return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crosses the boundary but guardrail "
+                                                  f"{pending[0].name} is not yet shown non-inferior "
+                                                  f"({pending[0].detail}); continue to look {look + 1}",
+                           final=False, p_value=p_adj, mde=mde)
 
     futile = _futility(comparison, policy, look)
     if futile:
