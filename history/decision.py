@@ -50,6 +50,8 @@ class DecisionRecord:
     boots_candidate: tuple[str, ...] = ()
     decided_at: float = 0.0
     result: str = ""                        # one sentence; derived from the above when empty
+    ab_result: Mapping[str, Any] | None = None   # the gate's ``ABResult.to_dict()``: samples, schedule, policy
+    attempts: int = 1                       # boots tried before a ``failure`` was accepted as the answer
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -84,7 +86,8 @@ class DecisionRecord:
         if self.skipped:
             return f"skipped: {self.skipped}"
         if self.failure is not None:
-            return str(reason_from_failure(self.failure))
+            reason = str(reason_from_failure(self.failure))
+            return f"{self.attempts} attempts, {self.attempts} failures — {reason}" if self.attempts > 1 else reason
         if self.ignored:
             return str(reason_from_adjustment(self.ignored[0]))
         if self.verdict is not None:
@@ -101,6 +104,7 @@ class DecisionRecord:
             "ignored": [a.to_dict() for a in self.ignored], "skipped": self.skipped,
             "boots_incumbent": list(self.boots_incumbent), "boots_candidate": list(self.boots_candidate),
             "decided_at": self.decided_at, "result": self.result, "kept": self.kept.value,
+            "ab_result": dict(self.ab_result) if self.ab_result is not None else None, "attempts": self.attempts,
         }
 
     @classmethod
@@ -117,4 +121,6 @@ class DecisionRecord:
             boots_incumbent=tuple(data.get("boots_incumbent", ())),
             boots_candidate=tuple(data.get("boots_candidate", ())), decided_at=float(data.get("decided_at", 0.0)),
             result=str(data.get("result", "")), schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
+            ab_result=dict(data["ab_result"]) if data.get("ab_result") is not None else None,
+            attempts=int(data.get("attempts", 1)),
         )

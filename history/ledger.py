@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -45,16 +46,18 @@ class Evidence:
     trials: tuple[int, ...] = ()
     boot_ids: tuple[str, ...] = ()
     log_excerpt: tuple[str, ...] = ()
+    decision: int | None = None          # the study's decision number (``decisions/<nnnn>-….json``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"study": self.study, "run_dir": self.run_dir, "trials": list(self.trials),
-                "boot_ids": list(self.boot_ids), "log_excerpt": list(self.log_excerpt)}
+                "boot_ids": list(self.boot_ids), "log_excerpt": list(self.log_excerpt), "decision": self.decision}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Evidence:
         return cls(study=str(data.get("study", "")), run_dir=data.get("run_dir"),
                    trials=tuple(int(t) for t in data.get("trials", ())), boot_ids=tuple(data.get("boot_ids", ())),
-                   log_excerpt=tuple(str(line) for line in data.get("log_excerpt", ())))
+                   log_excerpt=tuple(str(line) for line in data.get("log_excerpt", ())),
+                   decision=data.get("decision"))
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,13 @@ class LedgerEntry:
     @property
     def rejected(self) -> bool:
         return self.decision is not Decision.KEEP
+
+    def key(self) -> str:
+        """Identity of the measurement behind the entry (study, decision, technique, setup, boots), not its date:
+        appending the same decision twice (a resumed study) is recognised by ``Ledger.append_once``."""
+        payload = json.dumps([self.evidence.study, self.evidence.decision, self.technique, self.fingerprint.key(),
+                              sorted(self.evidence.boot_ids)], default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": self.schema_version, "technique": self.technique,
@@ -121,7 +131,7 @@ class LedgerEntry:
                    reason=decision.result,
                    evidence=Evidence(study=decision.study, run_dir=str(run_dir) if run_dir else None,
                                      trials=tuple(trials), boot_ids=decision.boots_incumbent + decision.boots_candidate,
-                                     log_excerpt=tuple(excerpt)[-8:]),
+                                     log_excerpt=tuple(excerpt)[-8:], decision=decision.number),
                    date=(when or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
                    retest_when=fingerprint.retest_condition(), flags_delta=dict(decision.flags_delta),
                    env_delta=dict(decision.env_delta), effect=verdict.effect if verdict else None,
@@ -242,6 +252,24 @@ class Ledger:
 
     def append(self, entry: LedgerEntry) -> None:
         self.backend.append(entry)
+
+    def append_once(self, entry: LedgerEntry) -> bool:
+        """Append unless an entry with the same ``key()`` is already there (a resumed study re-recording a
+        decision); returns whether it appended. One study appends from one process, so read-then-append is safe."""
+        if any(e.key() == entry.key() for e in self.entries()):
+            return False
+        self.backend.append(entry)
+        return True
+
+    def record(self, decision: DecisionRecord, fingerprint: Fingerprint, *, run_dir: str | Path | None = None,
+               trials: Sequence[int] = (), log_excerpt: Sequence[str] = ()) -> LedgerEntry | None:
+        """The ledger line for a study's decision, appended once; ``None`` for decisions the ledger skipped."""
+        if decision.kept is Kept.SKIPPED:
+            return None
+        entry = LedgerEntry.from_decision(decision, fingerprint, run_dir=run_dir, trials=trials,
+                                          log_excerpt=log_excerpt)
+        self.append_once(entry)
+        return entry
 
     def entries(self, *, strict: bool = False) -> list[LedgerEntry]:
         """Every entry in append order. Corrupt lines are logged with their number and skipped, or raised

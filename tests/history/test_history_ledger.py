@@ -121,3 +121,19 @@ def test_corrupt_line_is_reported_with_its_number(tmp_path: Path, caplog: pytest
 
 def test_missing_ledger_is_empty(tmp_path: Path) -> None:
     assert Ledger.at(tmp_path / "nowhere").entries() == []
+
+
+def test_a_resumed_study_records_each_decision_once(history: HistoryBuilder) -> None:
+    ledger = history.store.ledger
+    before = ledger.entries()
+    decisions = history.store.load().decisions
+    for decision in decisions:                         # the resumed study replays every decision
+        ledger.record(decision, history.fp, run_dir=history.run_dir)
+    after = ledger.entries()
+    assert len(after) == len(before) + 1               # only the confirmation was not in the ledger yet
+    assert after[-1].technique == "winner vs baseline" and after[-1].evidence.decision == decisions[-1].number
+    for decision in decisions:
+        ledger.record(decision, history.fp)
+    assert len(ledger.entries()) == len(after)
+    skipped = DecisionRecord(study="s", number=99, phase=Phase.SCREENING, technique="x", skipped="rejected before")
+    assert ledger.record(skipped, history.fp) is None

@@ -75,6 +75,8 @@ def test_reason_phrasing() -> None:
     clamp = DecisionRecord(study="s", number=1, phase=Phase.SEARCH, technique="slots",
                            ignored=(Adjustment("max-running-requests", 4, 2, "max_running_requests=2"),))
     assert clamp.result == "silently clamped: --max-running-requests 4 → 2"
+    ngram = DecisionRecord(study="s", number=2, phase=Phase.SCREENING, technique="ngram", failure=failure, attempts=3)
+    assert ngram.result == "3 attempts, 3 failures — boots, then OOM under load: Triton Error [CUDA]: out of memory"
 
 
 def test_unreadable_record_names_the_file(tmp_path: Path) -> None:
