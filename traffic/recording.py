@@ -99,6 +99,9 @@ class RecordingReport:
     kv_usage_max: float | None  # over the whole window
     mamba_usage_peak: float | None  # max of sglang:mamba_usage during the busiest day
     mamba_usage_max: float | None
+    latency_mean_s: float | None  # sglang:e2e_request_latency_seconds _sum / _count
+    concurrency_mean_observed: float | None  # mean of running + queued requests over the window
+    concurrency_mean_implied: float | None  # Little's law: the trace's mean arrival rate x the mean latency
     prefix_hit_rate_observed: float | None  # cached / prompt tokens over the window
     prefix_reuse_synthesized: float
     prompt_mean_observed: float | None
@@ -123,6 +126,9 @@ class RecordingReport:
             out.append(f"           hour: {self.busiest_hour[0]} with {self.busiest_hour[1]:,} requests")
         out.append(f"queued     {_pct(self.queued_share)} of the time with requests waiting; running max "
                    f"{_num(self.running_max)}, mean {_num(self.running_mean)}; queue max {_num(self.queue_max)}")
+        out.append(f"in flight  {_num1(self.concurrency_mean_observed)} on average (running + queued); "
+                   f"arrivals x mean latency {_num1(self.latency_mean_s)} s = {_num1(self.concurrency_mean_implied)} "
+                   "(Little's law)")
         out.append(f"KV usage   {_pct(self.kv_usage_peak)} at most on the busiest day ({_pct(self.kv_usage_max)} "
                    f"over the window); Mamba usage {_pct(self.mamba_usage_peak)} ({_pct(self.mamba_usage_max)})")
         out.append(f"prefix     {_pct(self.prefix_hit_rate_observed)} of prompt tokens from cache; trace reuse "
@@ -377,6 +383,16 @@ def _report(client: PrometheusClient, window: RecordWindow, grid: Grid, matchers
                              for t in grid.times])
     if queue is None:
         notes.append("no sglang:num_queue_reqs series: queueing unknown")
+    range_s = f"{round(window.end - window.start)}s"
+    latency_sum = _scalar(client, f"sum(increase({sel('sglang:e2e_request_latency_seconds_sum', matchers)}"
+                                  f"[{range_s}]))", window.end)
+    latency_count = _scalar(client, f"sum(increase({sel('sglang:e2e_request_latency_seconds_count', matchers)}"
+                                    f"[{range_s}]))", window.end)
+    latency = latency_sum / latency_count if latency_sum is not None and latency_count else None
+    in_flight = running + np.nan_to_num(queue) if running is not None and queue is not None else running
+    # Little's law over the same stretch of time the gauges cover (they are absent while the server is down).
+    covered = ~np.isnan(in_flight) if in_flight is not None else np.ones(len(counts), dtype=bool)
+    implied = float(counts[covered].mean()) / grid.step * latency if latency is not None and covered.any() else None
     return RecordingReport(
         prometheus=client.url, selector=window.selector, start=_iso(window.start), end=_iso(window.end),
         step_s=window.step, arrival_metric=metric, requests_observed=float(counts.sum()),
@@ -385,6 +401,8 @@ def _report(client: PrometheusClient, window: RecordWindow, grid: Grid, matchers
         running_mean=_stat(running, np.nanmean), queue_max=_stat(queue, np.nanmax),
         kv_usage_peak=_stat(kv, np.nanmax, on_busiest), kv_usage_max=_stat(kv, np.nanmax),
         mamba_usage_peak=_stat(mamba, np.nanmax, on_busiest), mamba_usage_max=_stat(mamba, np.nanmax),
+        latency_mean_s=latency, concurrency_mean_observed=_stat(in_flight, np.nanmean),
+        concurrency_mean_implied=implied,
         prefix_hit_rate_observed=hit, prefix_reuse_synthesized=prefix_reuse(trace),
         prompt_mean_observed=prompt.observed_mean,
         prompt_mean_synthesized=float(trace.column("input_tokens").mean()),
@@ -438,6 +456,10 @@ def _iso(stamp: float) -> str:
 
 def _pct(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.0%}"
+
+
+def _num1(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:,.2f}"
 
 
 def _num(value: float | None) -> str:

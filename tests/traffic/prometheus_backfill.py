@@ -32,6 +32,8 @@ PROMPT_BOUNDS = (100, 300, 500, 1000, 2000, 3000, 5000, 8000, 12000, 20000, 4000
 OUTPUT_BOUNDS = (10, 50, 100, 200, 300, 500, 800, 1200, 2000, 4000, float("inf"))
 SLOTS = 12
 HIT_RATE = 0.87
+LATENCY_S = 9.0
+LATENCY_BOUNDS = (1, 2, 4, 6, 8, 10, 20, 40, float("inf"))
 JOB = 'job="sglang",instance="gpu0:30000"'
 
 
@@ -54,6 +56,8 @@ class Truth:
     day_counts: dict[str, int]
     kv_peak: float  # max token_usage on the busiest day
     mamba_peak: float
+    concurrency_mean: float  # mean of running + queued over the scrapes
+    latency_mean: float
 
 
 def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, seed: int = 7,
@@ -81,9 +85,10 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
     prompt_sum = np.bincount(owner, prompts, minlength=n)
     output_sum = np.bincount(owner, outputs, minlength=n)
     restart = n * 2 // 3  # the server restarts here: every counter starts again from zero
-    concurrency = rate * 9.0 * (1 + 0.2 * rng.standard_normal(n))
-    running = np.clip(np.round(concurrency), 0, SLOTS)
-    queue = np.clip(np.round(concurrency - SLOTS), 0, None)
+    latencies = LATENCY_S * rng.lognormal(-0.045, 0.3, total)  # mean LATENCY_S
+    concurrency = rng.poisson(rate * LATENCY_S).astype(float)  # in flight: Little's law, integral like the gauge
+    running = np.minimum(concurrency, SLOTS)
+    queue = concurrency - running
     kv = np.round(0.01 + running / SLOTS * 0.16, 2)
     mamba = np.round(running / SLOTS, 2)
 
@@ -104,7 +109,8 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
                                      (f'{JOB},cache_source="host"', np.round(prompt_sum * (HIT_RATE - 0.70))),
                                      (f'{JOB},cache_source="total"', np.round(prompt_sum * HIT_RATE))])
     for metric, values, bounds in (("sglang:prompt_tokens_histogram", prompts, PROMPT_BOUNDS),
-                                   ("sglang:generation_tokens_histogram", outputs, OUTPUT_BOUNDS)):
+                                   ("sglang:generation_tokens_histogram", outputs, OUTPUT_BOUNDS),
+                                   ("sglang:e2e_request_latency_seconds", latencies, LATENCY_BOUNDS)):
         series = []
         bucket = np.searchsorted(np.asarray(bounds), values, side="left")  # le is inclusive
         for i, bound in enumerate(bounds):
@@ -138,7 +144,8 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
                  prompt_shares=_shares(prompts, PROMPT_BOUNDS), output_shares=_shares(outputs, OUTPUT_BOUNDS),
                  prompt_mean=float(prompts.mean()), output_mean=float(outputs.mean()), hit_rate=HIT_RATE,
                  queued_share=float((queue > 0).mean()), busiest_day=busiest, day_counts=day_counts,
-                 kv_peak=float(kv[on_busiest].max()), mamba_peak=float(mamba[on_busiest].max()))
+                 kv_peak=float(kv[on_busiest].max()), mamba_peak=float(mamba[on_busiest].max()),
+                 concurrency_mean=float(concurrency.mean()), latency_mean=float(latencies.mean()))
 
 
 def _cumulative(per_step: np.ndarray[Any, Any], restart: int) -> np.ndarray[Any, Any]:

@@ -82,6 +82,10 @@ def _assert_reproduces(recording: Recording, truth: Truth) -> None:
     assert report.kv_usage_peak == pytest.approx(truth.kv_peak)
     assert report.mamba_usage_peak == pytest.approx(truth.mamba_peak)
     assert report.running_max == 12
+    # concurrency: what was in flight agrees with the trace's arrivals at the recorded latency
+    assert report.latency_mean_s == pytest.approx(truth.latency_mean, rel=0.01)
+    assert report.concurrency_mean_observed == pytest.approx(truth.concurrency_mean, rel=1e-9)
+    assert report.concurrency_mean_implied == pytest.approx(truth.concurrency_mean, rel=0.05)
     meta = trace.metadata
     assert meta.synthesized and meta.source.startswith("prometheus:")
     assert json.loads(meta.extra["recording"])["requests_synthesized"] == total
