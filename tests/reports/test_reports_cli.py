@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,13 @@ def test_ledger_command_reports_corrupt_lines(tmp_path: Path, run_dir: Path,
 def test_ledger_command_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ledger", str(tmp_path / "nope")]) == 2
     assert "no such ledger" in capsys.readouterr().err
+
+
+def test_ledger_command_draws_a_rich_table_on_a_terminal(run_dir: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["ledger", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "Measured and rejected" in out and "technique" in out and "hicache" in out
+    assert "<script>alert(1)</script>" in out           # markup=False: log text is shown, not interpreted

@@ -13,6 +13,8 @@ import pytest
 import yaml
 from elsa_history_factory import WINNER, XSS, HistoryBuilder, copy_history, gpu_state
 
+from elsa_tune.history.decision import DecisionRecord
+from elsa_tune.history.records import Phase
 from elsa_tune.reports.build import Outputs, write_outputs
 from elsa_tune.reports.deploy import launch_script, server_argv
 from elsa_tune.reports.model import build_report
@@ -140,3 +142,15 @@ def test_build_report_reads_the_ledger_beside_the_run(outputs: Outputs) -> None:
     assert {e.technique for e in report.ledger if e.rejected} == {
         "hicache", "mixed-chunk", "attention-backend triton", "fused-qk-norm-rope"}
     assert len(report.boots) == 24 and len(report.ab_rows) == 4 and len(report.trials) == 2
+
+
+def test_a_technique_skipped_by_the_ledger_says_so(history_template: HistoryBuilder, tmp_path: Path) -> None:
+    h = copy_history(history_template, tmp_path / "skip")
+    entry = h.store.ledger.rejected_for(h.fp)["hicache"]
+    h.store.record_decision(DecisionRecord(study=h.run_dir.name, number=h.store.next_decision_number(),
+                                           phase=Phase.SCREENING, technique="hicache",
+                                           flags_delta={"enable-hierarchical-cache": True},
+                                           skipped=h.store.ledger.skip_note(entry)))
+    md = write_outputs(h.run_dir, with_plots=False).markdown.read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| hicache") and "Skipped" in line)
+    assert "skipped: rejected 2026-" in row and "(study qwen-5090): crashes: AttributeError" in row
