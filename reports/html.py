@@ -40,6 +40,10 @@ def render_html(report: Report, plots: Mapping[str, bytes | None] | None = None)
                     [[name, units.num(arm.mean) + (f" ± {arm.stdev:,.1f}" if arm.stdev is not None else ""),
                       str(len(arm.throughputs)), arm.candidate.label, _Code(" ".join(arm.candidate.argv()))]
                      for name, arm in (("baseline", report.baseline), ("winner", report.winner)) if arm is not None])
+    changes = report.winner_changes()
+    if changes:
+        parts += ["<p>Changes from the baseline:</p><ul>", *[f"<li><code>{_e(c)}</code></li>" for c in changes],
+                  "</ul>"]
     parts += _noise(report)
     parts += ["<h2>Search</h2>", _img(plots.get("search"), "objective per boot")]
     parts += ["<h2>Tried / Result / Kept?</h2>"]

@@ -107,6 +107,9 @@ def _winner(report: Report) -> list[str]:
         rows.append([name, f"{units.num(arm.mean)}{spread}", str(len(arm.throughputs)), arm.candidate.label,
                      " ".join(arm.candidate.argv())])
     out += table(["", "output tok/s (per-boot mean ± sd)", "boots", "label", "flags"], rows, code_cols=(4,))
+    changes = report.winner_changes()
+    if changes:
+        out += ["Changes from the baseline:", "", *[f"- `{cell(c).replace('`', '')}`" for c in changes], ""]
     return out
 
 

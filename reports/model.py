@@ -147,6 +147,12 @@ class Report:
             return None
         return self.winner.mean / self.baseline.mean
 
+    def winner_changes(self) -> list[str]:
+        """The winner's differences from the baseline: ``--page-size 16 → 32``, ``+ --enable-x``, ``env A=1``."""
+        if self.baseline is None or self.winner is None:
+            return []
+        return candidate_changes(self.baseline.candidate, self.winner.candidate)
+
     def summary_line(self) -> str:
         """"winner +10.9% [+6%, +16%] over 6 boots vs baseline" or why there is none."""
         if self.confirmation is not None and self.confirmation.verdict is not None:
@@ -198,6 +204,25 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
         failures=tuple((b.boot_id, _failure_text(b), b.failure.evidence if b.failure else ())
                        for b in history.boots if b.failure is not None),
         trials=history.trials, warnings=tuple(warnings), generated_from=str(history.run_dir))
+
+
+def candidate_changes(old: Candidate, new: Candidate) -> list[str]:
+    """Flag and environment differences between two candidates, in a stable order."""
+    changes: list[str] = []
+    for name in sorted(set(old.flags) | set(new.flags)):
+        before, after = old.flags.get(name), new.flags.get(name)
+        if before == after:
+            continue
+        if before in (None, False):
+            changes.append(f"+ --{name}" + ("" if after is True else f" {after}"))
+        elif after in (None, False):
+            changes.append(f"− --{name}" + ("" if before is True else f" {before}"))
+        else:
+            changes.append(f"--{name} {before} → {after}")
+    for name in sorted(set(old.env) | set(new.env)):
+        if old.env.get(name) != new.env.get(name):
+            changes.append(f"env {name}: {old.env.get(name, '(unset)')} → {new.env.get(name, '(unset)')}")
+    return changes
 
 
 def derive_noise(boots: Sequence[BootRecord]) -> NoiseReport | None:

@@ -37,6 +37,7 @@ def test_markdown_has_the_tables_and_numbers(outputs: Outputs) -> None:
     assert "no demonstrated benefit: +1.2% [−4%, +7%] over 12 boots" in md and "No (inconclusive)" in md
     assert "| page-size 32 (`--page-size 32`) | +5.2% [+2%, +9%] over 6 boots | Yes |" in md
     assert "winner vs baseline: +11% [+6%, +16%] over 6 boots (confirmed by the gate)" in md
+    assert "- `--max-running-requests 1 → 2`" in md and "- `--page-size 16 → 32`" in md
     assert "σ_boot (restart to restart): 3.1%" in md and "reads -12.7% vs steady state" in md
     assert "| --max-running-requests | 4 | 2 | max_running_requests=2 |" in md
     assert "| 0015-slots-4 | search | slots-4 | probe_failed | 12 MiB | 33,440 | 4 | n/a |" in md
