@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
-from elsa_tune.runtime.startup_log import READY_LINE, LogLine, split_lines
+from elsa_tune.runtime.startup_log import READY_LINE, LogLine, boot_lines
 
 _OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|out of memory", re.IGNORECASE)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
@@ -224,7 +224,7 @@ _RULES: tuple[_Rule, ...] = (
 
 def classify(log_text: str, hints: FailureHints | None = None) -> Failure:
     """Classify a failed boot or a dead server. Never raises; unknown causes give ``UNKNOWN_CRASH``."""
-    ctx = _Context(split_lines(log_text), hints or FailureHints())
+    ctx = _Context(boot_lines(log_text), hints or FailureHints())
     for rule in _RULES:
         failure = rule(ctx)
         if failure is not None:
@@ -234,7 +234,7 @@ def classify(log_text: str, hints: FailureHints | None = None) -> Failure:
 
 def looks_failed(log_text: str) -> bool:
     """True when the log shows a failure signature (used by ``log explain`` to choose report vs failure)."""
-    ctx = _Context(split_lines(log_text), FailureHints())
+    ctx = _Context(boot_lines(log_text), FailureHints())
     if any(rule(ctx) for rule in _RULES[:-1]):
         return True
     return bool(ctx.find(_TRACEBACK)) or ctx.has("Scheduler hit an exception", "Received sigquit")

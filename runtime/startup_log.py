@@ -66,6 +66,7 @@ _REPORTED = {"context-length": "context_len", "chunked-prefill-size": "chunked_p
              "max-prefill-tokens": "max_prefill_tokens", "max-mamba-cache-size": "mamba_cache_size"}
 _REPORTED_LINES = {"context-length": _SUMMARY, "chunked-prefill-size": _SUMMARY, "max-prefill-tokens": _SUMMARY,
                    "max-mamba-cache-size": _MAMBA}
+_BATCH = ("Decode batch", "Prefill batch")
 _WARN_KV_SHORT = re.compile(r"KV pool holds \d+ tokens, fewer than --context-length \d+")
 
 
@@ -85,9 +86,15 @@ class LogLine:
 
 def split_lines(text: str) -> list[LogLine]:
     """Parse every line's prefix; tolerant of any line that has none."""
+    return _split(text.splitlines())
+
+
+def _split(raws: Iterable[str]) -> list[LogLine]:
     lines = []
-    for raw in text.splitlines():
-        body = _COMPOSE.sub("", raw.rstrip("\r"), count=1) if _COMPOSE.match(raw) else raw.rstrip("\r")
+    for raw in raws:
+        body = raw.rstrip("\r")
+        if "|" in body[:64] and _COMPOSE.match(body):
+            body = _COMPOSE.sub("", body, count=1)
         match = _PREFIX.match(body)
         if match:
             stamp = match["ts"].replace(",", ".").replace("T", " ")
@@ -99,6 +106,16 @@ def split_lines(text: str) -> list[LogLine]:
         else:
             lines.append(LogLine(raw.rstrip(), body.rstrip(), None, ""))
     return lines
+
+
+def is_batch_line(message: str) -> bool:
+    """A per-step runtime line ("Decode batch", "Prefill batch"): the bulk of a long log, never evidence."""
+    return message.startswith(_BATCH)
+
+
+def boot_lines(text: str) -> list[LogLine]:
+    """The log's lines without the per-step runtime lines (what boot parsing and classification read)."""
+    return _split(raw for raw in text.splitlines() if "Decode batch" not in raw and "Prefill batch" not in raw)
 
 
 def _first(lines: Sequence[LogLine], pattern: re.Pattern[str]) -> tuple[LogLine, re.Match[str]] | None:
@@ -194,7 +211,7 @@ def _phase_seconds(start: LogLine | None, end: LogLine | None) -> float | None:
 
 def parse_log(text: str) -> BootReport:
     """Everything the log says about a boot, without requested flags (no adjustments)."""
-    lines = split_lines(text)
+    lines = boot_lines(text)
     fields: dict[str, Any] = {}
     phases: list[BootPhase] = []
 
@@ -341,7 +358,7 @@ def find_adjustments(candidate: Candidate, report: BootReport, log_text: str = "
     Three sources, most specific first: the known override warnings, the scheduler summary line
     (effective ``max_running_requests`` and ``context_len``), and the resolved ``server_args``.
     """
-    lines = split_lines(log_text)
+    lines = boot_lines(log_text)
     requested = {k: v for k, v in candidate.flags.items() if v is not None and v is not False}
     found: dict[str, Adjustment] = {}
 
