@@ -184,6 +184,13 @@ class RunDir:
             return None
         return _parse(StudyRecord, self.study_path)
 
+    def sweep_temp_files(self) -> list[Path]:
+        """Delete the temporary files of atomic writes a killed process left behind; returns them."""
+        stale = [p for p in self.path.rglob(".*.tmp") if p.is_file()] if self.path.is_dir() else []
+        for p in stale:
+            p.unlink(missing_ok=True)
+        return stale
+
     def load(self) -> History:
         """Read the whole folder. Raises ``HistoryError`` naming the file if a record is unreadable."""
         if not self.path.is_dir():

@@ -63,6 +63,7 @@ class Reconciliation:
     incomplete_boots: tuple[str, ...]     # folders without boot.json: boots the dead process never finished
     failed_stale_trials: tuple[int, ...]  # RUNNING trials whose heartbeat stopped: now FAIL
     recovered_trials: tuple[int, ...]     # written to disk but never told: re-added as finished trials
+    removed_temp_files: int = 0           # half-written temporary files of a killed process, deleted
 
 
 def constraint_values(trial: FrozenTrial) -> Sequence[float]:
@@ -242,7 +243,11 @@ class StudyStore:
         return sorted(before - after)
 
     def reconcile(self, study: optuna.Study | None = None) -> Reconciliation:
-        """Bring Optuna up to date with the files after a restart (see the module docstring)."""
+        """Bring Optuna up to date with the files after a restart (see the module docstring).
+
+        Call it once when a study (re)starts, before new boots; it must not run while another process writes.
+        """
+        swept = self.files.sweep_temp_files()
         registered = self.registered_boots()
         newly = []
         for record in self.files.boots():
@@ -256,7 +261,8 @@ class StudyStore:
             for record in self.files.trials():
                 if record.study == study.study_name and self._recover(study, record):
                     recovered.append(record.number)
-        result = Reconciliation(tuple(newly), tuple(self.files.incomplete_boots()), tuple(stale), tuple(recovered))
+        result = Reconciliation(tuple(newly), tuple(self.files.incomplete_boots()), tuple(stale), tuple(recovered),
+                                len(swept))
         if any((result.registered_boots, result.incomplete_boots, result.failed_stale_trials,
                 result.recovered_trials)):
             log.info("resumed %s: %d boots registered, %d boots interrupted, %d stale trials failed, "

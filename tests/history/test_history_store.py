@@ -160,6 +160,7 @@ def test_sigkill_while_writing_boots_loses_no_finished_boot(tmp_path: Path) -> N
     assert all(b.measurements and len(b.measurements) == 400 for b in history.boots)
     store.reconcile()
     assert set(ids) <= set(store.registered_boots())
+    assert not list((tmp_path / "runs" / STUDY).rglob(".*.tmp"))
     assert store.new_boot("after").number > max(b.boot_number for b in history.boots)
 
 
@@ -225,3 +226,13 @@ def test_a_study_folder_refuses_another_setup(history: HistoryBuilder) -> None:
         h.store.write_study(type(study).from_dict({**study.to_dict(), "fingerprint": other.to_dict()}))
     assert "fresh run directory" in caught.value.remedy
     assert h.store.next_decision_number() == len(h.store.load().decisions) + 1
+
+
+def test_reconcile_sweeps_half_written_temp_files(tmp_path: Path) -> None:
+    store = StudyStore(tmp_path / "run", heartbeat_interval=None)
+    slot = store.new_boot("candidate")
+    torn = slot.folder / ".boot.json.k2j3.tmp"
+    torn.write_text('{"study": "s", "boot_')
+    result = store.reconcile()
+    assert result.removed_temp_files == 1 and not torn.exists()
+    assert result.incomplete_boots == (slot.boot_id,)
