@@ -17,12 +17,26 @@ import shlex
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 
 from elsa_tune.errors import SpaceError
 from elsa_tune.search_spaces.consistency import check_space
+from elsa_tune.search_spaces.document import (
+    LineList,
+    LineMap,
+    Problem,
+    boolean,
+    fail,
+    fraction,
+    integer,
+    keys,
+    mapping,
+    number,
+    read_document,
+    string,
+)
 from elsa_tune.search_spaces.expression import Expression, ExpressionError
 from elsa_tune.search_spaces.parameter import Parameter, ParameterKind, Value
 from elsa_tune.search_spaces.rules import Derived, Rule
@@ -48,56 +62,6 @@ METRICS = {
     "goodput": "maximize", "ttft_p50": "minimize", "ttft_p99": "minimize", "tpot_p50": "minimize",
     "tpot_p99": "minimize", "itl_p50": "minimize", "e2e_latency_p50": "minimize", "e2e_latency_p99": "minimize",
 }
-
-
-class LineMap(dict[str, Any]):
-    """A YAML mapping that remembers its own line and the line of each key (1-based)."""
-
-    line: int = 0
-    key_lines: dict[str, int]
-
-
-class LineList(list[Any]):
-    line: int = 0
-    item_lines: list[int]
-
-
-class _Problem(Exception):
-    def __init__(self, message: str, line: int | None) -> None:
-        super().__init__(message)
-        self.line = line
-
-
-class _LineLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineMap:
-    loader.flatten_mapping(node)
-    out = LineMap()
-    out.line = node.start_mark.line + 1
-    out.key_lines = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        if not isinstance(key, str):
-            raise _Problem(f"key {key!r} must be a string (quote it)", line)
-        if key in out:
-            raise _Problem(f"duplicate key {key!r} (first at line {out.key_lines[key]})", line)
-        out[key] = loader.construct_object(value_node, deep=True)
-        out.key_lines[key] = line
-    return out
-
-
-def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> LineList:
-    out = LineList(loader.construct_object(child, deep=True) for child in node.value)
-    out.line = node.start_mark.line + 1
-    out.item_lines = [child.start_mark.line + 1 for child in node.value]
-    return out
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
 def list_shipped_spaces() -> list[str]:
@@ -137,8 +101,8 @@ def load_space(path_or_name: str | Path) -> SearchSpace:
 def parse_space(text: str, path: str) -> SearchSpace:
     """Parse YAML ``text`` (``path`` is used in messages) into a validated ``SearchSpace``."""
     try:
-        data = yaml.load(text, Loader=_LineLoader)
-    except _Problem as exc:
+        data = read_document(text)
+    except Problem as exc:
         raise SpaceError(str(exc), path=path, line=exc.line, remedy="fix the YAML at that line") from exc
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -152,7 +116,7 @@ def parse_space(text: str, path: str) -> SearchSpace:
                          path=path, line=1, remedy="start from a shipped space: `elsa-tune space show generic-sglang`")
     try:
         space = _Parser(data).space(path, hashlib.sha256(text.encode()).hexdigest())
-    except _Problem as exc:
+    except Problem as exc:
         raise SpaceError(str(exc), path=path, line=exc.line, remedy=_remedy(str(exc))) from exc
     check_space(space)
     return space
@@ -175,54 +139,55 @@ class _Parser:
 
     def space(self, path: str, digest: str) -> SearchSpace:
         d = self.data
-        _keys(d, self.TOP)
+        keys(d, self.TOP)
         version = d.get("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
-            _fail(f"schema_version {version!r} is not supported (this elsa-tune reads {SCHEMA_VERSION})", d,
+            fail(f"schema_version {version!r} is not supported (this elsa-tune reads {SCHEMA_VERSION})", d,
                   "schema_version")
-        name = _str(d, "name", required=True)
-        base = _map(d, "base")
-        _keys(base, ("flags", "env"))
-        base_flags = _flag_map(_map(base, "flags"))
-        base_env = _env_map(_map(base, "env"))
-        parameters = tuple(self.parameter(n, spec, _map(d, "parameters"), base_flags)
-                           for n, spec in _map(d, "parameters").items())
+        name = string(d, "name", required=True)
+        base = mapping(d, "base")
+        keys(base, ("flags", "env"))
+        base_flags = _flag_map(mapping(base, "flags"))
+        base_env = _env_map(mapping(base, "env"))
+        parameters = tuple(self.parameter(n, spec, mapping(d, "parameters"), base_flags)
+                           for n, spec in mapping(d, "parameters").items())
         for p in parameters:
             if p.flag:
                 base_flags.pop(p.flag, None)
         gpu_name, gpu_mem = self.gpu(d)
         return SearchSpace(
-            name=name, path=path, description=_str(d, "description") or "", model=self.model(_map(d, "model")),
-            runtime=self.runtime(_map(d, "runtime")), gpu=gpu_name, gpu_memory_gib=gpu_mem,
+            name=name, path=path, description=string(d, "description") or "", model=self.model(mapping(d, "model")),
+            runtime=self.runtime(mapping(d, "runtime")), gpu=gpu_name, gpu_memory_gib=gpu_mem,
             base_flags=base_flags, base_env=base_env, parameters=parameters,
-            derived=tuple(self.derived(_map(d, "derived"))), rules=tuple(self.rules(d)),
-            techniques=tuple(self.technique(n, t, _map(d, "techniques")) for n, t in _map(d, "techniques").items()),
-            objectives=self.objectives(d), guardrails=self.guardrails(_map(d, "guardrails")),
-            probes=self.probes(_map(d, "probes")), budget=self.budget(_map(d, "budget")),
-            base_lines=dict(_map(base, "flags").key_lines), digest=digest,
+            derived=tuple(self.derived(mapping(d, "derived"))), rules=tuple(self.rules(d)),
+            techniques=tuple(self.technique(n, t, mapping(d, "techniques"))
+                             for n, t in mapping(d, "techniques").items()),
+            objectives=self.objectives(d), guardrails=self.guardrails(mapping(d, "guardrails")),
+            probes=self.probes(mapping(d, "probes")), budget=self.budget(mapping(d, "budget")),
+            base_lines=dict(mapping(base, "flags").key_lines), digest=digest,
         )
 
     def model(self, m: LineMap) -> ModelSpec:
-        _keys(m, ("path", "hybrid_mamba", "vision", "speculative_head", "context_target"))
-        return ModelSpec(path=_str(m, "path"), hybrid_mamba=_bool(m, "hybrid_mamba", False),
-                         vision=_bool(m, "vision", False), speculative_head=_bool(m, "speculative_head", False),
-                         context_target=_int(m, "context_target", None, low=1))
+        keys(m, ("path", "hybrid_mamba", "vision", "speculative_head", "context_target"))
+        return ModelSpec(path=string(m, "path"), hybrid_mamba=boolean(m, "hybrid_mamba", False),
+                         vision=boolean(m, "vision", False), speculative_head=boolean(m, "speculative_head", False),
+                         context_target=integer(m, "context_target", None, low=1))
 
     def gpu(self, d: LineMap) -> tuple[str | None, float | None]:
         value = d.get("gpu")
         if value is None or isinstance(value, str):
             return value, None
         if not isinstance(value, LineMap):
-            _fail("gpu must be a card name or a mapping with name and memory_gib", d, "gpu")
-        _keys(value, ("name", "memory_gib"))
-        return _str(value, "name"), _float(value, "memory_gib", None, low=1.0)
+            fail("gpu must be a card name or a mapping with name and memory_gib", d, "gpu")
+        keys(value, ("name", "memory_gib"))
+        return string(value, "name"), number(value, "memory_gib", None, low=1.0)
 
     def runtime(self, r: LineMap) -> RuntimeSpec:
-        _keys(r, ("command", "image", "volumes", "shm_size", "version"))
+        keys(r, ("command", "image", "volumes", "shm_size", "version"))
         command_raw = r.get("command")
-        image = _str(r, "image")
+        image = string(r, "image")
         if command_raw is not None and image is not None:
-            _fail("runtime takes either command or image, not both", r, "image")
+            fail("runtime takes either command or image, not both", r, "image")
         command: tuple[str, ...] | None
         if isinstance(command_raw, str):
             command = tuple(shlex.split(command_raw))
@@ -231,66 +196,66 @@ class _Parser:
         elif command_raw is None:
             command = None if image else DEFAULT_COMMAND
         else:
-            _fail("runtime.command must be a non-empty list of strings (the launch argv)", r, "command")
+            fail("runtime.command must be a non-empty list of strings (the launch argv)", r, "command")
         volumes = r.get("volumes", [])
         if not isinstance(volumes, list) or not all(isinstance(v, str) and ":" in v for v in volumes):
-            _fail("runtime.volumes must be a list of 'host_path:container_path[:ro]' strings", r, "volumes")
+            fail("runtime.volumes must be a list of 'host_path:container_path[:ro]' strings", r, "volumes")
         if volumes and not image:
-            _fail("runtime.volumes only apply to a Docker image", r, "volumes")
-        return RuntimeSpec(command=command, image=image, volumes=tuple(volumes), shm_size=_str(r, "shm_size"),
-                           version=_str(r, "version"))
+            fail("runtime.volumes only apply to a Docker image", r, "volumes")
+        return RuntimeSpec(command=command, image=image, volumes=tuple(volumes), shm_size=string(r, "shm_size"),
+                           version=string(r, "version"))
 
     def parameter(self, name: str, spec: Any, parent: LineMap, base: Mapping[str, Any]) -> Parameter:
         line = parent.key_lines[name]
         if not isinstance(spec, LineMap):
-            raise _Problem(f"parameter {name!r} must be a mapping with type, range or choices and baseline", line)
-        _keys(spec, ("type", "flag", "env", "low", "high", "step", "log", "choices", "baseline", "description"))
-        kind_raw = _str(spec, "type", required=True)
+            raise Problem(f"parameter {name!r} must be a mapping with type, range or choices and baseline", line)
+        keys(spec, ("type", "flag", "env", "low", "high", "step", "log", "choices", "baseline", "description"))
+        kind_raw = string(spec, "type", required=True)
         try:
             kind = ParameterKind(kind_raw)
         except ValueError:
-            _fail(f"parameter {name!r}: type {kind_raw!r} is not one of int, float, categorical, bool", spec, "type")
-        env = _str(spec, "env")
-        flag = _str(spec, "flag") or (None if env else name)
+            fail(f"parameter {name!r}: type {kind_raw!r} is not one of int, float, categorical, bool", spec, "type")
+        env = string(spec, "env")
+        flag = string(spec, "flag") or (None if env else name)
         if flag and env:
-            _fail(f"parameter {name!r} sets either a flag or an env variable, not both", spec, "env")
+            fail(f"parameter {name!r} sets either a flag or an env variable, not both", spec, "env")
         if flag:
             _check_flag_name(flag, spec.key_lines.get("flag", line))
         baseline = spec.get("baseline", base.get(flag) if flag else None)
         if baseline is None:
-            raise _Problem(f"parameter {name!r} needs a baseline value (or a value in base.flags)", line)
+            raise Problem(f"parameter {name!r} needs a baseline value (or a value in base.flags)", line)
         low = high = step = None
         choices: tuple[Value, ...] = ()
-        log = _bool(spec, "log", False)
+        log = boolean(spec, "log", False)
         if kind in (ParameterKind.INT, ParameterKind.FLOAT):
-            number = _int if kind is ParameterKind.INT else _float
-            low, high = number(spec, "low", None, required=True), number(spec, "high", None, required=True)
-            step = number(spec, "step", None, low=0)
+            read = integer if kind is ParameterKind.INT else number
+            low, high = read(spec, "low", None, required=True), read(spec, "high", None, required=True)
+            step = read(spec, "step", None, low=0)
             assert low is not None and high is not None
             if low > high:
-                _fail(f"parameter {name!r}: low {low} is above high {high}", spec, "high")
+                fail(f"parameter {name!r}: low {low} is above high {high}", spec, "high")
             if step is not None and step <= 0:
-                _fail(f"parameter {name!r}: step must be positive", spec, "step")
+                fail(f"parameter {name!r}: step must be positive", spec, "step")
             if log and low <= 0:
-                _fail(f"parameter {name!r}: a log range needs low > 0", spec, "low")
+                fail(f"parameter {name!r}: a log range needs low > 0", spec, "low")
             if log and step is not None:
                 # Optuna's distributions refuse the combination; a lattice is linear by definition.
-                _fail(f"parameter {name!r}: step and log cannot be combined", spec, "step")
+                fail(f"parameter {name!r}: step and log cannot be combined", spec, "step")
         elif kind is ParameterKind.CATEGORICAL:
             raw = spec.get("choices")
             if not isinstance(raw, list) or not raw or len({repr(c) for c in raw}) != len(raw):
-                _fail(f"parameter {name!r}: choices must be a non-empty list without repeats", spec,
+                fail(f"parameter {name!r}: choices must be a non-empty list without repeats", spec,
                       "choices" if "choices" in spec else None)
             if not all(isinstance(c, str | int | float | bool) for c in raw):
-                _fail(f"parameter {name!r}: choices must be strings, numbers or bools", spec, "choices")
+                fail(f"parameter {name!r}: choices must be strings, numbers or bools", spec, "choices")
             choices = tuple(raw)
         param = Parameter(name=name, kind=kind, baseline=baseline, flag=flag, env=env,
                           low=float(low) if low is not None else None, high=float(high) if high is not None else None,
                           step=float(step) if step is not None else None, log=log, choices=choices,
-                          description=_str(spec, "description") or "", line=line)
+                          description=string(spec, "description") or "", line=line)
         problem = param.problem(baseline)
         if problem:
-            raise _Problem(f"parameter {name!r}: baseline {problem}", spec.key_lines.get("baseline", line))
+            raise Problem(f"parameter {name!r}: baseline {problem}", spec.key_lines.get("baseline", line))
         return dataclasses.replace(param, baseline=param.coerce(baseline))
 
     def derived(self, d: LineMap) -> Iterator[Derived]:
@@ -299,7 +264,7 @@ class _Parser:
             _check_flag_name(flag, line)
             when = None
             if isinstance(spec, LineMap):
-                _keys(spec, ("value", "when"))
+                keys(spec, ("value", "when"))
                 source = spec.get("value")
                 when = _expr(spec.get("when"), spec.key_lines.get("when", line)) if "when" in spec else None
             else:
@@ -311,194 +276,114 @@ class _Parser:
         if raw is None:
             return
         if not isinstance(raw, LineList):
-            _fail("rules must be a list of {rule: EXPRESSION, message: TEXT}", d, "rules")
+            fail("rules must be a list of {rule: EXPRESSION, message: TEXT}", d, "rules")
         for item, line in zip(raw, raw.item_lines, strict=True):
             if isinstance(item, str):
                 yield Rule(name=item, expression=_expr(item, line), line=line)
                 continue
             if not isinstance(item, LineMap):
-                raise _Problem("a rule is an expression or a mapping {rule:, message:, name:}", line)
-            _keys(item, ("rule", "message", "name"))
-            source = _str(item, "rule", required=True)
+                raise Problem("a rule is an expression or a mapping {rule:, message:, name:}", line)
+            keys(item, ("rule", "message", "name"))
+            source = string(item, "rule", required=True)
             expression = _expr(source, item.key_lines["rule"])
-            yield Rule(name=_str(item, "name") or expression.source, expression=expression,
-                       message=_str(item, "message") or "", line=item.key_lines["rule"])
+            yield Rule(name=string(item, "name") or expression.source, expression=expression,
+                       message=string(item, "message") or "", line=item.key_lines["rule"])
 
     def technique(self, name: str, spec: Any, parent: LineMap) -> Technique:
         line = parent.key_lines[name]
         if not isinstance(spec, LineMap):
-            raise _Problem(f"technique {name!r} must be a mapping with kind, rationale, flags/env", line)
-        _keys(spec, ("kind", "rationale", "flags", "env", "requires", "screen", "prior"))
-        kind_raw = _str(spec, "kind", required=True)
+            raise Problem(f"technique {name!r} must be a mapping with kind, rationale, flags/env", line)
+        keys(spec, ("kind", "rationale", "flags", "env", "requires", "screen", "prior"))
+        kind_raw = string(spec, "kind", required=True)
         try:
             kind = TechniqueKind(kind_raw)
         except ValueError:
-            _fail(f"technique {name!r}: kind {kind_raw!r} is not speed or memory", spec, "kind")
-        flags_map = _map(spec, "flags")
+            fail(f"technique {name!r}: kind {kind_raw!r} is not speed or memory", spec, "kind")
+        flags_map = mapping(spec, "flags")
         flags = _flag_map(flags_map, allow_none=True)
-        env = _env_map(_map(spec, "env"))
-        screen = _bool(spec, "screen", True)
+        env = _env_map(mapping(spec, "env"))
+        screen = boolean(spec, "screen", True)
         if screen and not flags and not env:
-            raise _Problem(f"technique {name!r} changes no flag and no env variable (set screen: false to keep it "
+            raise Problem(f"technique {name!r} changes no flag and no env variable (set screen: false to keep it "
                            "on record only)", line)
         requires = _expr(spec["requires"], spec.key_lines["requires"]) if "requires" in spec else None
         prior = None
         if "prior" in spec:
-            p = _map(spec, "prior")
-            _keys(p, ("verdict", "reason", "source"))
-            verdict = _str(p, "verdict", required=True)
+            p = mapping(spec, "prior")
+            keys(p, ("verdict", "reason", "source"))
+            verdict = string(p, "verdict", required=True)
             if verdict not in ("keep", "reject", "inconclusive"):
-                _fail(f"technique {name!r}: prior verdict {verdict!r} is not keep, reject or inconclusive", p,
+                fail(f"technique {name!r}: prior verdict {verdict!r} is not keep, reject or inconclusive", p,
                       "verdict")
-            prior = PriorVerdict(verdict=verdict, reason=_str(p, "reason", required=True),
-                                 source=_str(p, "source") or "")
-        return Technique(name=name, kind=kind, rationale=_str(spec, "rationale", required=True), flags=flags, env=env,
+            prior = PriorVerdict(verdict=verdict, reason=string(p, "reason", required=True),
+                                 source=string(p, "source") or "")
+        return Technique(name=name, kind=kind, rationale=string(spec, "rationale", required=True), flags=flags, env=env,
                          requires=requires, screen=screen, prior=prior, line=line,
                          flag_lines=dict(flags_map.key_lines))
 
     def objectives(self, d: LineMap) -> tuple[Objective, ...]:
         raw = d.get("objectives", [{"metric": "output_throughput"}])
         if not isinstance(raw, list) or not raw:
-            _fail("objectives must be a non-empty list of {metric:, direction:, workload:}", d, "objectives")
+            fail("objectives must be a non-empty list of {metric:, direction:, workload:}", d, "objectives")
         lines = raw.item_lines if isinstance(raw, LineList) else [d.line] * len(raw)
         out = []
         for item, line in zip(raw, lines, strict=True):
             if not isinstance(item, dict):
-                raise _Problem("an objective is a mapping {metric:, direction:, workload:, weight:}", line)
+                raise Problem("an objective is a mapping {metric:, direction:, workload:, weight:}", line)
             if isinstance(item, LineMap):
-                _keys(item, ("metric", "direction", "workload", "weight"))
+                keys(item, ("metric", "direction", "workload", "weight"))
             metric = item.get("metric")
             if metric not in METRICS:
                 hint = difflib.get_close_matches(str(metric), list(METRICS), n=1)
-                raise _Problem(f"objective metric {metric!r} is unknown" + (f" (did you mean {hint[0]!r}?)" if hint
+                raise Problem(f"objective metric {metric!r} is unknown" + (f" (did you mean {hint[0]!r}?)" if hint
                                else f"; use one of {', '.join(METRICS)}"), line)
             direction = item.get("direction", METRICS[metric])
             if direction not in ("maximize", "minimize"):
-                raise _Problem(f"objective direction {direction!r} is not maximize or minimize", line)
+                raise Problem(f"objective direction {direction!r} is not maximize or minimize", line)
             weight = item.get("weight", 1.0)
             if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
-                raise _Problem(f"objective weight {weight!r} must be a positive number", line)
+                raise Problem(f"objective weight {weight!r} must be a positive number", line)
             workload = item.get("workload")
             if workload is not None and not isinstance(workload, str):
-                raise _Problem("objective workload must be a workload name", line)
+                raise Problem("objective workload must be a workload name", line)
             out.append(Objective(metric=metric, direction=direction, workload=workload, weight=float(weight)))
         return tuple(out)
 
     def guardrails(self, g: LineMap) -> Guardrails:
-        _keys(g, ("ttft_p50_margin", "ttft_p99_margin", "kv_pool_tokens_floor", "min_context_tokens",
+        keys(g, ("ttft_p50_margin", "ttft_p99_margin", "kv_pool_tokens_floor", "min_context_tokens",
                   "max_error_rate", "quality_gate"))
         default = Guardrails()
         return Guardrails(
-            ttft_p50_margin=_fraction(g, "ttft_p50_margin", default.ttft_p50_margin),
-            ttft_p99_margin=_fraction(g, "ttft_p99_margin", default.ttft_p99_margin),
-            kv_pool_tokens_floor=_int(g, "kv_pool_tokens_floor", None, low=1),
-            min_context_tokens=_int(g, "min_context_tokens", None, low=1),
-            max_error_rate=_fraction(g, "max_error_rate", default.max_error_rate),
-            quality_gate=_bool(g, "quality_gate", default.quality_gate))
+            ttft_p50_margin=fraction(g, "ttft_p50_margin", default.ttft_p50_margin),
+            ttft_p99_margin=fraction(g, "ttft_p99_margin", default.ttft_p99_margin),
+            kv_pool_tokens_floor=integer(g, "kv_pool_tokens_floor", None, low=1),
+            min_context_tokens=integer(g, "min_context_tokens", None, low=1),
+            max_error_rate=fraction(g, "max_error_rate", default.max_error_rate),
+            quality_gate=boolean(g, "quality_gate", default.quality_gate))
 
     def probes(self, p: LineMap) -> ProbeSettings:
-        _keys(p, ("headroom_floor_mib", "probe_timeout_s", "hang_s", "boot_timeout_s"))
+        keys(p, ("headroom_floor_mib", "probe_timeout_s", "hang_s", "boot_timeout_s"))
         default = ProbeSettings()
         settings = ProbeSettings(
-            headroom_floor_mib=_int(p, "headroom_floor_mib", default.headroom_floor_mib, low=64, high=65536),
-            probe_timeout_s=_float(p, "probe_timeout_s", default.probe_timeout_s, low=1.0),
-            hang_s=_float(p, "hang_s", default.hang_s, low=1.0),
-            boot_timeout_s=_float(p, "boot_timeout_s", default.boot_timeout_s, low=10.0))
+            headroom_floor_mib=integer(p, "headroom_floor_mib", default.headroom_floor_mib, low=64, high=65536),
+            probe_timeout_s=number(p, "probe_timeout_s", default.probe_timeout_s, low=1.0),
+            hang_s=number(p, "hang_s", default.hang_s, low=1.0),
+            boot_timeout_s=number(p, "boot_timeout_s", default.boot_timeout_s, low=10.0))
         if settings.hang_s >= settings.probe_timeout_s:
-            _fail(f"probes.hang_s ({settings.hang_s:g}) must be below probes.probe_timeout_s "
+            fail(f"probes.hang_s ({settings.hang_s:g}) must be below probes.probe_timeout_s "
                   f"({settings.probe_timeout_s:g}), or a hang is never detected before the timeout", p,
                   "hang_s" if "hang_s" in p else "probe_timeout_s")
         return settings
 
     def budget(self, b: LineMap) -> Budget:
-        _keys(b, ("hours", "max_boots", "boots_per_arm"))
-        return Budget(hours=_float(b, "hours", None, low=0.01), max_boots=_int(b, "max_boots", None, low=1),
-                      boots_per_arm=_int(b, "boots_per_arm", None, low=2))
-
-
-# ---- typed field readers -----------------------------------------------------------------------------
-
-
-def _fail(message: str, m: LineMap, key: str | None) -> NoReturn:
-    raise _Problem(message, m.key_lines.get(key, m.line) if key else m.line)
-
-
-def _keys(m: LineMap, allowed: tuple[str, ...]) -> None:
-    for key in m:
-        if key not in allowed:
-            hint = difflib.get_close_matches(key, allowed, n=1)
-            _fail(f"unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else
-                                            f"; expected one of {', '.join(allowed)}"), m, key)
-
-
-def _map(m: LineMap, key: str) -> LineMap:
-    value = m.get(key)
-    if value is None:
-        empty = LineMap()
-        empty.line = m.key_lines.get(key, m.line)
-        empty.key_lines = {}
-        return empty
-    if not isinstance(value, LineMap):
-        _fail(f"{key} must be a mapping", m, key)
-    return value
-
-
-def _str(m: LineMap, key: str, *, required: bool = False) -> str | None:
-    value = m.get(key)
-    if value is None:
-        if required:
-            _fail(f"missing required key {key!r}", m, None)
-        return None
-    if not isinstance(value, str) or not value.strip():
-        _fail(f"{key} must be a non-empty string, not {value!r}", m, key)
-    return value
-
-
-def _bool(m: LineMap, key: str, default: bool) -> bool:
-    value = m.get(key, default)
-    if not isinstance(value, bool):
-        _fail(f"{key} must be true or false, not {value!r}", m, key)
-    return value
-
-
-def _number(m: LineMap, key: str, default: Any, *, kinds: tuple[type, ...], required: bool,
-            low: float | None, high: float | None) -> Any:
-    if key not in m or m[key] is None:
-        if required:
-            _fail(f"missing required key {key!r}", m, None)
-        return default
-    value: float = m[key]
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        what = "an integer" if kinds == (int,) else "a number"
-        _fail(f"{key} must be {what}, not {value!r}", m, key)
-    if low is not None and value < low:
-        _fail(f"{key} = {value!r} is below the minimum {low:g}", m, key)
-    if high is not None and value > high:
-        _fail(f"{key} = {value!r} is above the maximum {high:g}", m, key)
-    return value
-
-
-def _int(m: LineMap, key: str, default: int | None, *, required: bool = False, low: float | None = None,
-         high: float | None = None) -> Any:
-    return _number(m, key, default, kinds=(int,), required=required, low=low, high=high)
-
-
-def _float(m: LineMap, key: str, default: float | None, *, required: bool = False, low: float | None = None,
-           high: float | None = None) -> Any:
-    value = _number(m, key, default, kinds=(int, float), required=required, low=low, high=high)
-    return float(value) if value is not None else None
-
-
-def _fraction(m: LineMap, key: str, default: float) -> float:
-    value = _float(m, key, default, low=0.0)
-    if value is None or value >= 1.0:
-        _fail(f"{key} = {value!r} must be a fraction in [0, 1) (0.10 means 10 %)", m, key)
-    return float(value)
+        keys(b, ("hours", "max_boots", "boots_per_arm"))
+        return Budget(hours=number(b, "hours", None, low=0.01), max_boots=integer(b, "max_boots", None, low=1),
+                      boots_per_arm=integer(b, "boots_per_arm", None, low=2))
 
 
 def _check_flag_name(flag: str, line: int | None) -> None:
     if flag.startswith("-") or "_" in flag or not flag or " " in flag:
-        raise _Problem(f"flag {flag!r}: write SGLang's dashed name without leading dashes "
+        raise Problem(f"flag {flag!r}: write SGLang's dashed name without leading dashes "
                        f"(e.g. {flag.lstrip('-').replace('_', '-')!r})", line)
 
 
@@ -508,11 +393,11 @@ def _flag_map(m: LineMap, *, allow_none: bool = False) -> dict[str, Any]:
         line = m.key_lines[flag]
         _check_flag_name(flag, line)
         if flag == MODEL_FLAG:
-            raise _Problem("set the model under model.path, not as a flag", line)
+            raise Problem("set the model under model.path, not as a flag", line)
         if value is None and not allow_none:
-            raise _Problem(f"flag {flag!r} has no value (use true for a switch, or remove it)", line)
+            raise Problem(f"flag {flag!r} has no value (use true for a switch, or remove it)", line)
         if isinstance(value, list | dict):
-            raise _Problem(f"flag {flag!r}: give a single value (quote JSON values as a string)", line)
+            raise Problem(f"flag {flag!r}: give a single value (quote JSON values as a string)", line)
         out[flag] = value
     return out
 
@@ -521,17 +406,17 @@ def _env_map(m: LineMap) -> dict[str, str]:
     out = {}
     for key, value in m.items():
         if not key.replace("_", "").isalnum() or key[0].isdigit():
-            raise _Problem(f"env variable name {key!r} is not valid", m.key_lines[key])
+            raise Problem(f"env variable name {key!r} is not valid", m.key_lines[key])
         if isinstance(value, list | dict) or value is None:
-            raise _Problem(f"env variable {key!r} needs a scalar value", m.key_lines[key])
+            raise Problem(f"env variable {key!r} needs a scalar value", m.key_lines[key])
         out[key] = ("1" if value else "0") if isinstance(value, bool) else str(value)
     return out
 
 
 def _expr(source: Any, line: int | None) -> Expression:
     if not isinstance(source, str | int | float) or isinstance(source, bool):
-        raise _Problem(f"expected an expression, got {source!r}", line)
+        raise Problem(f"expected an expression, got {source!r}", line)
     try:
         return Expression.parse(str(source))
     except ExpressionError as exc:
-        raise _Problem(f"bad expression: {exc}", line) from exc
+        raise Problem(f"bad expression: {exc}", line) from exc

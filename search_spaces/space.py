@@ -194,10 +194,11 @@ class SearchSpace:
             if limit is not None and produced >= limit:
                 return
             try:
-                yield self.candidate(dict(zip(names, combo, strict=True)))
+                found = self.candidate(dict(zip(names, combo, strict=True)))
             except (RuleViolation, DerivationError):
                 continue
             produced += 1
+            yield found
 
     def sample(self, rng: random.Random, n: int) -> list[Candidate]:
         """``n`` distinct rule-abiding candidates drawn at random (fewer if the space is that small)."""
