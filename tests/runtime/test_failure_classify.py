@@ -125,3 +125,11 @@ def test_exit_2_with_usage_and_nothing_else_is_a_bad_flag() -> None:
 def test_empty_log_is_unknown_and_says_so() -> None:
     failure = classify("", FailureHints(exit_code=1))
     assert failure.kind is FailureKind.UNKNOWN_CRASH and "exit code 1" in failure.summary
+
+
+@pytest.mark.parametrize("name", ["watchdog_hang_7783.log", "watchdog_hang_softthinking10.log"])
+def test_real_watchdog_timeouts_are_hangs(name: str) -> None:
+    failure = classify(log(name), FailureHints(exit_code=-9, became_ready=True))
+    assert failure.kind is FailureKind.HANG
+    assert "Watchdog timeout (self.watchdog_timeout=300)" in failure.evidence[0]
+    assert "--watchdog-timeout" in failure.remedy
