@@ -10,7 +10,6 @@ import argparse
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.reports.build import write_outputs
 
 NAME = "report"
 HELP = "re-render report.md, report.html and best/ of a study from its history (measures nothing)"
@@ -30,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     if not (run_dir / "boots").is_dir() and not (run_dir / "study.json").exists():
         raise ConfigError(f"{run_dir}: not a study folder (no study.json, no boots/)",
                           remedy="pass the folder a study wrote, e.g. elsa-runs/<study>/")
+    from elsa_tune.reports.build import write_outputs  # matplotlib is slow to import: only when rendering
+
     outputs = write_outputs(run_dir, with_plots=not args.no_plots)
     report = outputs.report
     print(f"{report.study_name}: {report.summary_line()}")
