@@ -13,6 +13,22 @@ Crashed or OOM candidates are told as COMPLETE trials with a constraint > 0 (use
 on Optuna >= 5, ``Trial.set_constraint("feasibility", …)`` which Optuna's samplers read by themselves; on
 Optuna 4 pass ``constraint_values`` as the sampler's ``constraints_func``), so the sampler learns where the
 cliff is: Optuna's samplers ignore FAIL trials and would sample the cliff again.
+
+Typical use by the study (ask-and-tell around boots)::
+
+    store = StudyStore(run_dir)                              # sqlite:///<run_dir>/study.db
+    store.check_fingerprint(fp)                              # refuse to resume on another setup
+    study = store.create_or_load_study("search", ["maximize"], sampler)
+    store.reconcile(study)                                   # after a kill: register, fail stale, recover
+    with store.trial(study) as trial:                        # ask + heartbeat
+        flags = ...trial.suggest_*...
+        slot = store.new_boot(label)                         # boots/<nnnn>-<label>/ for Runtime.start
+        store.attach_boot(trial, slot.boot_id)
+        ...boot, probe, measure...
+        store.record_boot(BootRecord(...))                   # boot.json first, then Optuna
+        store.record_trial_result(study, trial, values=[tok_s] or None, failure=failure)
+    store.record_decision(decision); store.ledger.record(decision, fp, run_dir=run_dir)
+    store.write_study(study_record); reports.build.write_outputs(run_dir)
 """
 
 from __future__ import annotations

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from elsa_history_factory import HistoryBuilder, build_history, copy_history
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:  # the factory is imported by name, whatever pytest's import mode
+    sys.path.insert(0, HERE)
+
+from elsa_history_factory import HistoryBuilder, build_history, copy_history  # noqa: E402
 
 
 @pytest.fixture(scope="session")
