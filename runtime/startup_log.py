@@ -431,7 +431,22 @@ def build_report(log_text: str, candidate: Candidate | None = None,
         report = merge_server_info(report, server_info)
     if candidate is not None:
         report = replace(report, adjustments=find_adjustments(candidate, report, log_text))
-    return report
+    return replace(report, warnings=tuple(dict.fromkeys((*report.warnings, *_derived_warnings(report, candidate)))))
+
+
+def _derived_warnings(report: BootReport, candidate: Candidate | None) -> list[str]:
+    """Consequences the runtime does not log but the numbers show (seed 004's traps)."""
+    warnings = []
+    if (report.context_len is not None and report.max_total_num_tokens is not None
+            and report.max_total_num_tokens < report.context_len):
+        warnings.append(f"the KV pool holds {report.max_total_num_tokens} tokens but context_len is "
+                        f"{report.context_len}: one full-length request cannot fit; tell clients "
+                        f"{report.max_total_num_tokens}, not the declared context length")
+    requested = candidate.flags if candidate is not None else {}
+    if report.server_args.get("disable_overlap_schedule") is True and not requested.get("disable-overlap-schedule"):
+        warnings.append("overlap scheduling is off although not requested (server_args shows "
+                        "disable_overlap_schedule=True; e.g. the Mamba no_buffer strategy forces it)")
+    return warnings
 
 
 def looks_booted(log_text: str) -> bool:

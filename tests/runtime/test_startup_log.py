@@ -202,3 +202,12 @@ def test_requested_mamba_slots_and_reported_numbers_are_compared() -> None:
     (adj,) = report.adjustments
     assert (adj.flag, adj.requested, adj.effective) == ("max-mamba-cache-size", 64, 117)
     assert "Mamba Cache is allocated. max_mamba_cache_size: 117" in adj.evidence
+
+
+def test_pool_smaller_than_context_and_forced_overlap_off_are_warned() -> None:
+    text = SEED_004_CLAMP.replace("'page_size': 32,", "'page_size': 32, 'disable_overlap_schedule': True,")
+    report = build_report(text, Candidate(flags={"context-length": 159776}))
+    assert any("one full-length request cannot fit" in w and "134016" in w for w in report.warnings)
+    assert any("disable_overlap_schedule=True" in w for w in report.warnings)
+    quiet = build_report(text, Candidate(flags={"disable-overlap-schedule": True}))
+    assert not any("overlap" in w for w in quiet.warnings)
