@@ -1,6 +1,8 @@
 """Bad inputs reach the user as one paragraph naming the cause and the fix, a nonzero exit code, no traceback.
 
-Each case runs the real CLI in a subprocess (``python -m elsa_tune ...``), as a user would.
+The three bad inputs of the issue (malformed YAML, an unknown flag, a rule no candidate can satisfy) run the
+real CLI in a subprocess (``python -m elsa_tune ...``), as a user would; the other cases call the same CLI
+entry point in-process (``elsa_tune.tuner.cli.main``), because every CLI start imports all commands.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from elsa_tune.tuner.cli import main
 
 GOOD = """\
 name: tiny
@@ -35,8 +39,15 @@ techniques:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elsa_tune", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "elsa_tune", *args], capture_output=True, text=True, timeout=300,
                           cwd=cwd, check=False)
+
+
+def call_cli(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in-process, shaped like a finished subprocess."""
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["elsa-tune", *args], code, out.out, out.err)
 
 
 def assert_one_paragraph(proc: subprocess.CompletedProcess[str], *, code: int, cause: str, fix: str) -> str:
@@ -62,8 +73,8 @@ def line_of(text: str, needle: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
 
 
-def test_good_space_checks_clean(tmp_path: Path) -> None:
-    proc = run_cli("space", "check", str(write(tmp_path, GOOD)), cwd=tmp_path)
+def test_good_space_checks_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proc = call_cli(capsys, "space", "check", str(write(tmp_path, GOOD)))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ok: tiny")
 
@@ -85,17 +96,17 @@ def test_unknown_flag_names_the_nearest(tmp_path: Path) -> None:
     assert f"{path}:{line_of(text, 'enable-mixed-chunks')}:" in err
 
 
-def test_removed_flag_of_an_older_sglang(tmp_path: Path) -> None:
+def test_removed_flag_of_an_older_sglang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = GOOD.replace("    kv-cache-dtype: fp8_e4m3", "    cuda-graph-max-bs: 8")
     path = write(tmp_path, text)
-    assert_one_paragraph(run_cli("space", "check", str(path), cwd=tmp_path), code=2,
+    assert_one_paragraph(call_cli(capsys, "space", "check", str(path)), code=2,
                          cause="--cuda-graph-max-bs, which the runtime does not have",
                          fix="did you mean --cuda-graph-max-bs-")
 
 
-def test_value_outside_the_flag_choices(tmp_path: Path) -> None:
+def test_value_outside_the_flag_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = GOOD.replace("kv-cache-dtype: fp8_e4m3", "kv-cache-dtype: fp8")
-    assert_one_paragraph(run_cli("space", "check", str(write(tmp_path, text)), cwd=tmp_path), code=2,
+    assert_one_paragraph(call_cli(capsys, "space", "check", str(write(tmp_path, text))), code=2,
                          cause="'fp8', not one of", fix="use a value the runtime accepts")
 
 
@@ -107,29 +118,29 @@ def test_rule_no_candidate_can_satisfy(tmp_path: Path) -> None:
     assert f"{path}:{line_of(text, 'mem-fraction-static > max-running-requests')}:" in err
 
 
-def test_bad_probe_headroom(tmp_path: Path) -> None:
+def test_bad_probe_headroom(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = GOOD + "probes:\n  headroom_floor_mib: -512\n"
-    assert_one_paragraph(run_cli("space", "check", str(write(tmp_path, text)), cwd=tmp_path), code=2,
+    assert_one_paragraph(call_cli(capsys, "space", "check", str(write(tmp_path, text))), code=2,
                          cause="headroom_floor_mib = -512 is below the minimum", fix="fix the value")
 
 
-def test_unknown_space_name_and_missing_file(tmp_path: Path) -> None:
-    assert_one_paragraph(run_cli("space", "show", "generic-sglng", cwd=tmp_path), code=2,
+def test_unknown_space_name_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_paragraph(call_cli(capsys, "space", "show", "generic-sglng"), code=2,
                          cause="no shipped search space named 'generic-sglng'", fix="did you mean 'generic-sglang'?")
-    assert_one_paragraph(run_cli("space", "check", str(tmp_path / "nope.yaml"), cwd=tmp_path), code=2,
+    assert_one_paragraph(call_cli(capsys, "space", "check", str(tmp_path / "nope.yaml")), code=2,
                          cause="does not exist", fix="give an existing YAML file")
 
 
-def test_generic_space_without_a_model(tmp_path: Path) -> None:
-    assert_one_paragraph(run_cli("space", "check", "generic-sglang", cwd=tmp_path), code=2,
+def test_generic_space_without_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_paragraph(call_cli(capsys, "space", "check", "generic-sglang"), code=2,
                          cause="names no model", fix="--model PATH")
-    proc = run_cli("space", "show", "generic-sglang", "--model", "/models/local", cwd=tmp_path)
+    proc = call_cli(capsys, "space", "show", "generic-sglang", "--model", "/models/local")
     assert proc.returncode == 0 and "--model-path /models/local" in proc.stdout
 
 
-def test_runtime_python_that_does_not_exist(tmp_path: Path) -> None:
-    assert_one_paragraph(run_cli("space", "check", "qwen3.8-27b-nvfp4-rtx5090", "--runtime-python",
-                                 str(tmp_path / "no-venv" / "python"), cwd=tmp_path), code=4,
+def test_runtime_python_that_does_not_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_paragraph(call_cli(capsys, "space", "check", "qwen3.8-27b-nvfp4-rtx5090", "--runtime-python",
+                                 str(tmp_path / "no-venv" / "python")), code=4,
                          cause="does not exist", fix="install SGLang")
 
 
