@@ -164,3 +164,13 @@ def test_two_weeks_are_reproduced_with_the_busiest_days(tmp_path: Path) -> None:
         recording = _record(url, truth)
     _assert_reproduces(recording, truth)
     assert len(recording.report.busiest_days) == 5
+
+
+def test_scale_thins_the_arrivals_in_proportion(one_day: tuple[str, Truth]) -> None:
+    url, truth = one_day
+    with PrometheusClient(url) as client:
+        window = RecordWindow(start=truth.start, end=truth.end, step=truth.scrape_s, selector='{job="sglang"}')
+        half = record(client, window, seed=1, scale=0.5)
+    total = truth.arrivals.sum()
+    assert len(half.trace) == pytest.approx(total / 2, abs=4 * np.sqrt(total))
+    assert half.trace.metadata.extra["scale"] == "0.5"
