@@ -158,17 +158,22 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
     server = await asyncio.start_server(http.handle_connection, sock=sock, limit=1024 * 1024)
     loop_task = asyncio.create_task(serving.run())
     uvicorn_started(out, host, port)
-    await _warmup(serving, out, faults, speedup)
-    http.ready = True
-    http.startup_time = time.monotonic() - boot_started
-    out.info(READY_LINE)
-    if faults.crash_after_requests == 0:
-        # "crash after 0 requests": the scheduler dies on its own shortly after readiness.
-        # A few real seconds, so a runtime's readiness check sees the server up before it dies.
-        loop.call_later(3.0, lambda: die(serve_oom_crash(), True))
     try:
-        await stop.wait()
+        warm = asyncio.create_task(_warmup(serving, out, faults, speedup))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({warm, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set():
+            http.ready = True
+            http.startup_time = time.monotonic() - boot_started
+            out.info(READY_LINE)
+            if faults.crash_after_requests == 0:
+                # "crash after 0 requests": the scheduler dies on its own shortly after readiness, a few real
+                # seconds later so that a runtime's readiness check sees the server up first.
+                loop.call_later(3.0, lambda: die(serve_oom_crash(), True))
+            await stopping
     finally:
+        for task in (warm, stopping):
+            task.cancel()
         http.shutting_down = True
         out.raw("INFO:     Shutting down")
         server.close()

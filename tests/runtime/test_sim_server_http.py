@@ -243,6 +243,7 @@ def test_greedy_outputs_are_identical_across_boots(server: Running, tmp_path: Pa
         shutdown(other)
 
 
+@pytest.mark.slow
 def test_port_taken_fails_like_uvicorn(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
