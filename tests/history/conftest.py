@@ -11,12 +11,12 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # the factory is imported by name, whatever pytest's import mode
     sys.path.insert(0, HERE)
 
-from elsa_history_factory import HistoryBuilder, build_history, copy_history  # noqa: E402
+from elsa_history_factory import HistoryBuilder, copy_history, shared_template  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def history_template(tmp_path_factory: pytest.TempPathFactory) -> HistoryBuilder:
-    return build_history(tmp_path_factory.mktemp("history-template"))
+    return shared_template(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture

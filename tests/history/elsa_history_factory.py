@@ -120,6 +120,17 @@ def verdict(decision: Decision, effect: float, low: float, high: float, n: int, 
                    guardrails=(GuardrailResult("ttft_p50", True, 0.97, 0.9, 1.05, 1.10),), extra=extra)
 
 
+_TEMPLATES: dict[str, HistoryBuilder] = {}
+
+
+def shared_template(base: Path) -> HistoryBuilder:
+    """One built history per test session (keyed by pytest's base temp dir), shared by every test folder."""
+    key = str(base)
+    if key not in _TEMPLATES:
+        _TEMPLATES[key] = build_history(base / "history-template")
+    return _TEMPLATES[key]
+
+
 def copy_history(template: HistoryBuilder, root: Path) -> HistoryBuilder:
     """A private copy of a built history (building one costs seconds on a loaded machine)."""
     shutil.copytree(template.root, root, dirs_exist_ok=True)

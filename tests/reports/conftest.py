@@ -11,9 +11,9 @@ HISTORY_TESTS = str(Path(__file__).resolve().parent.parent / "history")
 if HISTORY_TESTS not in sys.path:
     sys.path.insert(0, HISTORY_TESTS)
 
-from elsa_history_factory import HistoryBuilder, build_history  # noqa: E402
+from elsa_history_factory import HistoryBuilder, shared_template  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def history_template(tmp_path_factory: pytest.TempPathFactory) -> HistoryBuilder:
-    return build_history(tmp_path_factory.mktemp("history-template"))
+    return shared_template(tmp_path_factory.getbasetemp())
