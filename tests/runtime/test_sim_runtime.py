@@ -14,6 +14,7 @@ from elsa_tune.errors import BootFailed
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.protocol import HealthState, Runtime
 from elsa_tune.runtime.sim.faults import BOOT_CRASH_KIND
+from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.runtime import SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 
@@ -145,3 +146,26 @@ def test_boots_differ_in_drift_but_not_in_greedy_text(tmp_path: Path) -> None:
         finally:
             runtime.stop(server)
     assert texts[0] == texts[1]
+
+
+@pytest.mark.slow
+def test_seed_004_boots_then_dies_on_its_first_generation(tmp_path: Path) -> None:
+    # Without MTP at --mem-fraction-static 0.97 the pool leaves no workspace: /v1/models answers, generation dies.
+    profile = "rtx5090-qwen3.8-27b-nvfp4"
+    config = load_profile(profile).config("no-mtp-0.97")
+    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", speedup=SPEEDUP, boot_timeout_s=90.0)
+    server = runtime.start(Candidate(flags=config.flags, env=config.env), tmp_path / "boot")
+    try:
+        assert httpx.get(server.base_url + "/v1/models", timeout=10, trust_env=False).status_code == 200
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(server.base_url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 8},
+                       timeout=30, trust_env=False)
+        deadline = time.monotonic() + 20
+        health = runtime.check(server)
+        while health.state is not HealthState.DEAD and time.monotonic() < deadline:
+            time.sleep(0.1)
+            health = runtime.check(server)
+        assert health.failure is not None and health.failure.kind is FailureKind.OOM_UNDER_LOAD
+        assert any("Triton Error [CUDA]: out of memory" in line for line in health.failure.evidence)
+    finally:
+        runtime.stop(server)
