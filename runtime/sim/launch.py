@@ -142,7 +142,8 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
         enable_metrics=bool(args.get("enable_metrics")), enable_cache_report=bool(args.get("enable_cache_report")),
         include_usage_default=bool(args.get("stream_response_default_include_usage")),
         damage=_damage_share(plan), damage_salt=",".join(sorted(plan.quality_damage)), seed=options.seed,
-        launch_command=shlex.join(options.argv) if options.argv else "")
+        launch_command=shlex.join(options.argv) if options.argv else "",
+        regimes=frozenset(profile.model.draft.acceptance) if profile.model.draft else frozenset())
     http = SimHttpServer(model, serving, metrics)
     metrics.set_gauges({"max_total_num_tokens": plan.kv_tokens, "context_len": plan.context_len,
                         "page_size": plan.page_size, "num_pages": plan.kv_tokens // max(1, plan.page_size),

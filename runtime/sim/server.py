@@ -76,6 +76,7 @@ class ServedModel:
     seed: int
     launch_command: str
     version: str = "0.5.23"
+    regimes: frozenset[str] = frozenset()     # content regimes the profile's draft acceptance knows
 
 
 class SimHttpServer:
@@ -251,7 +252,9 @@ class SimHttpServer:
             out = completion.natural_length(max_tokens)
             reason = "length" if out == max_tokens else "stop"
         stream = bool(body.get("stream"))
-        regime = str(body.get("regime") or body.get("kind") or "chat")
+        regime = _regime(request, body)
+        if temperature > 0 and f"{regime}-sampled" in md.regimes:
+            regime = f"{regime}-sampled"
         rid = uuid.uuid4().hex
         spec = JobSpec(rid=rid, input_tokens=len(ids), block_hashes=tuple(block_hashes(ids, md.block_size)),
                        output_tokens=max(1, out), regime=regime)
@@ -338,6 +341,15 @@ class SimHttpServer:
             obj = "text_completion"
         return {"id": job.spec.rid, "object": obj, "created": int(time.time()), "model": self.model.served_name,
                 "choices": [choice], "usage": self._usage(job)}
+
+
+def _regime(request: Request, body: Mapping[str, Any]) -> str:
+    """The content regime speculative acceptance depends on: the sim-only header ``x-sim-regime`` (real SGLang
+    ignores it) or body field ``regime``, else ``tool`` when the request offers tools, else ``chat``."""
+    explicit = request.headers.get("x-sim-regime") or body.get("regime")
+    if explicit:
+        return str(explicit)
+    return "tool" if body.get("tools") else "chat"
 
 
 def max_request_input(context_len: int, kv_tokens: int) -> int:

@@ -256,3 +256,24 @@ def test_port_taken_fails_like_uvicorn(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert (f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
             "address already in use") in done.stderr
+
+
+@pytest.mark.slow
+def test_speculative_acceptance_depends_on_the_content_regime(tmp_path: Path) -> None:
+    running = boot(tmp_path, "rtx5090-qwen3.6-35b-a3b-nvfp4", seed=2, flags=["--sim-config", "elsa-1.7"])
+    try:
+        assert READY_LINE in running.log(), running.log()[-2000:]
+
+        def accept_after(regime: str) -> float:
+            for i in range(4):
+                httpx.post(running.base_url + "/v1/completions", headers={"x-sim-regime": regime}, timeout=60,
+                           json={"prompt": list(range(i * 10, i * 10 + 40)), "max_tokens": 200, "ignore_eos": True,
+                                 "temperature": 0}, trust_env=False)
+            info = httpx.get(running.base_url + "/server_info", timeout=10).json()
+            return float(info["internal_states"][0]["avg_spec_accept_length"])
+
+        document = accept_after("document")
+        assert 1.5 < document < 3.5
+        assert accept_after("tool") > document   # cumulative since start, like SGLang's
+    finally:
+        shutdown(running)
