@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable, StudyError
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.startup_log import READY_LINE, LogLine, boot_lines
 
@@ -238,3 +239,30 @@ def looks_failed(log_text: str) -> bool:
     if any(rule(ctx) for rule in _RULES[:-1]):
         return True
     return bool(ctx.find(_TRACEBACK)) or ctx.has("Scheduler hit an exception", "Received sigquit")
+
+
+_STUDY_STOPPERS: tuple[tuple[re.Pattern[str], type[StudyError], str, str], ...] = (
+    (re.compile(r"No module named '?sglang"), RuntimeUnavailable, "the launch command's Python cannot import SGLang",
+     "install sglang into that environment, or point the launch command at the environment that has it"),
+    (re.compile(r"Repo id must use alphanumeric|is not a local folder and is not a valid model identifier"
+                r"|does not appear to have a file named config\.json|Can't load the configuration of"),
+     ConfigError, "the model path cannot be loaded",
+     "fix --model-path: a local folder with config.json (mounted into the container for Docker) or a Hub id "
+     "reachable from this machine"),
+    (re.compile(r"Found no NVIDIA driver on your system|No CUDA GPUs are available|CUDA driver initialization failed"
+                r"|no CUDA-capable device is detected"),
+     EnvironmentError_, "the runtime sees no usable CUDA GPU",
+     "check the driver and that the GPU (CUDA_VISIBLE_DEVICES / the container's device request) is visible"),
+)
+
+
+def study_stopper(log_text: str) -> StudyError | None:
+    """A failure no other candidate would escape (no SGLang, bad model path, no GPU): stop the study.
+
+    Returns the error to raise instead of recording ``BootFailed`` for one candidate, or ``None``.
+    """
+    for line in boot_lines(log_text):
+        for pattern, error, what, remedy in _STUDY_STOPPERS:
+            if pattern.search(line.message):
+                return error(f"{what}: {line.message.strip()[:300]}", remedy=remedy)
+    return None

@@ -31,7 +31,7 @@ import requests
 from docker.types import DeviceRequest
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
-from elsa_tune.runtime.classify import classify
+from elsa_tune.runtime.classify import classify, study_stopper
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.ports import free_port
@@ -206,6 +206,9 @@ class SGLangDocker:
             code = _exit_code(boot.container)
             if code is not None:
                 boot.tee.closed.wait(timeout=5.0)
+                stopper = study_stopper(boot.tee.text())
+                if stopper is not None:
+                    raise stopper
                 failure = classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code),
                                                                  elapsed_s=time.monotonic() - boot.started))
                 raise BootFailed(failure, log_path=str(log_path))

@@ -32,7 +32,7 @@ import httpx
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.boot_report import BootReport
-from elsa_tune.runtime.classify import classify
+from elsa_tune.runtime.classify import classify, study_stopper
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.ports import free_port
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LAUNCH: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
 _OWNED_FLAGS = ("host", "port")
-_MISSING_MODULE = ("No module named 'sglang'", "No module named sglang")
 
 
 def wait_memory_released(gpu: GpuView | None, baseline_used: int | None, *, timeout_s: float,
@@ -194,10 +193,9 @@ class SGLangProcess:
                 boot.tee.closed.wait(timeout=5.0)
                 self._terminate(boot)
                 text = boot.tee.text()
-                if any(m in text for m in _MISSING_MODULE):
-                    raise RuntimeUnavailable(f"{' '.join(self.launch)} cannot import SGLang",
-                                             remedy="install sglang into that Python environment or point the "
-                                                    "launch command at the environment that has it")
+                stopper = study_stopper(text)
+                if stopper is not None:
+                    raise stopper
                 failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - boot.started))
                 raise BootFailed(failure, log_path=str(log_path))
             if boot.tee.ready.is_set() and self._healthy(client, base_url):

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from elsa_tune.runtime.classify import classify, looks_failed
+from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
+from elsa_tune.runtime.classify import classify, looks_failed, study_stopper
 from elsa_tune.runtime.failure import FailureHints, FailureKind
 
 LOGS = Path(__file__).parent / "logs"
@@ -133,3 +134,28 @@ def test_real_watchdog_timeouts_are_hangs(name: str) -> None:
     assert failure.kind is FailureKind.HANG
     assert "Watchdog timeout (self.watchdog_timeout=300)" in failure.evidence[0]
     assert "--watchdog-timeout" in failure.remedy
+
+
+def test_real_0523_ambiguous_flag_names_the_flag() -> None:
+    failure = classify(log("bad_flag_ambiguous_sglang0523_local.log"), FailureHints(exit_code=2))
+    assert failure.kind is FailureKind.BAD_FLAG
+    assert failure.summary == "the runtime rejected the flag --cuda-graph-max-bs"
+    assert failure.evidence[0].startswith("sglang serve: error: ambiguous option: --cuda-graph-max-bs")
+    assert study_stopper(log("bad_flag_ambiguous_sglang0523_local.log")) is None
+
+
+def test_real_0523_bad_model_path_stops_the_study() -> None:
+    stopper = study_stopper(log("model_path_invalid_sglang0523_local.log"))
+    assert isinstance(stopper, ConfigError)
+    assert "the model path cannot be loaded" in stopper.message and "--model-path" in stopper.remedy
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("/usr/bin/python3: Error while finding module specification for 'sglang.launch_server' "
+     "(ModuleNotFoundError: No module named 'sglang')", RuntimeUnavailable),
+    ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",
+     EnvironmentError_),
+])
+def test_environment_failures_stop_the_study(line: str, error: type[Exception]) -> None:
+    assert isinstance(study_stopper(line), error)
+    assert study_stopper(log("cuda_graph_oom_5285.log")) is None
