@@ -73,4 +73,7 @@ def _jsonable(value: Any) -> Any:
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict):
         return to_dict()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+    if hasattr(value, "value") and type(value).__module__ != "builtins":   # an enum
+        return value.value
+    # a record must never fail to persist because a runtime put an odd type in server_args
+    return repr(value)

@@ -20,7 +20,7 @@ from elsa_tune.history.ledger import Ledger, LedgerEntry
 from elsa_tune.history.reasons import effect_text, pct, reason_from_failure
 from elsa_tune.history.records import BootOutcome, BootRecord, Phase, TrialRecord
 from elsa_tune.history.run_dir import History, RunDir
-from elsa_tune.history.study_record import NoiseReport, StudyRecord, StudyStatus
+from elsa_tune.history.study_record import NoiseReport, StudyRecord
 from elsa_tune.history.verdict import Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 
@@ -190,7 +190,7 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
     if history.incomplete_boots:
         warnings.append(f"{len(history.incomplete_boots)} boot(s) never finished (the study was stopped during "
                         f"them): {', '.join(history.incomplete_boots)}")
-    status = study.status.value if study else StudyStatus.INTERRUPTED.value
+    status = study.status.value if study else "unknown (no study.json: stopped before its first decision?)"
     return Report(
         run_dir=history.run_dir, study_name=study.name if study else history.run_dir.name, status=status,
         fingerprint=fingerprint, study=study, noise=noise, boots=tuple(_boot_row(b) for b in history.boots),
