@@ -7,6 +7,7 @@ a torn one. Readers still treat an unreadable file as a ``HistoryError`` that na
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import tempfile
@@ -73,7 +74,7 @@ def _jsonable(value: Any) -> Any:
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict):
         return to_dict()
-    if hasattr(value, "value") and type(value).__module__ != "builtins":   # an enum
+    if isinstance(value, enum.Enum):
         return value.value
     # a record must never fail to persist because a runtime put an odd type in server_args
     return repr(value)
