@@ -47,8 +47,9 @@ def render_html(report: Report, plots: Mapping[str, bytes | None] | None = None)
     parts += _noise(report)
     parts += ["<h2>Search</h2>", _img(plots.get("search"), "objective per boot")]
     parts += ["<h2>Tried / Result / Kept?</h2>"]
-    parts += _table(["Tried", "Result", "Kept?"],
-                    [[r.tried, r.result, _Class(r.kept_word, r.kept.value)] for r in report.keep_reject])
+    parts += _table(["Tried", "flags / env", "Result", "Kept?"],
+                    [[r.tried, _Code(r.delta), r.result, _Class(r.kept_word, r.kept.value)]
+                     for r in report.keep_reject])
     parts += ["<h2>A/B tests</h2>", _img(plots.get("forest"), "A/B effects with confidence intervals")]
     parts += _table(["#", "phase", "technique", "delta", "effect", "CI", "p", "boots (inc./cand.)", "decision",
                      "guardrails"],
