@@ -280,7 +280,23 @@ class _Dechunker:
         pos = 0
         end = len(buf)
         out: list[bytes] = []
+        find = buf.find
         while pos < end and not self.done:
+            if not (self._remaining or self._crlf or self._trailers):
+                # Fast path: a whole chunk with a plain hex size line (what servers send).
+                nl = find(b"\r\n", pos)
+                if nl > pos:
+                    try:
+                        size = int(buf[pos:nl], 16)
+                    except ValueError:
+                        size = 0   # extensions or garbage: the careful path below decides
+                    stop = nl + 2 + size
+                    if size > 0 and stop + 2 <= end:
+                        if buf[stop:stop + 2] != b"\r\n":
+                            raise ValueError("chunk payload not followed by CRLF")
+                        out.append(buf[nl + 2:stop])
+                        pos = stop + 2
+                        continue
             if self._remaining:
                 take = min(self._remaining, end - pos)
                 out.append(buf[pos:pos + take])

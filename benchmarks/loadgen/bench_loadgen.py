@@ -139,21 +139,43 @@ def run_sglang(server: Server, streams: int, n_requests: int, out_len: int, pyth
            "--model", "fast", "--tokenizer", str(tokenizer), "--dataset-name", "random-ids",
            "--random-input-len", "64", "--random-output-len", str(out_len), "--random-range-ratio", "1.0",
            "--num-prompts", str(n_requests), "--max-concurrency", str(streams), "--request-rate", "inf",
-           "--warmup-requests", "1", "--disable-tqdm", "--output-file", str(out)]
+           # no warm-up request: it would open the server's measurement window a second before the run
+           "--warmup-requests", "0", "--disable-tqdm", "--output-file", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    log = (workdir / "sglang.log").open("w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # The client's CPU from its first request on (its imports of torch & co. are not load generation).
+    cpu_at_start: float | None = None
+    deadline = time.monotonic() + 900
+    while proc.poll() is None and time.monotonic() < deadline:
+        if cpu_at_start is None and server.stats()["requests"] > 0:
+            cpu_at_start = _proc_cpu(proc.pid)
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+    log.close()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0 or not out.exists():
-        tail = (proc.stdout + proc.stderr)[-1500:]
+        tail = (workdir / "sglang.log").read_text()[-1500:]
         return Row("", "sglang.bench_serving", None, None, None, None, None, None, None, f"FAILED: {tail}")
     result = json.loads(out.read_text().strip().splitlines()[-1])
-    # CPU includes the client's start-up (imports, dataset); reported for what it is.
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) - (cpu_at_start or 0.0)
     s_tok, s_ttft = server_numbers(server.stats())
+    if cpu_at_start is None:
+        cpu = float("nan")
     return Row("", "sglang.bench_serving", None, result["output_throughput"], s_tok, result["median_ttft_ms"], s_ttft,
                result["median_itl_ms"], cpu / max(1, result["total_output_tokens"]) * 1e6,
                f"{result['completed']}/{n_requests}")
+
+
+def _proc_cpu(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fmt(v: float | None, spec: str = ",.0f") -> str:
