@@ -141,7 +141,8 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
         decode_graph_bs=_graph_bs(plan.cuda_graph_max_bs), speculative=plan.spec.on,
         enable_metrics=bool(args.get("enable_metrics")), enable_cache_report=bool(args.get("enable_cache_report")),
         include_usage_default=bool(args.get("stream_response_default_include_usage")),
-        damage=_damage_share(plan), damage_salt=",".join(sorted(plan.quality_damage)), seed=options.seed,
+        damage=_damage(plan)[0], cache_hit_damage=_damage(plan)[1], damage_salt=",".join(sorted(plan.quality_damage)),
+        seed=options.seed,
         launch_command=shlex.join(options.argv) if options.argv else "",
         regimes=frozenset(profile.model.draft.acceptance) if profile.model.draft else frozenset())
     http = SimHttpServer(model, serving, metrics)
@@ -258,11 +259,16 @@ def _quant(name: str) -> str | None:
     return None
 
 
-def _damage_share(plan: MemoryPlan) -> float:
-    # A damaged draft only lowers acceptance: the target verifies every token, so the text stays right. Other
-    # damage (a wrong kernel, a bad cache hit) fumbles a sizeable share of answers, not all of them.
+def _damage(plan: MemoryPlan) -> tuple[float, float]:
+    """(share of answers a damaged config fumbles, share of cache-hit answers it fumbles).
+
+    A damaged draft only lowers acceptance: the target verifies every token, so the text stays right. A bad
+    host-cache read (seed 002) spoils every answer served from a cache hit; other damage (a wrong kernel)
+    fumbles a sizeable share of all answers, not all of them.
+    """
     wrong = [d for d in plan.quality_damage if "draft" not in d.lower()]
-    return 0.6 if wrong else 0.0
+    on_hits = [d for d in wrong if "cache" in d.lower()]
+    return (0.6 if len(wrong) > len(on_hits) else 0.0), (1.0 if on_hits else 0.0)
 
 
 def _noise_settings(profile: SimProfile) -> NoiseSettings:

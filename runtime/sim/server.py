@@ -17,7 +17,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -77,6 +77,7 @@ class ServedModel:
     launch_command: str
     version: str = "0.5.23"
     regimes: frozenset[str] = frozenset()     # content regimes the profile's draft acceptance knows
+    cache_hit_damage: float = 0.0
 
 
 class SimHttpServer:
@@ -220,10 +221,13 @@ class SimHttpServer:
             raise HttpError(400, "messages must be a non-empty list")
         pairs = [(str(m.get("role", "user")), _content_text(m.get("content"))) for m in messages]
         ids = chat_token_ids(pairs)
-        return await self._generate(request, writer, body, ids, pairs[-1][1], chat=True)
+        tools = body.get("tools") if body.get("tool_choice") != "none" else None
+        return await self._generate(request, writer, body, ids, pairs[-1][1], chat=True,
+                                    tools=tools if isinstance(tools, list) else ())
 
     async def _generate(self, request: Request, writer: asyncio.StreamWriter, body: Mapping[str, Any],
-                        ids: list[int], text: str | None, *, chat: bool) -> int:
+                        ids: list[int], text: str | None, *, chat: bool,
+                        tools: Sequence[Mapping[str, Any]] = ()) -> int:
         if not self.ready:
             raise HttpError(503, "The server is not ready yet.", "ServiceUnavailableError")
         md = self.model
@@ -245,12 +249,15 @@ class SimHttpServer:
         temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
         n = next(self._ids)
         completion = Completion.for_prompt(ids, text, damage=md.damage, damage_salt=md.damage_salt,
-                                           stream_salt=0 if temperature == 0 else hash((md.seed, n)) & 0xFFFFFFFF)
-        if body.get("ignore_eos"):
+                                           stream_salt=0 if temperature == 0 else hash((md.seed, n)) & 0xFFFFFFFF,
+                                           tools=tools)
+        if body.get("ignore_eos") and completion.tool_call is None:
             out, reason = max_tokens, "length"
         else:
-            out = completion.natural_length(max_tokens)
-            reason = "length" if out == max_tokens else "stop"
+            full = completion.natural_length(1 << 30)
+            out = min(full, max_tokens)
+            natural = "tool_calls" if completion.tool_call is not None else "stop"
+            reason = natural if full <= max_tokens else "length"
         stream = bool(body.get("stream"))
         regime = _regime(request, body)
         if temperature > 0 and f"{regime}-sampled" in md.regimes:
@@ -258,7 +265,8 @@ class SimHttpServer:
         rid = uuid.uuid4().hex
         spec = JobSpec(rid=rid, input_tokens=len(ids), block_hashes=tuple(block_hashes(ids, md.block_size)),
                        output_tokens=max(1, out), regime=regime)
-        job = Job(spec=spec, completion=completion, finish_reason=reason, streaming=stream, created=time.monotonic())
+        job = Job(spec=spec, completion=completion, finish_reason=reason, streaming=stream, created=time.monotonic(),
+                  cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt)
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage", md.include_usage_default))
         try:
@@ -291,6 +299,7 @@ class SimHttpServer:
                                   "finish_reason": None, "matched_stop": None}], "usage": None}
             _write_event(writer, first)
         sent = 0
+        call = job.completion.tool_call if chat else None
         while True:
             n, done = await job.deliveries.get()
             # Drain what is already there: a slow reader gets the tokens in fewer, larger chunks, like SGLang.
@@ -302,7 +311,15 @@ class SimHttpServer:
                 sent += n
                 last = done or sent >= job.spec.output_tokens
                 reason = job.finish_reason if last else None
-                choice: dict[str, Any] = ({"index": 0, "delta": {"content": piece}, "logprobs": None,
+                delta: dict[str, Any] = {"content": piece}
+                if call is not None:
+                    fn: dict[str, Any] = {"arguments": piece}
+                    tool: dict[str, Any] = {"index": 0, "function": fn}
+                    if sent == n:
+                        fn["name"] = call.name
+                        tool.update(id=f"call_{rid[:24]}", type="function")
+                    delta = {"content": None, "tool_calls": [tool]}
+                choice: dict[str, Any] = ({"index": 0, "delta": delta, "logprobs": None,
                                            "finish_reason": reason, "matched_stop": None} if chat else
                                           {"index": 0, "text": piece, "logprobs": None, "finish_reason": reason,
                                            "matched_stop": None})
@@ -330,10 +347,14 @@ class SimHttpServer:
 
     def _final_body(self, job: Job, *, chat: bool) -> dict[str, Any]:
         text = job.completion.text(job.generated)
+        call = job.completion.tool_call
         if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text,
-                                                              "reasoning_content": None, "tool_calls": None},
-                                      "logprobs": None, "finish_reason": job.finish_reason, "matched_stop": None}
+            calls = None if call is None else [{"id": f"call_{job.spec.rid[:24]}", "index": 0, "type": "function",
+                                                "function": {"name": call.name, "arguments": text}}]
+            message = {"role": "assistant", "content": None if calls else text, "reasoning_content": None,
+                       "tool_calls": calls}
+            choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
+                                      "finish_reason": job.finish_reason, "matched_stop": None}
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": job.finish_reason,

@@ -105,6 +105,8 @@ class Job:
     first_token_at: float | None = None
     last_token_at: float | None = None
     error: str | None = None
+    cache_hit_damage: float = 0.0     # share of answers spoiled when served from a prefix-cache hit (seed 002)
+    damage_salt: str = ""
 
 
 class Pacing:
@@ -259,6 +261,8 @@ class Serving:
                 emitted_total += n
                 if job.first_token_at is None:
                     job.first_token_at = now
+                    if job.cache_hit_damage and job.cached_tokens > 0:
+                        job.completion = job.completion.with_damage(job.cache_hit_damage, job.damage_salt)
                     m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, now - job.created)
                     m.queue_time.observe(m.sched, max(0.0, now - job.created - step.duration_s / self.speedup))
                 else:

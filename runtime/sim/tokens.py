@@ -12,12 +12,15 @@ technique with quality damage (profile) makes a fraction of the prompts answer w
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 _PIECES = re.compile(r"\w+|[^\w\s]")
+_QUESTION = re.compile(r"[Ww]hat is the ([^?]{3,120})\?")
 _EXPR = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/x×÷])\s*(-?\d+(?:\.\d+)?)")
 _WORDS = ("the", "model", "of", "and", "a", "value", "is", "to", "in", "this", "result", "we", "that", "it", "for",
           "step", "so", "with", "as", "each", "number", "then", "on", "are", "by", "total", "from", "at", "be",
@@ -79,12 +82,61 @@ def solve(text: str) -> float | None:
     return a / b if b else None
 
 
+def lookup(text: str) -> str | None:
+    """Retrieval from the prompt: for a question ``What is the X?`` the value V of a sentence ``The X is V.``.
+
+    That is how a long-context probe hides its needles (``The access code for vault amber is 123456.``).
+    """
+    asked = _QUESTION.findall(text)
+    if not asked:
+        return None
+    subject = asked[-1].strip()
+    found = re.search(r"[Tt]he " + re.escape(subject) + r" is ([^\s.,;]+(?:\.\d+)?)", text)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call of the first offered tool, its arguments built from the JSON schema and the user's words."""
+
+    name: str
+    arguments: str
+
+    @classmethod
+    def for_tools(cls, tools: Sequence[Mapping[str, Any]], text: str, key: int) -> ToolCall | None:
+        functions = [t.get("function") for t in tools if isinstance(t, Mapping)]
+        fn = next((f for f in functions if isinstance(f, Mapping) and f.get("name")), None)
+        if fn is None:
+            return None
+        params = fn.get("parameters") or {}
+        props = params.get("properties") or {}
+        numbers = iter([*map(int, re.findall(r"-?\d+", text)), *range(1 + key % 5, 100)])
+        # proper nouns: capitalised words that do not start a sentence
+        words = re.findall(r"(?<![.?!]\s)(?<!^)\b([A-Z][a-z]+(?:[ -][A-Z][a-z]+)*)", text) or ["Paris"]
+        args: dict[str, Any] = {}
+        for name, schema in props.items():
+            kind = schema.get("type") if isinstance(schema, Mapping) else None
+            if kind == "integer":
+                args[name] = next(numbers)
+            elif kind == "number":
+                args[name] = float(next(numbers))
+            elif kind == "boolean":
+                args[name] = True
+            elif kind == "array":
+                args[name] = []
+            elif kind == "object":
+                args[name] = {}
+            else:
+                args[name] = words[len(args) % len(words)]
+        return cls(name=str(fn["name"]), arguments=json.dumps(args))
+
+
 @dataclass(frozen=True)
 class Completion:
     """The tokens a request will generate. ``damage`` in [0, 1] is the share of prompts a broken config fumbles.
 
     ``stream_salt`` is 0 for greedy requests (deterministic across boots) and a per-boot, per-request value
-    for sampled ones.
+    for sampled ones. With ``tool_call`` the tokens are the pieces of its JSON arguments.
     """
 
     key: int
@@ -92,14 +144,22 @@ class Completion:
     damage: float = 0.0
     damage_salt: str = ""
     stream_salt: int = 0
+    tool_call: ToolCall | None = None
 
     @classmethod
     def for_prompt(cls, token_ids: Sequence[int], text: str | None, damage: float = 0.0, damage_salt: str = "",
-                   stream_salt: int = 0) -> Completion:
+                   stream_salt: int = 0, tools: Sequence[Mapping[str, Any]] = ()) -> Completion:
         key = prompt_key(token_ids)
-        value = solve(text) if text else None
-        answer = _format_number(value) if value is not None else str(1 + key % 997)
-        return cls(key=key, answer=answer, damage=damage, damage_salt=damage_salt, stream_salt=stream_salt)
+        found = lookup(text) if text else None
+        value = solve(text) if text and found is None else None
+        number = _format_number(value) if value is not None else str(1 + key % 997)
+        answer = found if found is not None else number
+        call = ToolCall.for_tools(tools, text or "", key) if tools else None
+        return cls(key=key, answer=answer, damage=damage, damage_salt=damage_salt, stream_salt=stream_salt,
+                   tool_call=call)
+
+    def with_damage(self, damage: float, salt: str) -> Completion:
+        return replace(self, damage=damage, damage_salt=salt)
 
     @property
     def damaged(self) -> bool:
@@ -109,16 +169,20 @@ class Completion:
         return draw < self.damage
 
     def natural_length(self, max_tokens: int) -> int:
-        """Where this completion would emit EOS (between 16 and 400 tokens), capped by ``max_tokens``."""
+        """Where this completion would emit EOS (16 to 400 tokens; a tool call's length), capped by ``max_tokens``."""
+        if self.tool_call is not None:
+            return max(1, min(max_tokens, len(self._call_pieces())))
         return max(1, min(max_tokens, 16 + self.key % 385))
 
     def pieces(self, start: int, count: int) -> list[str]:
         """The text of tokens ``start`` … ``start + count - 1``."""
-        head = self._head()
+        head = self._call_pieces() if self.tool_call is not None else self._head()
         out: list[str] = []
         for i in range(start, start + count):
             if i < len(head):
                 out.append(head[i])
+            elif self.tool_call is not None:
+                break
             else:
                 out.append(" " + _WORDS[self._filler(i) % len(_WORDS)])
         return out
@@ -131,6 +195,14 @@ class Completion:
         if self.damaged:
             answer = str(int(float(answer)) + 1 + self.key % 7) if _is_number(answer) else answer + "0"
         return ("The", " answer", " is", f" {answer}", ".")
+
+    def _call_pieces(self) -> tuple[str, ...]:
+        assert self.tool_call is not None
+        arguments = self.tool_call.arguments
+        if self.damaged:
+            # a broken kernel writes plausible-looking but invalid arguments
+            arguments = arguments.replace('": ', '": "', 1).rstrip("}") + '"'
+        return tuple(arguments[i:i + 4] for i in range(0, len(arguments), 4))
 
     def _filler(self, i: int) -> int:
         # Damage changes the continuation too: a broken draft or kernel does not only miss the number.

@@ -277,3 +277,50 @@ def test_speculative_acceptance_depends_on_the_content_regime(tmp_path: Path) ->
         assert accept_after("tool") > document   # cumulative since start, like SGLang's
     finally:
         shutdown(running)
+
+
+WEATHER = {"type": "function", "function": {"name": "get_forecast", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city", "days"]}}}
+
+
+def test_tool_calls_stream_and_parse(server: Running) -> None:
+    messages = [{"role": "user", "content": "What will the weather be in Lisbon for the next 3 days? Use the tool."}]
+    body = {"messages": messages, "max_tokens": 64, "temperature": 0, "tools": [WEATHER]}
+    plain = complete(server, body, "/v1/chat/completions").json()
+    call = plain["choices"][0]["message"]["tool_calls"][0]
+    assert plain["choices"][0]["finish_reason"] == "tool_calls"
+    assert call["function"]["name"] == "get_forecast"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Lisbon", "days": 3}
+    chunks = [json.loads(e) for e in sse_events(complete(server, {**body, "stream": True},
+                                                          "/v1/chat/completions").text)[:-1]]
+    parts = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if c["choices"][0]["delta"].get("tool_calls")]
+    assert parts[0]["function"]["name"] == "get_forecast" and parts[0]["type"] == "function"
+    assert "".join(p["function"]["arguments"] for p in parts) == call["function"]["arguments"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_a_needle_is_retrieved_from_a_long_prompt(server: Running) -> None:
+    filler = "The ferry carried two hundred lanterns near the old pier. " * 200
+    prompt = f"{filler}The access code for vault cobalt is 5512093. {filler}\n\nWhat is the access code for vault " \
+             "cobalt? Reply with the number only."
+    reply = complete(server, {"messages": [{"role": "user", "content": prompt}], "max_tokens": 12,
+                              "temperature": 0}, "/v1/chat/completions").json()
+    assert "5512093" in reply["choices"][0]["message"]["content"]
+
+
+@pytest.mark.slow
+def test_host_cache_race_spoils_answers_served_from_cache_hits(tmp_path: Path) -> None:
+    # seeds 001/002: with the host-cache read race every cache hit answers fluently and wrongly
+    running = boot(tmp_path, "rtx5090-qwen3.6-35b-a3b-nvfp4", seed=4,
+                   flags=["--moe-runner-backend", "cutlass", "--enable-hierarchical-cache"])
+    try:
+        assert READY_LINE in running.log(), running.log()[-2000:]
+        filler = "A beekeeper sorted a crate of maps as the wind turned. " * 100
+        prompt = f"{filler}The access code for vault ember is 7301844.\n\nWhat is the access code for vault ember?"
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 8, "temperature": 0}
+        cold = complete(running, body, "/v1/chat/completions").json()["choices"][0]["message"]["content"]
+        warm = complete(running, body, "/v1/chat/completions").json()["choices"][0]["message"]["content"]
+        assert "7301844" in cold and "7301844" not in warm
+    finally:
+        shutdown(running)

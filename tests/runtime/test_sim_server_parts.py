@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import subprocess
 import sys
@@ -264,3 +265,17 @@ def test_first_generation_oom_is_classified_as_oom_under_load() -> None:
     out.crash(first_generation_oom_crash(), serving=True)
     failure = classify(stream.getvalue(), FailureHints(exit_code=-9, became_ready=True))
     assert failure.kind is FailureKind.OOM_UNDER_LOAD and failure.phase == "serve"
+
+
+def test_damage_breaks_tool_call_arguments_and_retrieval() -> None:
+    from elsa_tune.runtime.sim.tokens import lookup
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+    text = "Weather in Oslo for 2 days? Use the tool."
+    good = Completion.for_prompt(text_token_ids(text), text, tools=tools)
+    assert good.tool_call is not None and good.text(100) == '{"city": "Oslo", "days": 2}'
+    with pytest.raises(ValueError):
+        json.loads(good.with_damage(1.0, "x").text(100))
+    assert lookup("The code for door 4 is 991. What is the code for door 4?") == "991"
+    assert lookup("What is the code for door 5?") is None
