@@ -30,13 +30,15 @@ SCHEMA_VERSION = 1
 DEFAULT_CHUNK = 16
 """Pieces per compared chunk: the resolution of the analysis (SGLang's page size is 1 to 64 tokens)."""
 
+_EXTENSIONS = "py|js|ts|tsx|jsx|go|rs|java|c|cc|cpp|h|hpp|rb|php|md|txt|json|yaml|yml|toml|sql|sh|html|css|ipynb"
+# Every alternative starts at a word boundary and gates its costly part behind a cheap lookahead:
+# Python's re tries each alternative at every boundary of a prompt that may be 100 KB long.
 VOLATILE = re.compile(
     r"(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)"
     r"|(?P<timestamp>\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
     r"|\b\d{1,2}:\d{2}:\d{2}\b|\b1[5-9]\d{8}(?:\d{3})?\b)"
-    r"|(?P<file>(?:[\w.-]+/)*[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|c|cc|cpp|h|hpp|rb|php|md|txt|json|yaml|yml"
-    r"|toml|sql|sh|html|css|ipynb)\b)"
-    r"|(?P<id>\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{7,}\b)"
+    rf"|(?P<file>\b[\w-]+(?:[./][\w-]+)*\.(?:{_EXTENSIONS})\b)"
+    r"|(?P<id>\b(?=[\w-]{8})(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{7,}\b)"
     r"|(?P<counter>\b\d+(?:\.\d+)?\b)"
 )
 PLACEHOLDER = "\x00{}\x00"
@@ -85,7 +87,8 @@ def find_breakers(prompts: Sequence[str], *, chunk: int = DEFAULT_CHUNK, min_req
         culprit = next((s for s in spans if s[2] > diverged), None)
         if culprit is None or culprit[1] >= diverged + chunk:
             continue
-        pattern, start, _end, label, value = culprit
+        pattern, start, _end, value = culprit
+        label = _label(raw[max(0, start - 4):start])
         losses[(pattern, label)].append((reached - diverged, start, len(raw), value))
     found = [
         Breaker(pattern=pattern, label=label, example=items[0][3], requests=len(items),
@@ -117,10 +120,10 @@ def breakers_from_json(text: str | None) -> list[Breaker]:
     return [Breaker(**item) for item in payload.get("breakers", [])]
 
 
-def _masked(prompt: str, raw: list[str]) -> tuple[list[str], list[int], list[tuple[str, int, int, str, str]]]:
+def _masked(prompt: str, raw: list[str]) -> tuple[list[str], list[int], list[tuple[str, int, int, str]]]:
     """Masked pieces, the raw piece index where each masked piece starts, and the volatile spans.
 
-    Spans are (pattern, first raw piece, end raw piece, label, value). Each span collapses to one
+    Spans are (pattern, first raw piece, end raw piece, value). Each span collapses to one
     placeholder piece, so values of different lengths still line up what follows them.
     """
     starts: list[int] = []
@@ -128,7 +131,7 @@ def _masked(prompt: str, raw: list[str]) -> tuple[list[str], list[int], list[tup
     for piece in raw:
         starts.append(offset)
         offset += len(piece)
-    spans: list[tuple[str, int, int, str, str]] = []
+    spans: list[tuple[str, int, int, str]] = []
     masked: list[str] = []
     raw_index: list[int] = []
     index = 0
@@ -140,8 +143,7 @@ def _masked(prompt: str, raw: list[str]) -> tuple[list[str], list[int], list[tup
             continue
         masked.extend(raw[index:first])
         raw_index.extend(range(index, first))
-        label = _label(raw[max(0, first - 4):first])
-        spans.append((pattern, first, end, label, match.group()))
+        spans.append((pattern, first, end, match.group()))
         masked.append(PLACEHOLDER.format(pattern))
         raw_index.append(first)
         index = end

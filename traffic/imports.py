@@ -60,8 +60,11 @@ class BadLine(ValueError):
 
 
 def import_trace(path: str | os.PathLike[str], fmt: str, *, skip_bad: bool = False, kind: str = "chat",
-                 block_size: int | None = None) -> ImportResult:
-    """Import ``path`` in format ``fmt`` (one of ``FORMATS``) into a validated ``Trace``."""
+                 block_size: int | None = None, breakers_sample: int = 500) -> ImportResult:
+    """Import ``path`` in format ``fmt`` (one of ``FORMATS``) into a validated ``Trace``.
+
+    ``breakers_sample``: request-log prompts analysed for prefix-cache breakers (0: none).
+    """
     source = Path(path)
     if fmt not in FORMATS:
         raise TrafficError(f"unknown trace format {fmt!r}", remedy=f"use one of: {', '.join(FORMATS)}")
@@ -74,7 +77,8 @@ def import_trace(path: str | os.PathLike[str], fmt: str, *, skip_bad: bool = Fal
         return collect(source, _azure_rows(source, kind, size), skip_bad, _azure_meta(source, size))
     from elsa_tune.traffic.requestlog import import_request_log
 
-    result: ImportResult = import_request_log(source, skip_bad=skip_bad, block_size=block_size or DEFAULT_BLOCK_SIZE)
+    result: ImportResult = import_request_log(source, skip_bad=skip_bad, block_size=block_size or DEFAULT_BLOCK_SIZE,
+                                              breakers_sample=breakers_sample)
     return result
 
 

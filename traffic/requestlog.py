@@ -40,6 +40,9 @@ PIECE = re.compile(r"\s*\w{1,6}|\s*[^\w\s]|\s+")
 TOKENIZER_NOTE = (r"regex-pieces-v1: /\s*\w{1,6}|\s*[^\w\s]|\s+/ (a deterministic approximation, not the "
                   "model's tokenizer; lengths from usage.prompt_tokens when logged)")
 DEFAULT_OUTPUT_TOKENS = 256
+DEFAULT_SAMPLE = 500
+"""Prompts analysed for prefix-cache breakers: they come from templates, so they show in every request,
+and the analysis costs microseconds per prompt token (benchmarks/traffic_data)."""
 _HASH_MASK = (1 << 63) - 1
 _TIME_FIELDS = ("timestamp", "time", "created_at", "startTime", "start_time", "request_time", "ts", "@timestamp",
                 "created")
@@ -168,8 +171,10 @@ def infer_kind(body: Mapping[str, Any], tool_traffic: bool, asked: str) -> str:
     return "chat"
 
 
-def import_request_log(source: Path, *, skip_bad: bool, block_size: int) -> ImportResult:
-    """Import a JSONL request log; prefix-cache breakers found in its prompts go into the metadata."""
+def import_request_log(source: Path, *, skip_bad: bool, block_size: int,
+                       breakers_sample: int = DEFAULT_SAMPLE) -> ImportResult:
+    """Import a JSONL request log; prefix-cache breakers found in its first ``breakers_sample`` prompts
+    (in arrival order; 0 skips the analysis) go into the metadata."""
     from elsa_tune.traffic.breakers import breakers_to_json, find_breakers
 
     parsed: list[tuple[int, LoggedRequest | BadLine, str | None, str | None]] = []
@@ -194,7 +199,8 @@ def import_request_log(source: Path, *, skip_bad: bool, block_size: int) -> Impo
     def meta(start: str | None, end: str | None, skipped: int) -> TraceMetadata:
         ordered = sorted(logged, key=lambda item: item.request.arrival_s)
         first, last = ordered[0].request.arrival_s, ordered[-1].request.arrival_s
-        findings = find_breakers([item.prompt for item in ordered])
+        sample = [item.prompt for item in ordered[:max(breakers_sample, 0)]]
+        findings = find_breakers(sample) if sample else []
         defaulted = sum(item.output_defaulted for item in logged)
         tools = sorted({name for item in logged for name in item.tools})
         return TraceMetadata(
@@ -209,7 +215,7 @@ def import_request_log(source: Path, *, skip_bad: bool, block_size: int) -> Impo
             extra={"provenance": str(source), "format": "openai-jsonl", "tokenizer": TOKENIZER_NOTE,
                    "skipped_lines": str(skipped), "output_tokens_defaulted": str(defaulted),
                    "duplicate_events": str(duplicates), "tools": json.dumps(tools),
-                   "breakers": breakers_to_json(findings)})
+                   "breakers": breakers_to_json(findings), "breakers_sample": str(len(sample))})
 
     return collect(source, rows(), skip_bad, meta, lines=lines)
 

@@ -72,3 +72,16 @@ def test_request_log_import_stores_breakers_in_metadata(tmp_path: Path) -> None:
     trace = import_trace(path, "openai-jsonl").trace
     stored = breakers_from_json(trace.metadata.extra["breakers"])
     assert [(b.pattern, b.requests) for b in stored] == [("uuid", 19)]
+
+
+def test_the_breaker_analysis_is_bounded_by_its_sample(tmp_path: Path) -> None:
+    lines = [json.dumps({"timestamp": 1_800_000_000 + i, "max_tokens": 16,
+                         "messages": [{"role": "system", "content": prompt}]})
+             for i, prompt in enumerate(_agent_prompts(volatile_first=True, n=20))]
+    path = tmp_path / "agents.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    sampled = import_trace(path, "openai-jsonl", breakers_sample=5).trace.metadata.extra
+    assert sampled["breakers_sample"] == "5"
+    assert [b.requests for b in breakers_from_json(sampled["breakers"])] == [4]
+    assert breakers_from_json(import_trace(path, "openai-jsonl", breakers_sample=0).trace.metadata
+                              .extra["breakers"]) == []

@@ -29,6 +29,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                      help="content regime for traces that do not say (mooncake, azure; default: chat)")
     imp.add_argument("--block-size", type=int, default=None,
                      help="tokens per prefix block for azure and openai-jsonl (default 512; mooncake is 512)")
+    imp.add_argument("--breakers-sample", type=int, default=500, metavar="N",
+                     help="openai-jsonl: analyse the first N prompts for prefix-cache breakers (0: skip; default 500)")
     imp.set_defaults(func=run_import)
 
     show = sub.add_parser("show", help="requests, rate over time, lengths, prefix reuse, busiest window, breakers",
@@ -42,7 +44,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    result = import_trace(args.file, args.fmt, skip_bad=args.skip_bad, kind=args.kind, block_size=args.block_size)
+    result = import_trace(args.file, args.fmt, skip_bad=args.skip_bad, kind=args.kind, block_size=args.block_size,
+                          breakers_sample=args.breakers_sample)
     write_trace(result.trace, args.output)
     print(f"imported {len(result.trace):,} requests from {result.lines:,} lines of {args.file} → {args.output}")
     if result.skipped:
