@@ -13,6 +13,7 @@ Names are SGLang's dashed names without the leading dashes, as in ``Candidate.fl
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import subprocess
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -135,3 +136,51 @@ def require_known(flags: Iterable[str], known: FlagSet | Collection[str], *, whe
     remedy = (f"did you mean --{first.suggestion}? rename the flag(s) to ones `{source} --help` lists"
               if first else f"remove the flag(s); `{source} --help` lists what this version accepts")
     raise ConfigError(f"{place}{len(problems)} flag(s) not accepted by {source}: {lines}", remedy=remedy)
+
+
+# Runs inside the runtime's own Python (which cannot import elsa_tune): one JSON list of argv lists on
+# stdin, one JSON list of {"ok", "error"} on stdout. argparse errors go to stderr and SystemExit.
+_PREPARE_SCRIPT = r"""
+import contextlib, io, json, sys
+from sglang.srt.server_args import prepare_server_args
+results = []
+for argv in json.load(sys.stdin):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            prepare_server_args(argv)
+        results.append({"ok": True, "error": ""})
+    except SystemExit as exc:
+        lines = [l for l in err.getvalue().splitlines() if "error:" in l] or err.getvalue().splitlines()[-1:]
+        results.append({"ok": False, "error": (lines[-1] if lines else f"exit {exc.code}").strip()})
+    except Exception as exc:
+        results.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+sys.stdout.write("\n@@RESULTS@@" + json.dumps(results) + "\n")
+"""
+
+
+def rejected_by_runtime(python: str, argvs: Sequence[Sequence[str]], *,
+                        timeout_s: float = 600.0) -> list[tuple[int, str]]:
+    """Ask the runtime's own ``prepare_server_args`` about each argv; ``(index, error)`` for each refusal.
+
+    ``python`` is the interpreter of the SGLang environment (``/opt/sglang-venv/bin/python``). One
+    process checks them all (the import takes ~30 s, each argv a fraction of a second). Used in CI to
+    prove that every candidate a search space can generate boots past SGLang's argument resolution.
+    """
+    try:
+        done = subprocess.run([python, "-c", _PREPARE_SCRIPT], input=json.dumps([list(a) for a in argvs]),
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError as exc:
+        raise RuntimeUnavailable(f"the runtime interpreter {python!r} does not exist",
+                                 remedy="point it at the Python of the SGLang environment") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeUnavailable(f"SGLang's prepare_server_args did not finish within {timeout_s:.0f} s",
+                                 remedy="raise the timeout or check the SGLang installation") from exc
+    marker = done.stdout.rfind("@@RESULTS@@")
+    if done.returncode != 0 or marker < 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+        raise RuntimeUnavailable(
+            f"{python} could not run SGLang's prepare_server_args (exit {done.returncode}):\n{tail}",
+            remedy="install sglang into that environment")
+    results = json.loads(done.stdout[marker + len("@@RESULTS@@"):].strip().splitlines()[0])
+    return [(i, r["error"]) for i, r in enumerate(results) if not r["ok"]]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from elsa_tune.errors import ConfigError, RuntimeUnavailable
-from elsa_tune.runtime.flags import FlagSet, harvest, parse_help, require_known, validate
+from elsa_tune.runtime.flags import FlagSet, harvest, parse_help, rejected_by_runtime, require_known, validate
 
 HELP = Path(__file__).parent / "data" / "sglang-0.5.23-help.txt"
 
@@ -97,3 +97,25 @@ def test_real_sglang_help_harvest() -> None:
     assert "cuda-graph-max-bs" not in flags
     saved = parse_help(HELP.read_text())
     assert saved.names == flags.names, "tests/runtime/data/sglang-0.5.23-help.txt is stale"
+
+
+def test_rejected_by_runtime_without_sglang_is_runtime_unavailable() -> None:
+    with pytest.raises(RuntimeUnavailable) as caught:
+        rejected_by_runtime(sys.executable, [["--model-path", "x"]], timeout_s=60)
+    assert "prepare_server_args" in caught.value.message
+    with pytest.raises(RuntimeUnavailable):
+        rejected_by_runtime("/no/such/python", [[]])
+
+
+@pytest.mark.sglang
+def test_real_prepare_server_args_accepts_good_and_names_bad_argv() -> None:
+    python = os.environ.get("ELSA_SGLANG_PYTHON")
+    if not python:
+        pytest.skip("ELSA_SGLANG_PYTHON is not set")
+    argvs = [["--model-path", "Qwen/Qwen3-8B", "--mem-fraction-static", "0.9", "--max-running-requests", "4"],
+             ["--model-path", "Qwen/Qwen3-8B", "--cuda-graph-max-bs", "16"],
+             ["--model-path", "Qwen/Qwen3-8B", "--mamba-radix-cache-strategy", "extra_buffer_lazy",
+              "--page-size", "32"]]
+    rejected = rejected_by_runtime(python, argvs)
+    assert [i for i, _ in rejected] == [1]
+    assert "ambiguous option: --cuda-graph-max-bs" in rejected[0][1]
