@@ -20,6 +20,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 _PIECES = re.compile(r"\w+|[^\w\s]")
+# Word problems the simulated model can do (the shapes of GSM8K-style one- and two-step problems).
+_WORD_PROBLEMS: tuple[tuple[re.Pattern[str], Any], ...] = (
+    (re.compile(r"has (\d+) .*?adds (\d+) more .*?gives away (\d+)", re.S), lambda a, b, c: a + b - c),
+    (re.compile(r"holds (\d+) .*?fills (\d+) more such .*?removes (\d+)", re.S), lambda a, b, c: a * (b + 1) - c),
+    (re.compile(r"packs (\d+) .*?into groups of (\d+)", re.S), lambda a, b: a // b if b else 0),
+    (re.compile(r"buys (\d+) boxes .*?with (\d+) .*?each box and already owned (\d+)", re.S),
+     lambda a, b, c: a * b + c),
+    (re.compile(r"sorts (\d+) .*?After (\d+) days .*?sorted (\d+) fewer", re.S), lambda a, b, c: a * b - c),
+)
 _QUESTION = re.compile(r"[Ww]hat is the ([^?]{3,120})\?")
 _EXPR = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/x×÷])\s*(-?\d+(?:\.\d+)?)")
 _WORDS = ("the", "model", "of", "and", "a", "value", "is", "to", "in", "this", "result", "we", "that", "it", "for",
@@ -68,7 +77,11 @@ def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
 
 
 def solve(text: str) -> float | None:
-    """The value of the first ``a op b`` in ``text`` (``x``/``×`` multiply, ``÷`` divide), else ``None``."""
+    """The answer to a simple arithmetic question: a word problem of a known shape, else the first ``a op b``."""
+    for pattern, formula in _WORD_PROBLEMS:
+        found = pattern.search(text)
+        if found:
+            return float(formula(*(int(g) for g in found.groups())))
     match = _EXPR.search(text)
     if not match:
         return None

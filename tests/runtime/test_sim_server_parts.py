@@ -279,3 +279,15 @@ def test_damage_breaks_tool_call_arguments_and_retrieval() -> None:
         json.loads(good.with_damage(1.0, "x").text(100))
     assert lookup("The code for door 4 is 991. What is the code for door 4?") == "991"
     assert lookup("What is the code for door 5?") is None
+
+
+@pytest.mark.parametrize(("question", "answer"), [
+    ("Mia has 30 shells in a box. Tom adds 4 more shells, then Mia gives away 9. How many are left?", 25),
+    ("A crate holds 12 pears. Ana fills 2 more such crates to the same level and then removes 5 pears.", 31),
+    ("Li packs 47 beads into groups of 5, keeping the remainder aside. How many full groups?", 9),
+    ("Sam buys 3 boxes of nails with 20 nails in each box and already owned 7. How many nails?", 67),
+    ("Each day Eve sorts 11 cards. After 3 days Bo has sorted 4 fewer than Eve. How many did Bo sort?", 29),
+])
+def test_simple_word_problems_are_answered(question: str, answer: int) -> None:
+    assert solve(question) == answer
+    assert Completion.for_prompt(text_token_ids(question), question).text(5) == f"The answer is {answer}."
