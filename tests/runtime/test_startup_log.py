@@ -211,3 +211,15 @@ def test_pool_smaller_than_context_and_forced_overlap_off_are_warned() -> None:
     assert any("disable_overlap_schedule=True" in w for w in report.warnings)
     quiet = build_report(text, Candidate(flags={"disable-overlap-schedule": True}))
     assert not any("overlap" in w for w in quiet.warnings)
+
+
+def test_hybrid_mamba_issue_log_with_older_dtype_form() -> None:
+    report = build_report(log("hybrid_mamba_qwen35moe_issue1870.log"),
+                          Candidate(flags={"max-running-requests": 1, "context-length": 8192}))
+    assert (report.max_total_num_tokens, report.max_running_requests, report.context_len) == (580364, 1, 8192)
+    assert report.mamba_cache_size == 82 and report.mamba_pool_gb == pytest.approx(0.13 + 7.29)
+    assert report.kv_pool_gb == pytest.approx(8.30) and report.weights_mem_gb == pytest.approx(3.76)
+    phases = {p.name: p for p in report.phases}
+    assert phases["load_weights"].seconds == pytest.approx(653.47)
+    assert phases["memory_pool"].seconds == pytest.approx(1.0)
+    assert report.adjustments == ()
