@@ -1,9 +1,11 @@
 """The CLI: a thin shell that parses arguments, calls into the layers, maps errors to exit codes.
 
-Subcommands live in ``tuner/commands/``, one module each, discovered at start-up. A module exposes
-``NAME`` (the word on the command line, e.g. ``"sim"``), ``HELP`` and ``register(parser)`` that adds
-its arguments and sets ``func`` (``argparse.Namespace -> int``). ``elsa-tune --gpu 0 --traffic X``
-with no subcommand runs the ``tune`` command.
+Subcommands live in ``tuner/commands/``, one module each, named like the command word. A module
+exposes ``NAME`` (the word on the command line, e.g. ``"sim"``), ``HELP`` and ``register(parser)`` that
+adds its arguments and sets ``func`` (``argparse.Namespace -> int``). ``elsa-tune --gpu 0 --traffic X``
+with no subcommand runs the ``tune`` command. Only the module of the command being run is imported
+(all of them only for the top-level ``--help``): every boot of the simulated runtime starts this CLI,
+so start-up time is paid once per boot.
 
 This is the only place that turns an ``ElsaTuneError`` into an exit status and prints it; ``--debug``
 re-raises to show the traceback.
@@ -29,20 +31,24 @@ EXIT_INTERNAL = 70
 log = logging.getLogger("elsa_tune")
 
 
-def _command_modules() -> list[ModuleType]:
+def _command_names() -> list[str]:
     import elsa_tune.tuner.commands as package
 
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_"))
+
+
+def _command_modules(only: str | None = None) -> list[ModuleType]:
     modules = []
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+    for name in _command_names():
+        if only is not None and name != only:
             continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        module = importlib.import_module(f"elsa_tune.tuner.commands.{name}")
         if hasattr(module, "NAME") and hasattr(module, "register"):
             modules.append(module)
     return modules
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elsa-tune",
         description="Unattended launch-flag tuner for SGLang. Run `elsa-tune --gpu 0 --traffic prod.parquet`.",
@@ -50,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"elsa-tune {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-paragraph errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
+    for module in _command_modules(only):
         command = sub.add_parser(module.NAME, help=getattr(module, "HELP", None),
                                  description=getattr(module, "HELP", None))
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -61,11 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    commands = {m.NAME for m in _command_modules()}
+    commands = set(_command_names())
     first = next((a for a in args_list if a != "--debug"), None)
     if first is not None and first not in commands and first not in ("-h", "--help", "--version"):
         args_list.insert(args_list.index(first), DEFAULT_COMMAND)
+        first = DEFAULT_COMMAND
+    parser = build_parser(first if first in commands else None)
     args = parser.parse_args(args_list)
     if not getattr(args, "func", None):
         parser.print_help()
