@@ -124,12 +124,13 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
                        boot_started: float, die: Any) -> int:
     served_name = str(args.get("served_model_name") or args.get("model_path") or profile.model.served_name)
     metrics = SglangMetrics(served_name)
-    noise = ServingNoise(_noise_settings(profile), options.seed)
+    noise = ServingNoise(_noise_settings(profile), profile.noise.seed * 1_000_003 + options.seed)
     source = engine_source(profile, plan, options.flags, options.env, random.Random(f"elsa-sim-engine:{options.seed}"))
     serving = Serving(source, noise=noise, metrics=metrics, server_log=out, faults=faults, speedup=speedup,
                       decode_log_interval=int(args.get("decode_log_interval") or 40), hybrid=profile.model.is_hybrid,
                       on_crash=lambda crash: die(crash, True),
-                      watchdog_timeout_s=float(args.get("watchdog_timeout") or 300.0))
+                      watchdog_timeout_s=float(args.get("watchdog_timeout") or 300.0),
+                      draft_tokens=plan.spec.draft_tokens)
     model = ServedModel(
         served_name=served_name, model_path=str(args.get("model_path")), context_len=plan.context_len,
         max_total_num_tokens=plan.kv_tokens, max_running_requests=plan.max_running_requests,

@@ -142,7 +142,7 @@ class Serving:
 
     def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics, server_log: ServerLog,
                  faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
-                 on_crash: Callable[[Crash], None], watchdog_timeout_s: float = 300.0) -> None:
+                 on_crash: Callable[[Crash], None], watchdog_timeout_s: float = 300.0, draft_tokens: int = 0) -> None:
         self.source = source
         self.noise = noise
         self.metrics = metrics
@@ -154,6 +154,7 @@ class Serving:
         self._warming = False
         self.on_crash = on_crash
         self.watchdog_timeout_s = watchdog_timeout_s
+        self._draft_tokens = draft_tokens
         self.jobs: dict[str, Job] = {}
         self.finished_requests = 0
         self.sim_time_s = 0.0
@@ -164,6 +165,8 @@ class Serving:
         self._wake = asyncio.Event()
         self._decode_steps = 0
         self._window_tokens = 0
+        self._window_verify = 0
+        self._window_accepted = 0
         self._window_start = time.monotonic()
         self._last_log = {"prefill": 0.0, "decode": 0.0}
         self._hung = faults.hang_after_requests == 0
@@ -273,6 +276,8 @@ class Serving:
             if step.verify_calls:
                 self.spec_forwards += step.verify_calls
                 self.spec_accepted += step.accepted_tokens
+                self._window_verify += step.verify_calls
+                self._window_accepted += step.accepted_tokens
                 m.spec_verify.inc(m.sched, step.verify_calls)
             m.realtime_tokens.inc({**m.sched, "mode": "decode"}, emitted_total)
             if step.kind == "prefill":
@@ -327,7 +332,10 @@ class Serving:
             self.last_gen_throughput = self._window_tokens / elapsed
             self._window_tokens = 0
             self._window_start = now
-        accept = self.avg_spec_accept_length
+        # like SGLang's gauge and log line: the average over the last decode-log window, not since start
+        accept = self._window_accepted / self._window_verify if self._window_verify else self.avg_spec_accept_length
+        if step.kind == "decode":
+            self._window_verify = self._window_accepted = 0
         gauges = {"num_running_reqs": step.running, "num_queue_reqs": step.queued, "token_usage": usage,
                   "full_token_usage": usage, "num_used_tokens": step.used_tokens,
                   "kv_used_tokens": step.used_tokens, "kv_available_tokens": step.token_capacity - step.used_tokens,
@@ -339,7 +347,8 @@ class Serving:
             total = step.new_tokens + sum(step.cached.values())
             gauges["cache_hit_rate"] = sum(step.cached.values()) / total if total else 0.0
         if step.verify_calls:
-            gauges["spec_accept_length"] = step.accepted_tokens / step.verify_calls
+            gauges["spec_accept_length"] = accept
+            gauges["spec_accept_rate"] = min(1.0, max(0.0, (accept - 1) / max(1, self._draft_tokens - 1)))
         self.metrics.set_gauges(gauges)
         if now - self._last_log[step.kind] < 1.0 / LOG_LINES_PER_S:
             return
@@ -357,7 +366,8 @@ class Serving:
         else:
             spec_part: list[tuple[str, object]] = []
             if step.verify_calls:
-                spec_part = [("accept len", f"{accept:.2f}"), ("accept rate", f"{min(1.0, accept / 6):.2f}")]
+                rate = min(1.0, max(0.0, (accept - 1) / max(1, self._draft_tokens - 1)))
+                spec_part = [("accept len", f"{accept:.2f}"), ("accept rate", f"{rate:.2f}")]
             self.log.info(runtime_line("Decode", [
                 ("#running-req", step.running), *usage_part, *spec_part, ("cuda graph", True),
                 ("gen throughput (token/s)", f"{self.last_gen_throughput:.2f}"), ("#queue-req", step.queued)]))
