@@ -123,9 +123,14 @@ def _mamba_too_small(ctx: _Context) -> Failure | None:
 
 
 def _cuda_graph(ctx: _Context) -> Failure | None:
-    hits = ctx.find(re.compile(r"Capture (?:[\w ]+ )?cuda graph failed|CUDA graph capture failed", re.IGNORECASE))
+    hits = ctx.find(re.compile(r"Capture (?:[\w -]+ )?(?:cuda|CUDA) graph failed|CUDA graph capture failed",
+                               re.IGNORECASE))
     if not hits:
         return None
+    if "prefill" in ctx.lines[hits[0]].message.lower():
+        return _failure(ctx, FailureKind.CUDA_GRAPH_FAILED, "prefill CUDA-graph capture failed at boot",
+                        "lower --cuda-graph-max-bs-prefill (or --chunked-prefill-size) or --mem-fraction-static "
+                        "by 0.03; or --disable-prefill-cuda-graph", ctx.evidence(hits))
     return _failure(ctx, FailureKind.CUDA_GRAPH_FAILED, "CUDA-graph capture failed at boot",
                     "lower --cuda-graph-max-bs-decode (e.g. 16; ≤0.5.9: --cuda-graph-max-bs) or "
                     "--mem-fraction-static by 0.03; or --disable-decode-cuda-graph", ctx.evidence(hits))

@@ -80,6 +80,10 @@ SIGNATURES = [
     ("Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, mem usage=1.00 GB.\n"
      "The server is fired up and ready to roll!\n"
      "Triton Error [CUDA]: out of memory", -9, True, FailureKind.OOM_UNDER_LOAD, "--mem-fraction-static"),
+    ("Exception: Capture prefill CUDA graph failed: CUDA out of memory. Tried to allocate 2.00 GiB", -9, False,
+     FailureKind.CUDA_GRAPH_FAILED, "--disable-prefill-cuda-graph"),
+    ("Exception: Capture frozen-KV MTP cuda graph failed: boom", -9, False, FailureKind.CUDA_GRAPH_FAILED,
+     "--cuda-graph-max-bs-decode"),
     ("[t TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", -9, True, FailureKind.HANG,
      "--watchdog-timeout"),
     ("[t] Subprocess scheduler_0 (pid=123) crashed with exit code -9. Triggering SIGQUIT for cleanup...", -9, True,
