@@ -168,7 +168,8 @@ def _chunk_keys(units: Sequence[str], chunk: int) -> list[bytes]:
     keys: list[bytes] = []
     previous = b""
     for lo in range(0, len(units) - chunk + 1, chunk):
-        previous = hashlib.blake2b(previous + "\x1f".join(units[lo:lo + chunk]).encode(), digest_size=12).digest()
+        payload = "\x1f".join(units[lo:lo + chunk]).encode("utf-8", "surrogatepass")
+        previous = hashlib.blake2b(previous + payload, digest_size=12).digest()
         keys.append(previous)
     return keys
 

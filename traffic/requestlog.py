@@ -69,7 +69,8 @@ def chained_hashes(units: Sequence[str], block_size: int, blocks: int | None = N
     previous = b""
     for index in range(count):
         if index < natural:
-            payload = "\x1f".join(units[index * block_size:(index + 1) * block_size]).encode()
+            # surrogatepass: a log may carry lone surrogates (JSON "\ud83d" from a broken producer)
+            payload = "\x1f".join(units[index * block_size:(index + 1) * block_size]).encode("utf-8", "surrogatepass")
         else:
             payload = b"\x1e" + str(index).encode()
         previous = hashlib.blake2b(previous + payload, digest_size=8).digest()
@@ -338,13 +339,18 @@ def _session(record: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
             continue
         for key in _SESSION_FIELDS:
             if source.get(key) not in (None, ""):
-                return str(source[key])
+                return _utf8(str(source[key]))
     headers = record.get("headers") or {}
     if isinstance(headers, Mapping):
         for key, value in headers.items():
             if str(key).lower() in ("x-session-id", "x-conversation-id"):
-                return str(value)
+                return _utf8(str(value))
     return None
+
+
+def _utf8(text: str) -> str:
+    """``text`` with anything UTF-8 cannot carry (lone surrogates) replaced, as Parquet strings need."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _count_images(value: Any) -> int:

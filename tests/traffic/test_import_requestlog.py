@@ -129,3 +129,10 @@ def test_sglang_json_request_log_keeps_one_event_per_request(tmp_path: Path) -> 
     assert result.trace.metadata.extra["duplicate_events"] == "3"
     # both prompts share the templated system prompt
     assert rows[0].block_hashes[:5] == rows[1].block_hashes[:5]
+
+
+def test_lone_surrogates_from_a_broken_producer_do_not_crash(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"timestamp": 1, "session_id": "s\\ud800", "prompt": "half an emoji \\ud83d", "max_tokens": 2}\n')
+    row = next(import_trace(path, "openai-jsonl").trace.requests())
+    assert row.session == "s?" and row.output_tokens == 2

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -107,3 +109,34 @@ def test_bundled_demo_is_the_busiest_window_of_the_real_mooncake_trace(shared_di
     assert "Mooncake" in demo.metadata.extra["provenance"]
     full = import_trace(shared_dir / "traces" / "mooncake_conversation_trace.jsonl", "mooncake").trace
     assert demo.table.equals(full.window(*DEMO_WINDOW).table)
+
+
+def _random_requests(rng: random.Random, block: int) -> list[TraceRequest]:
+    arrival = 0.0
+    out = []
+    for _ in range(rng.randint(1, 30)):
+        arrival += rng.choice([0.0, rng.uniform(0, 100)])
+        tokens = rng.randint(1, 40)
+        out.append(TraceRequest(
+            arrival_s=arrival, input_tokens=tokens, output_tokens=rng.randint(1, 2**31 - 1),
+            block_hashes=tuple(rng.randint(-(2**63), 2**63 - 1) for _ in range(-(-tokens // block))),
+            session=rng.choice([None, "", "s1", "séance"]), kind=rng.choice(["chat", "code", "tool"]),
+            temperature=rng.choice([None, 0.0, rng.uniform(0, 2)]), top_p=rng.choice([None, rng.random()]),
+            top_k=rng.choice([None, rng.randint(1, 100)]), images=rng.randint(0, 5)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_round_trip_and_windows_hold_for_random_valid_traces(seed: int, tmp_path: Path) -> None:
+    rng = random.Random(seed)
+    block = rng.randint(1, 8)
+    reqs = _random_requests(rng, block)
+    meta = replace(META, block_size=block)
+    trace = Trace.from_requests(reqs, meta)
+    write_trace(trace, tmp_path / "t.parquet")
+    back = read_trace(tmp_path / "t.parquet")
+    assert list(back.requests()) == reqs and back.metadata == meta
+    middle = trace.duration_s * rng.random()
+    first, second = trace.window(0.0, middle), trace.window(middle, trace.duration_s + 1)
+    assert len(first) + len(second) == len(trace)
+    assert all(0 <= r.arrival_s <= trace.duration_s - middle for r in second.requests())
