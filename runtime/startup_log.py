@@ -32,7 +32,8 @@ _RANK = re.compile(r"(?:TP|DP|PP|EP|ATTN_CP|MOE_DP)(\d+)")
 
 _SUMMARY = re.compile(r"max_total_num_tokens=\d+.*")
 _KV = re.compile(
-    r"^(?P<label>[\w ]*?)\s*KV Cache is allocated\. (?:dtype: (?P<dtype>[\w.]+), )?#tokens: (?P<tokens>\d+), "
+    r"^(?P<label>[\w ]*?)\s*KV Cache (?:is allocated|VA upper bound)\. "
+    r"(?:dtype: (?P<dtype>[\w.]+), )?#tokens: (?P<tokens>\d+), "
     r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
 )
 _KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)")

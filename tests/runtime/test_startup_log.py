@@ -224,3 +224,12 @@ def test_hybrid_mamba_issue_log_with_older_dtype_form() -> None:
     assert phases["load_weights"].seconds == pytest.approx(653.47)
     assert phases["memory_pool"].seconds == pytest.approx(1.0)
     assert report.adjustments == ()
+
+
+def test_post_capture_kv_sizing_form_and_labelled_pools() -> None:
+    text = ("[2026-01-01 00:00:00 TP0] SWA KV Cache is allocated. dtype: torch.bfloat16, #tokens: 999, "
+            "K size: 9.00 GB, V size: 9.00 GB\n"
+            "[2026-01-01 00:00:00 TP0] KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: 4096, "
+            "K size: 1.00 GB, V size: 1.00 GB\n")
+    report = parse_log(text)
+    assert (report.kv_pool_tokens, report.kv_pool_gb) == (4096, 2.0)   # the full-attention pool, not the SWA one
