@@ -8,9 +8,12 @@ then runs, one after the other against the same server:
   (``--sglang-python``), with a tiny tokenizer trained here so it runs offline.
 
 It prints, per client: the throughput the client reports, the throughput the server stamped, the
-offered load, the client's TTFT p50 against the server's stamped TTFT p50 (the timing error), ITL p50,
-and the client's CPU seconds per million tokens. ``random-ids`` is used because ``random`` downloads
-ShareGPT from the Hugging Face hub (offline here).
+offered load (streams x tokens / (TTFT + tokens / rate): the most the server's schedule can deliver),
+the client's TTFT p50 against the server's stamped TTFT p50 (the timing error), ITL p50, and the
+client's CPU seconds per million tokens (for bench_serving counted from its first request, so its
+imports are not charged). A client that keeps up reports what the server stamped, with a small
+TTFT error; one that does not falls below the offered load and its TTFT error grows.
+``random-ids`` is used because ``random`` downloads ShareGPT from the Hugging Face hub (offline here).
 
     python benchmarks/loadgen/bench_loadgen.py                  # default sweep, about two minutes
     python benchmarks/loadgen/bench_loadgen.py --points 12x221 12x2212 120x221 64x0 --seconds 4
@@ -200,8 +203,10 @@ def main() -> int:
             streams_s, rate_s = point.split("x")
             streams, rate = int(streams_s), float(rate_s)
             per_request_s = (args.out_len / rate if rate else 0.05) + args.ttft_ms / 1000
-            n_requests = max(streams * 2, int(streams * args.seconds / per_request_s))
-            offered = streams * rate if rate else None
+            # whole rounds, so the run does not end with a tail of fewer streams than asked
+            n_requests = streams * max(2, round(args.seconds / per_request_s))
+            # what the server can deliver: each stream idles for the TTFT before its tokens
+            offered = streams * args.out_len / per_request_s if rate else None
             server = Server(rate, args.ttft_ms)
             try:
                 found = [run_elsa(server, streams, n_requests, args.out_len)]
