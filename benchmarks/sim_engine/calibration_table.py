@@ -93,7 +93,7 @@ ROWS: list[tuple[str, str, float, Any]] = [
     ("004", "0.90 with MTP KV", 62_880, lambda: kv(Q38, "tuned-0.90")),
     ("004", "0.90 without MTP KV", 272_800, lambda: kv(Q38, "no-mtp-0.90")),
     ("004", "with MTP short (tool)", 165.0, lambda: decode(Q38, "tuned-0.90", 1, "tool", 1000, True)),
-    ("004", "with MTP 63K (tool)", 83.0, lambda: decode(Q38, "tuned-0.90", 1, "tool", 63_000, True)),
+    ("004", "with MTP 63K (tool)", 83.0, lambda: decode(Q38, "tuned-0.90", 1, "tool", 62_000, True)),
     ("004", "without MTP short", 74.2, lambda: decode(Q38, "no-mtp-0.90", 1, "tool", 1000, True)),
     ("004", "without MTP 63K", 57.1, lambda: decode(Q38, "no-mtp-0.90", 1, "tool", 63_000, True)),
     ("004", "without MTP 128K", 45.7, lambda: decode(Q38, "no-mtp-0.90", 1, "tool", 128_000, True)),

@@ -303,10 +303,14 @@ class Engine:
             matched = self.cache.match(keys) if self.cache is not None else []
             page = max(1, self.plan.page_size)
             hit = min(len(matched) * self.block_size, live.req.input_tokens - 1) // page * page
-            need = need_total - hit + min(RESERVE_CAP_TOKENS, live.req.output_tokens) * self.new_token_ratio
+            allocate = need_total - hit + (0 if live.first_token_sent else 1)
+            need = allocate + min(RESERVE_CAP_TOKENS, live.req.output_tokens) * self.new_token_ratio
             if self.running and self._free() - self._reserve() < need:
                 break
+            if not self._make_room(allocate):
+                break
             self.queue.popleft()
+            live.held = allocate
             if self.cache is not None:
                 path = matched[: hit // self.block_size]
                 self.cache.lock(path, +1)
@@ -339,43 +343,27 @@ class Engine:
         for live in prefilling:
             left = live.prefill_target - live.prefilled
             chunk = min(left, budget, chunk_limit)
-            if chunk <= 0 or not self._make_room(chunk):
+            if chunk <= 0:
                 break
             self._long_prefill_check(live.prefilled + chunk)
             seconds += self.perf.chunk_s(chunk, live.prefilled)
             new_seqs += live.prefilled == live.cached
-            live.prefilled += chunk
-            live.held += chunk
+            live.prefilled += chunk               # KV for the whole prompt was allocated at admission
             computed += chunk
             budget -= chunk
             if live.prefilling:
                 break                      # the one chunked request of this batch
+            self._cache_prompt(live)
             if not live.first_token_sent:
                 live.first_token_sent = True
                 live.generated += 1
-                live.held += 1
                 emitted[live.req.rid] = 1
                 first.append(live.req.rid)
-        if computed == 0:
-            return self._starved(prefilling[0], cached, aborted)
         self.generations += len(first)
         finished = self._finish()
         self.now += seconds
         return self._result("prefill", seconds, emitted, first_token=tuple(first), finished=finished, cached=cached,
                             new_tokens=computed, new_seqs=new_seqs, aborted=aborted)
-
-    def _starved(self, live: _Live, cached: dict[str, int], aborted: dict[str, str]) -> StepResult:
-        """No room for the next chunk: retract the newest request (or abort the only one) and report it."""
-        victim = self.running[-1]
-        if len(self.running) == 1:
-            self.running.pop()
-            self._release(victim, cache_prompt=False)
-            aborted[victim.req.rid] = (f"Prefill out of memory. Try to lower your batch size.\nTry to allocate "
-                                       f"{live.prefill_target - live.prefilled} tokens.")
-            return self._result("prefill", 0.0, {}, aborted=aborted, cached=cached)
-        self._retract(victim)
-        self.retractions += 1
-        return self._result("prefill", 0.0, {}, retracted=(victim.req.rid,), aborted=aborted, cached=cached)
 
     def _decode(self, aborted: dict[str, str]) -> StepResult:
         self._serve_crash(first_generation=False)
@@ -385,14 +373,19 @@ class Engine:
         multiplier = sum(self.perf.regime_multiplier(live.req.regime) for live in batch) / len(batch)
         seconds /= multiplier
         emitted: dict[str, int] = {}
-        accepted = 0
         for live in batch:
             n = min(self.perf.sample_accepted(live.req.regime, self.rng), live.req.output_tokens - live.generated)
             emitted[live.req.rid] = max(0, n)
-            accepted += max(0, n)
         retracted = self._grow(emitted)
+        if not self._make_room(sum(emitted.values())):
+            lone = self.running.pop()
+            self._release(lone, cache_prompt=False)
+            emitted.pop(lone.req.rid, None)
+            aborted[lone.req.rid] = (f"Decode out of memory. Try to lower your batch size.\nTry to allocate "
+                                     f"{lone.req.input_tokens + lone.generated + 1} tokens.\nAvailable tokens: "
+                                     f"{self.capacity}")
         for live in batch:
-            if live.req.rid in retracted:
+            if live.req.rid in retracted or live.req.rid in aborted:
                 emitted.pop(live.req.rid, None)
                 continue
             live.generated += emitted[live.req.rid]
@@ -401,9 +394,10 @@ class Engine:
         self.new_token_ratio = max(NEW_TOKEN_RATIO_MIN, self.new_token_ratio - decay)
         finished = self._finish()
         self.now += seconds
-        verify = len(batch) if self.perf.uses_draft else 0
+        verify = len(emitted) if self.perf.uses_draft else 0
         return self._result("decode", seconds, emitted, finished=finished, retracted=tuple(retracted),
-                            verify_calls=verify, accepted_tokens=accepted if verify else 0, aborted=aborted)
+                            verify_calls=verify, accepted_tokens=sum(emitted.values()) if verify else 0,
+                            aborted=aborted)
 
     def _grow(self, emitted: dict[str, int]) -> list[str]:
         """Make room for this step's tokens, retracting the newest requests when the pool runs out."""
@@ -431,6 +425,19 @@ class Engine:
             self.running.remove(live)
             self._release(live, cache_prompt=True)
         return tuple(live.req.rid for live in done)
+
+    def _cache_prompt(self, live: _Live) -> None:
+        """``cache_unfinished_req``: a prefilled prompt's full blocks join the tree (locked) for others to share."""
+        if self.cache is None:
+            return
+        keys = self._keys(live.req)
+        if not keys:
+            return
+        self.cache.insert(keys)
+        self.cache.lock(live.path, -1)
+        self.cache.lock(keys, +1)
+        live.held -= max(0, len(keys) * self.block_size - live.cached)   # duplicates of shared blocks are freed
+        live.path = tuple(keys)
 
     def _release(self, live: _Live, *, cache_prompt: bool) -> None:
         if self.cache is not None:

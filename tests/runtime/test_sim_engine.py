@@ -143,13 +143,24 @@ def test_lru_eviction_keeps_the_recent_prefix() -> None:
 def test_retraction_when_decode_outgrows_the_pool() -> None:
     engine = make_engine({"max-total-tokens": 1500})
     for i in range(4):
-        engine.submit(SimRequest(f"r{i}", 200, 300))
+        engine.submit(SimRequest(f"r{i}", 200, 400))
     steps = drain(engine)
+    assert max(s.running for s in steps) == 3          # the fourth waits: the admission reserve says no room
     retracted = [rid for s in steps for rid in s.retracted]
-    assert retracted, "four requests growing to 500 tokens each cannot share a 1,500-token pool"
-    assert emitted(steps) == {f"r{i}": 300 for i in range(4)}
+    assert retracted, "three requests growing to 600 tokens each cannot share a 1,500-token pool"
+    assert emitted(steps) == {f"r{i}": 400 for i in range(4)}
     assert engine.retractions == len(retracted)
     assert max(s.used_tokens for s in steps) <= 1500
+
+
+def test_a_lone_request_outgrowing_the_pool_is_aborted() -> None:
+    engine = make_engine({"max-total-tokens": 1000})
+    engine.submit(SimRequest("grows", 900, 200))
+    steps = drain(engine)
+    aborted = {rid: why for s in steps for rid, why in s.aborted.items()}
+    assert aborted["grows"].startswith("Decode out of memory.")
+    assert not any("grows" in s.finished for s in steps)
+    assert engine.idle
 
 
 def test_prompt_larger_than_the_pool_is_aborted_not_hung() -> None:
@@ -264,3 +275,17 @@ def test_eviction_takes_leaves_before_the_prefix_they_extend() -> None:
     engine.submit(SimRequest("again", 1280, 1, block_hashes=chain))
     hit = drain(engine)[0].cached["again"]
     assert 0 < hit < 1280 and hit % BLOCK == 0
+
+
+def test_a_running_requests_prompt_is_shared_before_it_finishes() -> None:
+    # SGLang caches a prefilled prompt in the radix tree at once (cache_unfinished_req), not when it finishes
+    engine = make_engine()
+    prefix = tuple(range(1, 9))
+    engine.submit(SimRequest("first", 600, 500, block_hashes=(*prefix, 50)))
+    first = engine.step()
+    assert first is not None and first.first_token == ("first",)
+    engine.submit(SimRequest("second", 600, 5, block_hashes=(*prefix, 60)))
+    second = engine.step()
+    assert second is not None and second.cached == {"second": 8 * BLOCK}
+    assert first.used_tokens == 601
+    assert second.used_tokens == 601 + (600 - 8 * BLOCK) + 1
