@@ -126,6 +126,14 @@ class PrometheusClient:
                                remedy=f"check that {self.url} is a Prometheus server")
         return [(item["metric"], float(item["value"][1])) for item in data.get("result", [])]
 
+    def samples(self, selector: str, range_s: float, at: float) -> list[tuple[Mapping[str, str], np.ndarray[Any, Any]]]:
+        """The raw sample times of each series of ``selector`` in ``(at - range_s, at]`` (a range-vector query)."""
+        data = self._get("/api/v1/query", {"query": f"{selector}[{round(range_s)}s]", "time": f"{at:.3f}"})
+        if data.get("resultType") != "matrix":
+            raise TrafficError(f"Prometheus answered {data.get('resultType')!r} to a range-vector query, not a matrix",
+                               remedy=f"check that {self.url} is a Prometheus server")
+        return [(item["metric"], np.asarray([float(t) for t, _ in item["values"]])) for item in data.get("result", [])]
+
     def query_range(self, promql: str, grid: Grid) -> list[Series]:
         """A range query over ``grid``, in pages of at most ``MAX_POINTS`` steps; series keyed by their labels."""
         found: dict[tuple[tuple[str, str], ...], np.ndarray[Any, np.dtype[np.float64]]] = {}

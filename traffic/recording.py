@@ -182,8 +182,13 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     matchers = selector_matchers(window.selector)
     client.query("vector(1)", window.end)  # reachability and a sane answer, before anything else
     rng = np.random.default_rng(seed)
-    metric, lag_note, counts = _arrival_counts(client, grid, matchers)
+    metric, query, lag_note, counts = _arrival_counts(client, grid, matchers)
     notes: list[str] = [f"arrivals from {metric}, {lag_note}"]
+    scrape = _scrape_interval(client, query, float(grid.times[int(np.argmax(counts))]))
+    if scrape is not None and window.step < 0.9 * scrape:
+        notes.append(f"the step ({window.step:g} s) is finer than the scrape interval (~{scrape:.0f} s): arrivals "
+                     f"bunch into the steps that saw a scrape; record with --step {scrape:.0f}s or more")
+        log.warning("%s", notes[-1])
     expected = counts * scale
     draws = np.floor(expected + rng.random(len(expected))).astype(np.int64)
     total = int(draws.sum())
@@ -262,14 +267,21 @@ def _family_reuse(shared: np.ndarray[Any, Any], families: np.ndarray[Any, Any], 
 
 
 def _arrival_counts(client: PrometheusClient, grid: Grid,
-                    matchers: str) -> tuple[str, str, np.ndarray[Any, np.dtype[np.float64]]]:
+                    matchers: str) -> tuple[str, str, str, np.ndarray[Any, np.dtype[np.float64]]]:
+    """The first arrival counter that grew: its name, its selector, what it counts, per-step increments."""
     for metric, extra, note in ARRIVAL_METRICS:
-        series = client.query_range(sel(metric, matchers, extra), grid)
-        counts = counter_increments(series)
+        query = sel(metric, matchers, extra)
+        counts = counter_increments(client.query_range(query, grid))
         if len(counts) and counts.sum() > 0:
-            return metric, note, counts
+            return metric, query, note, counts
     _explain_empty(client, grid, matchers)
     raise AssertionError("unreachable")  # pragma: no cover - _explain_empty always raises
+
+
+def _scrape_interval(client: PrometheusClient, query: str, busy: float) -> float | None:
+    """The median gap between raw samples in the half hour before ``busy`` (a time the server was up)."""
+    gaps = [np.diff(times) for _, times in client.samples(query, 1800.0, busy) if len(times) > 1]
+    return float(np.median(np.concatenate(gaps))) if gaps else None
 
 
 def _explain_empty(client: PrometheusClient, grid: Grid, matchers: str) -> None:

@@ -96,6 +96,15 @@ def test_one_day_is_reproduced(one_day: tuple[str, Truth]) -> None:
     _assert_reproduces(_record(url, truth), truth)
 
 
+def test_a_step_finer_than_the_scrapes_is_reported(one_day: tuple[str, Truth]) -> None:
+    url, truth = one_day
+    with PrometheusClient(url) as client:
+        fine = record(client, RecordWindow(start=truth.start, end=truth.end, step=15.0, selector='{job="sglang"}'))
+    assert any("finer than the scrape interval (~60 s)" in note for note in fine.report.notes)
+    assert len(fine.trace) == truth.arrivals.sum()
+    assert not any("scrape" in note for note in _record(url, truth).report.notes)
+
+
 def test_the_selector_and_endpoint_filter_choose_the_traffic(one_day: tuple[str, Truth]) -> None:
     url, truth = one_day
     everything = _record(url, truth, selector="")
