@@ -97,7 +97,7 @@ class SimHttpServer:
             "/server_info": self._server_info, "/get_server_info": self._server_info,
             "/model_info": self._model_info, "/v1/models": self._models, "/metrics": self._metrics,
             "/flush_cache": self._flush_cache, "/v1/completions": self._completions,
-            "/v1/chat/completions": self._chat_completions,
+            "/v1/chat/completions": self._chat_completions, "/generate": self._native_generate,
         }
 
     # ---- connection handling ------------------------------------------------------------------------------
@@ -228,11 +228,83 @@ class SimHttpServer:
     async def _generate(self, request: Request, writer: asyncio.StreamWriter, body: Mapping[str, Any],
                         ids: list[int], text: str | None, *, chat: bool,
                         tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        default = self.model.context_len - len(ids) if chat else 16
+        temperature = body.get("temperature")
+        job = self._admit(request, body, ids, text, max_tokens=int(max_tokens) if max_tokens is not None else default,
+                          temperature=float(temperature) if temperature is not None else 1.0,
+                          ignore_eos=bool(body.get("ignore_eos")), stream=bool(body.get("stream")), tools=tools)
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage", self.model.include_usage_default))
+        try:
+            if job.streaming:
+                return await self._stream(writer, job, chat=chat, include_usage=include_usage)
+            await _until_done(job)
+            if job.error is not None:
+                raise HttpError(400, job.error)
+            return await _send_json(writer, 200, self._final_body(job, chat=chat))
+        except (ConnectionError, asyncio.CancelledError):
+            self.serving.abort(job.spec.rid)
+            raise
+
+    async def _native_generate(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        """SGLang's native ``/generate``: ``text`` or ``input_ids``, ``sampling_params``, cumulative streaming."""
+        _require_post(request)
+        body = request.json()
+        if isinstance(body.get("input_ids"), list):
+            ids, text = [int(t) for t in body["input_ids"]], None
+        elif isinstance(body.get("text"), str):
+            ids, text = text_token_ids(body["text"]), body["text"]
+        else:
+            raise HttpError(400, "Either text or input_ids should be provided.")
+        params = body.get("sampling_params") or {}
+        temperature = params.get("temperature")
+        job = self._admit(request, params, ids, text, max_tokens=int(params.get("max_new_tokens") or 128),
+                          temperature=float(temperature) if temperature is not None else 1.0,
+                          ignore_eos=bool(params.get("ignore_eos")), stream=bool(body.get("stream")))
+        try:
+            if not job.streaming:
+                await _until_done(job)
+                if job.error is not None:
+                    raise HttpError(400, job.error)
+                return await _send_json(writer, 200, self._native_body(job))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                         b"server: uvicorn\r\ntransfer-encoding: chunked\r\n\r\n")
+            while True:
+                n, done = await job.deliveries.get()
+                if n and not done:
+                    _write_event(writer, self._native_body(job, final=False))
+                    await writer.drain()
+                if done:
+                    break
+            _write_event(writer, {"error": _error_body(job.error, "BadRequestError", 400)} if job.error
+                         else self._native_body(job))
+            writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+            return 200
+        except (ConnectionError, asyncio.CancelledError):
+            self.serving.abort(job.spec.rid)
+            raise
+
+    def _native_body(self, job: Job, final: bool = True) -> dict[str, Any]:
+        reason: dict[str, Any] | None = None
+        if final:
+            reason = ({"type": "length", "length": job.generated} if job.finish_reason == "length" else
+                      {"type": "stop", "matched": 151645})
+        meta: dict[str, Any] = {"id": job.spec.rid, "finish_reason": reason, "prompt_tokens": job.spec.input_tokens,
+                                "completion_tokens": job.generated, "cached_tokens": job.cached_tokens,
+                                "weight_version": "default", "e2e_latency": time.monotonic() - job.created}
+        if self.model.speculative and self.serving.spec_forwards:
+            meta["spec_accept_length"] = self.serving.avg_spec_accept_length
+        return {"text": job.completion.text(job.generated), "output_ids": [], "meta_info": meta}
+
+    def _admit(self, request: Request, body: Mapping[str, Any], ids: list[int], text: str | None, *,
+               max_tokens: int, temperature: float, ignore_eos: bool, stream: bool,
+               tools: Sequence[Mapping[str, Any]] = ()) -> Job:
+        """Validate like SGLang's tokenizer manager, decide the completion, and queue the job."""
         if not self.ready:
             raise HttpError(503, "The server is not ready yet.", "ServiceUnavailableError")
         md = self.model
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-        max_tokens = int(max_tokens) if max_tokens is not None else (md.context_len - len(ids) if chat else 16)
         if len(ids) >= md.context_len:
             raise HttpError(400, f"The input ({len(ids)} tokens) is longer than the model's context length "
                                  f"({md.context_len} tokens).")
@@ -246,46 +318,29 @@ class SimHttpServer:
         if len(ids) >= limit:
             raise HttpError(400, f"Input length ({len(ids)} tokens) exceeds the maximum allowed length ({limit} "
                                  "tokens). Use a shorter input or enable --allow-auto-truncate.")
-        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
         n = next(self._ids)
         completion = Completion.for_prompt(ids, text, damage=md.damage, damage_salt=md.damage_salt,
                                            stream_salt=0 if temperature == 0 else hash((md.seed, n)) & 0xFFFFFFFF,
                                            tools=tools)
-        if body.get("ignore_eos") and completion.tool_call is None:
+        if ignore_eos and completion.tool_call is None:
             out, reason = max_tokens, "length"
         else:
             full = completion.natural_length(1 << 30)
             out = min(full, max_tokens)
             natural = "tool_calls" if completion.tool_call is not None else "stop"
             reason = natural if full <= max_tokens else "length"
-        stream = bool(body.get("stream"))
         regime = _regime(request, body)
         if temperature > 0 and f"{regime}-sampled" in md.regimes:
             regime = f"{regime}-sampled"
-        rid = uuid.uuid4().hex
-        spec = JobSpec(rid=rid, input_tokens=len(ids), block_hashes=tuple(block_hashes(ids, md.block_size)),
-                       output_tokens=max(1, out), regime=regime)
+        spec = JobSpec(rid=uuid.uuid4().hex, input_tokens=len(ids),
+                       block_hashes=tuple(block_hashes(ids, md.block_size)), output_tokens=max(1, out), regime=regime)
         job = Job(spec=spec, completion=completion, finish_reason=reason, streaming=stream, created=time.monotonic(),
                   cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt)
-        options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage", md.include_usage_default))
         try:
             self.serving.submit(job)
         except JobRejected as exc:
             raise HttpError(400, str(exc)) from exc
-        try:
-            if stream:
-                return await self._stream(writer, job, chat=chat, include_usage=include_usage)
-            while True:
-                _, done = await job.deliveries.get()
-                if done:
-                    break
-            if job.error is not None:
-                raise HttpError(400, job.error)
-            return await _send_json(writer, 200, self._final_body(job, chat=chat))
-        except (ConnectionError, asyncio.CancelledError):
-            self.serving.abort(rid)
-            raise
+        return job
 
     async def _stream(self, writer: asyncio.StreamWriter, job: Job, *, chat: bool, include_usage: bool) -> int:
         created = int(time.time())
@@ -371,6 +426,13 @@ def _regime(request: Request, body: Mapping[str, Any]) -> str:
     if explicit:
         return str(explicit)
     return "tool" if body.get("tools") else "chat"
+
+
+async def _until_done(job: Job) -> None:
+    while True:
+        _, done = await job.deliveries.get()
+        if done:
+            return
 
 
 def max_request_input(context_len: int, kv_tokens: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -324,3 +325,17 @@ def test_host_cache_race_spoils_answers_served_from_cache_hits(tmp_path: Path) -
         assert "7301844" in cold and "7301844" not in warm
     finally:
         shutdown(running)
+
+
+def test_native_generate_streams_cumulative_text(server: Running) -> None:
+    body = {"input_ids": list(range(40, 90)), "sampling_params": {"max_new_tokens": 12, "temperature": 0,
+                                                                   "ignore_eos": True}}
+    plain = httpx.post(server.base_url + "/generate", json=body, timeout=30, trust_env=False).json()
+    assert plain["meta_info"]["completion_tokens"] == 12 and plain["meta_info"]["prompt_tokens"] == 50
+    assert plain["meta_info"]["finish_reason"] == {"type": "length", "length": 12}
+    streamed = httpx.post(server.base_url + "/generate", json={**body, "stream": True}, timeout=30, trust_env=False)
+    events = sse_events(streamed.text)
+    assert events[-1] == "[DONE]"
+    texts = [json.loads(e)["text"] for e in events[:-1]]
+    assert all(b.startswith(a) for a, b in itertools.pairwise(texts))
+    assert texts[-1] == plain["text"]
