@@ -69,6 +69,9 @@ class LoadgenSettings:
     # Request bodies are built before the clock starts while their prompts total at most this many
     # tokens (about 6 bytes each in memory); later ones are built just before they are sent.
     prebuild_tokens: int = 4_000_000
+    # Header naming each request's content regime (its trace ``kind``) for the simulated runtime, whose
+    # speculative acceptance depends on it; real SGLang ignores unknown headers. None: not sent.
+    regime_header: str | None = "x-sim-regime"
 
 
 class LoadGenerator:
@@ -216,6 +219,10 @@ class _Run:
             self.next_index += 1
             await self._send(spec, None, None)
 
+    def _headers(self, spec: RequestSpec) -> dict[str, str]:
+        name = self.gen.settings.regime_header
+        return {**_JSON, name: spec.kind} if name else _JSON
+
     def prebuild(self, max_tokens: int) -> None:
         total = 0
         for spec in self.workload.requests:
@@ -267,7 +274,7 @@ class _Run:
         end: float | None = None
         try:
             async with asyncio.timeout(t.first_token_s) as deadline:
-                async with self.client.stream("POST", self.url, content=body, headers=_JSON) as resp:
+                async with self.client.stream("POST", self.url, content=body, headers=self._headers(spec)) as resp:
                     sent = resp.request.extensions.get(SENT_AT, sent)   # when the bytes left, if the transport knows
                     status = resp.status_code
                     if status != 200:
