@@ -274,9 +274,9 @@ class StudyStore:
         recovered: list[int] = []
         if study is not None:
             stale = self.fail_stale_trials(study)
-            for record in self.files.trials():
-                if record.study == study.study_name and self._recover(study, record):
-                    recovered.append(record.number)
+            for trial_record in self.files.trials():
+                if trial_record.study == study.study_name and self._recover(study, trial_record):
+                    recovered.append(trial_record.number)
         result = Reconciliation(tuple(newly), tuple(self.files.incomplete_boots()), tuple(stale), tuple(recovered),
                                 len(swept))
         if any((result.registered_boots, result.incomplete_boots, result.failed_stale_trials,

@@ -30,7 +30,8 @@ def search_plot(report: Report) -> bytes | None:
     for phase, colour in _PHASE_COLOURS.items():
         pts = [r for r in measured if r.phase == phase]
         if pts:
-            ax.scatter([r.number for r in pts], [r.throughput for r in pts], s=28, color=colour, label=phase, zorder=3)
+            ax.scatter([r.number for r in pts], [float(r.throughput or 0.0) for r in pts], s=28, color=colour,
+                       label=phase, zorder=3)
     failed = [r for r in rows if not r.outcome.feasible]
     floor = min((r.throughput for r in measured if r.throughput is not None), default=1.0) * 0.9
     if failed:

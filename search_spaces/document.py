@@ -9,7 +9,7 @@ raise ``Problem(message, line)``, which the search-space loader turns into a ``S
 from __future__ import annotations
 
 import difflib
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, overload
 
 import yaml
 
@@ -97,6 +97,10 @@ def mapping(m: LineMap, key: str) -> LineMap:
     return value
 
 
+@overload
+def string(m: LineMap, key: str, *, required: Literal[True]) -> str: ...
+@overload
+def string(m: LineMap, key: str, *, required: bool = False) -> str | None: ...
 def string(m: LineMap, key: str, *, required: bool = False) -> str | None:
     value = m.get(key)
     if value is None:

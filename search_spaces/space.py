@@ -338,8 +338,8 @@ class SearchSpace:
                 violation = Rule(f"requires of technique {name}", technique.requires).violation(flags)
                 if violation is not None:
                     raise RuleViolation([violation], label=name)
-            for flag, value in technique.flags.items():
-                if flag in pinned and flags.get(flag) != value:
+            for flag, flag_value in technique.flags.items():
+                if flag in pinned and flags.get(flag) != flag_value:
                     raise ConfigError(f"techniques {pinned[flag]!r} and {name!r} set --{flag} to different values",
                                       remedy="screen conflicting techniques one at a time")
                 pinned[flag] = name
