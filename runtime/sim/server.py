@@ -20,39 +20,27 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
+from elsa_tune.runtime.sim.http import (
+    HttpError,
+    Request,
+    chunk,
+    error_body,
+    read_request,
+    require_post,
+    send,
+    send_json,
+    write_event,
+)
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.serving import Job, JobRejected, JobSpec, Serving
 from elsa_tune.runtime.sim.tokens import Completion, block_hashes, chat_token_ids, text_token_ids
 
 log = logging.getLogger(__name__)
 
-MAX_HEADER_BYTES = 64 * 1024
-MAX_BODY_BYTES = 256 * 1024 * 1024
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
-            500: "Internal Server Error", 503: "Service Unavailable"}
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    query: Mapping[str, list[str]]
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body or b"{}")
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, message: str, err_type: str = "BadRequestError") -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.err_type = err_type
-
+# mypy sees elsa_tune.* imports as Any through the editable install's mapping: pin the helpers' types here.
+_send: Callable[[asyncio.StreamWriter, int, bytes, str], Awaitable[int]] = send
+_send_json: Callable[[asyncio.StreamWriter, int, Any], Awaitable[int]] = send_json
 
 @dataclass(frozen=True)
 class ServedModel:
@@ -105,7 +93,7 @@ class SimHttpServer:
     async def handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                request = await _read_request(reader)
+                request = await read_request(reader)
                 if request is None:
                     break
                 status = await self._dispatch(request, writer)
@@ -131,9 +119,9 @@ class SimHttpServer:
             else:
                 status = await handler(request, writer)
         except HttpError as exc:
-            status = await _send_json(writer, exc.status, _error_body(exc.message, exc.err_type, exc.status))
+            status = await _send_json(writer, exc.status, error_body(exc.message, exc.err_type, exc.status))
         except json.JSONDecodeError as exc:
-            status = await _send_json(writer, 400, _error_body(f"Invalid JSON body: {exc}", "BadRequestError", 400))
+            status = await _send_json(writer, 400, error_body(f"Invalid JSON body: {exc}", "BadRequestError", 400))
         with m.lock:
             m.http_responses.inc({"endpoint": endpoint, "method": request.method, "status_code": str(abs(status))})
         return status
@@ -199,7 +187,7 @@ class SimHttpServer:
     # ---- generation ---------------------------------------------------------------------------------------
 
     async def _completions(self, request: Request, writer: asyncio.StreamWriter) -> int:
-        _require_post(request)
+        require_post(request)
         body = request.json()
         prompt = body.get("prompt")
         text: str | None = None
@@ -214,7 +202,7 @@ class SimHttpServer:
         return await self._generate(request, writer, body, ids, text, chat=False)
 
     async def _chat_completions(self, request: Request, writer: asyncio.StreamWriter) -> int:
-        _require_post(request)
+        require_post(request)
         body = request.json()
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -249,7 +237,7 @@ class SimHttpServer:
 
     async def _native_generate(self, request: Request, writer: asyncio.StreamWriter) -> int:
         """SGLang's native ``/generate``: ``text`` or ``input_ids``, ``sampling_params``, cumulative streaming."""
-        _require_post(request)
+        require_post(request)
         body = request.json()
         if isinstance(body.get("input_ids"), list):
             ids, text = [int(t) for t in body["input_ids"]], None
@@ -273,13 +261,13 @@ class SimHttpServer:
             while True:
                 n, done = await job.deliveries.get()
                 if n and not done:
-                    _write_event(writer, self._native_body(job, final=False))
+                    write_event(writer, self._native_body(job, final=False))
                     await writer.drain()
                 if done:
                     break
-            _write_event(writer, {"error": _error_body(job.error, "BadRequestError", 400)} if job.error
+            write_event(writer, {"error": error_body(job.error, "BadRequestError", 400)} if job.error
                          else self._native_body(job))
-            writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             await writer.drain()
             return 200
         except (ConnectionError, asyncio.CancelledError):
@@ -352,7 +340,7 @@ class SimHttpServer:
             first = {"id": rid, "object": obj, "created": created, "model": self.model.served_name,
                      "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                   "finish_reason": None, "matched_stop": None}], "usage": None}
-            _write_event(writer, first)
+            write_event(writer, first)
         sent = 0
         call = job.completion.tool_call if chat else None
         while True:
@@ -378,17 +366,17 @@ class SimHttpServer:
                                            "finish_reason": reason, "matched_stop": None} if chat else
                                           {"index": 0, "text": piece, "logprobs": None, "finish_reason": reason,
                                            "matched_stop": None})
-                _write_event(writer, {"id": rid, "object": obj, "created": created,
+                write_event(writer, {"id": rid, "object": obj, "created": created,
                                       "model": self.model.served_name, "choices": [choice], "usage": None})
                 await writer.drain()
             if done:
                 break
         if job.error is not None:
-            _write_event(writer, {"error": _error_body(job.error, "BadRequestError", 400)})
+            write_event(writer, {"error": error_body(job.error, "BadRequestError", 400)})
         elif include_usage:
-            _write_event(writer, {"id": rid, "object": obj, "created": created, "model": self.model.served_name,
+            write_event(writer, {"id": rid, "object": obj, "created": created, "model": self.model.served_name,
                                   "choices": [], "usage": self._usage(job)})
-        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
         return 200
 
@@ -438,60 +426,6 @@ async def _until_done(job: Job) -> None:
 def max_request_input(context_len: int, kv_tokens: int) -> int:
     """SGLang's ``max_req_input_len``: ``min(context_len - 1, kv_tokens - 1) - 5`` (``managers/tp_worker.py``)."""
     return min(context_len - 1, kv_tokens - 1) - 5
-
-
-# ---- HTTP/1.1 plumbing ------------------------------------------------------------------------------------
-
-
-async def _read_request(reader: asyncio.StreamReader) -> Request | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return None
-    if len(head) > MAX_HEADER_BYTES:
-        raise ValueError("header too large")
-    lines = head.decode("latin-1").split("\r\n")
-    method, target, _version = lines[0].split(" ", 2)
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if line:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0") or 0)
-    if length > MAX_BODY_BYTES:
-        raise ValueError("body too large")
-    body = await reader.readexactly(length) if length else b""
-    parts = urlsplit(target)
-    return Request(method=method.upper(), path=parts.path, query=parse_qs(parts.query), headers=headers, body=body)
-
-
-async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str) -> int:
-    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\ncontent-type: {content_type}\r\n"
-            f"content-length: {len(body)}\r\nserver: uvicorn\r\n\r\n").encode()
-    writer.write(head + body)
-    await writer.drain()
-    return status
-
-
-async def _send_json(writer: asyncio.StreamWriter, status: int, payload: Any) -> int:
-    return await _send(writer, status, json.dumps(payload, separators=(",", ":")).encode(), "application/json")
-
-
-def _chunk(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-
-def _write_event(writer: asyncio.StreamWriter, payload: Mapping[str, Any]) -> None:
-    writer.write(_chunk(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"))
-
-
-def _error_body(message: str, err_type: str, status: int) -> dict[str, Any]:
-    return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
-
-
-def _require_post(request: Request) -> None:
-    if request.method != "POST":
-        raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
 
 
 def _prompt_ids(prompt: str | list[int]) -> tuple[list[int], str | None]:
