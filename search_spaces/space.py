@@ -343,7 +343,7 @@ class SearchSpace:
                     raise ConfigError(f"techniques {pinned[flag]!r} and {name!r} set --{flag} to different values",
                                       remedy="screen conflicting techniques one at a time")
                 pinned[flag] = name
-                flags[flag] = value
+                flags[flag] = flag_value
             env.update(technique.env)
         for derived in self.derived:
             if derived.flag not in pinned:
