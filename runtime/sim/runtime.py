@@ -54,7 +54,8 @@ class SimulatedSGLang(SGLangProcess):  # type: ignore[misc]  # mypy sees the edi
         self.model_path = model_path or self.profile.model.served_name
         self._seeds = itertools.count(seed)
         self._seed = seed
-        env = dict(extra_env or {})
+        # Millisecond timestamps (SGLang's SGLANG_LOG_MS) so sped-up boots still show their phase timings.
+        env = {"SGLANG_LOG_MS": "1", **(extra_env or {})}
         if faults:
             env[ENV_FAULT] = faults
         launch: Sequence[str] = (python, "-m", "elsa_tune", "sim", "serve", "--sim-profile", self.profile_ref,
@@ -62,6 +63,10 @@ class SimulatedSGLang(SGLangProcess):  # type: ignore[misc]  # mypy sees the edi
         super().__init__(launch, gpu, boot_timeout_s=boot_timeout_s, stop_timeout_s=stop_timeout_s,
                          memory_release_timeout_s=memory_release_timeout_s, health_timeout_s=health_timeout_s,
                          extra_env=env)
+
+    def reseed(self, seed: int) -> None:
+        """The next boot's seed (then one more per boot): a resumed study replays a boot's drift exactly."""
+        self._seeds = itertools.count(seed)
 
     def start(self, candidate: Candidate, boot_dir: Path) -> Server:
         self._seed = next(self._seeds)

@@ -2,10 +2,9 @@
 
 Serves ``/health`` (= ``/health_generate``), ``/ready``, ``/server_info`` (and the deprecated
 ``/get_server_info``), ``/model_info``, ``/v1/models``, ``/metrics`` (only with ``--enable-metrics``),
-``/flush_cache`` and streaming and non-streaming ``/v1/completions`` and ``/v1/chat/completions`` with
-SGLang's response shapes (``sglang.md`` §4). Streams are SSE over chunked transfer encoding, ending with
-``data: [DONE]``. The HTTP layer is hand-written on ``asyncio`` streams because it must keep up with a dozen
-streams at thousands of tokens per second on two shared cores.
+``/flush_cache``, streaming and non-streaming ``/v1/completions`` and ``/v1/chat/completions`` (tool calls
+included) and the native ``/generate``, with SGLang's response shapes and error texts (``sglang.md`` §4).
+Streams are SSE over chunked transfer encoding, ending with ``data: [DONE]`` (plumbing in ``http.py``).
 """
 
 from __future__ import annotations

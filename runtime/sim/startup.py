@@ -25,12 +25,17 @@ READY_LINE = "The server is fired up and ready to roll!"
 class ServerLog:
     """Thread-safe line writer with SGLang's timestamp prefix; flushes every line (it is read live)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, *, millis: bool | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        # SGLang adds milliseconds to its timestamps when SGLANG_LOG_MS is set
+        self.millis = bool(os.environ.get("SGLANG_LOG_MS")) if millis is None else millis
         self._lock = threading.Lock()
 
     def info(self, message: str) -> None:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        if self.millis:
+            stamp += f".{int(now * 1000) % 1000:03d}"
         self.raw("\n".join(f"[{stamp}] {line}" if i == 0 else line for i, line in enumerate(message.split("\n"))))
 
     def raw(self, text: str) -> None:
