@@ -21,6 +21,7 @@ What it guarantees:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import logging
@@ -72,6 +73,9 @@ class LoadgenSettings:
     # Header naming each request's content regime (its trace ``kind``) for the simulated runtime, whose
     # speculative acceptance depends on it; real SGLang ignores unknown headers. None: not sent.
     regime_header: str | None = "x-sim-regime"
+    # Keep each response's text on its record (to bootstrap a real-text corpus from a baseline's outputs:
+    # ``CorpusTokens.from_outputs``). Costs a JSON parse per chunk.
+    keep_text: bool = False
 
 
 class LoadGenerator:
@@ -263,6 +267,8 @@ class _Run:
         stall_slack = t.stall_s / 8   # re-arm the stall deadline at most this often (it fires within 7/8..1 of it)
         in_flight = self.in_flight
         chunk_times: list[float] = []
+        keep_text = self.gen.settings.keep_text
+        texts: list[str] = []
         usage: dict[str, Any] | None = None
         finish: str | None = None
         status: int | None = None
@@ -294,7 +300,7 @@ class _Run:
                             buf = data[cut:] if cut > 1 else data
                             block = data[:cut] if cut > 1 else b""
                             n_events = block.count(b"\n\n")
-                            if n_events and _all_plain_tokens(block, n_events):
+                            if n_events and not keep_text and _all_plain_tokens(block, n_events):
                                 chunk_times.extend([now] * n_events)
                                 block = b""
                             start = 0
@@ -307,13 +313,15 @@ class _Run:
                                 if payload == b"[DONE]":
                                     done = True
                                     break
-                                if _is_plain_token(payload):
+                                if not keep_text and _is_plain_token(payload):
                                     chunk_times.append(now)
                                     continue
                                 chunk = json.loads(payload)
                                 choices = chunk.get("choices")
                                 if choices:
                                     chunk_times.append(now)
+                                    if keep_text:
+                                        texts.append(choices[0].get("text") or "")
                                     reason = choices[0].get("finish_reason")
                                     if reason:
                                         finish = reason
@@ -355,8 +363,9 @@ class _Run:
                 outcome, error = Outcome.EMPTY, "the stream carried no tokens"
         if outcome is not Outcome.OK:
             log.debug("request %d: %s %s %s", spec.index, outcome.value, status or "", error)
-        return self._record(spec, scheduled, sent, in_flight, chunk_times, usage, finish, status, outcome, error,
-                            phase, end)
+        record = self._record(spec, scheduled, sent, in_flight, chunk_times, usage, finish, status, outcome, error,
+                              phase, end)
+        return dataclasses.replace(record, text="".join(texts)) if keep_text else record
 
     def _record(self, spec: RequestSpec, scheduled: float | None, sent: float, in_flight: int,
                 chunk_times: list[float], usage: dict[str, Any] | None, finish: str | None, status: int | None,

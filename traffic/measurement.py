@@ -66,6 +66,7 @@ class RequestRecord:
     timeout_phase: str | None = None   # "connect" | "first_token" | "stall" | "run_deadline"
     in_flight_at_send: int = 1
     session: str | None = None
+    text: str | None = None            # the completion, when the generator was asked to keep it
 
     @property
     def ok(self) -> bool:

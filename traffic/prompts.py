@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from elsa_tune.errors import ConfigError, TrafficError
+from elsa_tune.traffic.measurement import RequestRecord
 
 _MASK64 = (1 << 64) - 1
 _TAG_BLOCK = 0
@@ -172,6 +173,19 @@ class CorpusTokens:
         if not texts:
             raise ConfigError(f"prompt corpus {base} has no regime sub-directories",
                               remedy="put text files under e.g. chat/ and code/")
+        return cls.from_texts(texts, encoder, fallback=fallback)
+
+    @classmethod
+    def from_outputs(cls, records: Iterable[RequestRecord], encoder: Encoder, *,
+                     fallback: str | None = None) -> CorpusTokens:
+        """Bootstrap from a baseline server's own completions (a pass run with ``keep_text=True``), per kind."""
+        texts: dict[str, list[str]] = {}
+        for rec in records:
+            if rec.ok and rec.text:
+                texts.setdefault(rec.kind, []).append(rec.text)
+        if not texts:
+            raise TrafficError("no completion text to bootstrap a corpus from",
+                               remedy="run the baseline pass with LoadgenSettings(keep_text=True)")
         return cls.from_texts(texts, encoder, fallback=fallback)
 
     @property

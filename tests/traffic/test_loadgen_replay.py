@@ -7,6 +7,7 @@ import dataclasses
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sse_stub import Behaviour, StubServer
@@ -16,7 +17,7 @@ from elsa_tune.traffic.loadgen import LoadGenerator, LoadgenSettings, Timeouts
 from elsa_tune.traffic.measurement import Outcome
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.trace import Trace, TraceMetadata, TraceRequest
-from elsa_tune.traffic.workload import Workload, closed_loop, open_loop, synthetic
+from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop, open_loop, synthetic
 
 BS = 16
 FAST = LoadgenSettings(timeouts=Timeouts(connect_s=5, first_token_s=5, stall_s=5, run_s=30))
@@ -249,3 +250,49 @@ def test_workload_and_prompt_block_sizes_must_agree(stub: StubServer) -> None:
     workload: Workload = synthetic(2, 40, 4, 1, block_size=32)
     with pytest.raises(ConfigError, match="block size"):
         _gen(stub).measure(workload, 0)
+
+
+def test_busiest_window_of_the_real_mooncake_trace_hits_the_cache_exactly_as_its_hashes_say(
+        stub: StubServer, shared_dir: Path) -> None:
+    from elsa_tune.traffic.imports import import_trace
+
+    trace = import_trace(shared_dir / "traces" / "mooncake_conversation_trace.jsonl", "mooncake").trace
+    bs = trace.metadata.block_size
+    workload = busiest_window(trace, duration_s=2.0, compress=30.0, max_requests=24)
+    assert len(workload) == 24
+    gen = LoadGenerator(stub.url, PromptSynth(bs), slots=1, settings=FAST)   # one at a time: a fixed cache order
+    m = gen.measure(workload, 1)
+    assert m.requests_ok == 24
+    expected = 0
+    specs = workload.requests
+    for i, spec in enumerate(specs):
+        best = 0
+        for other in specs[:i]:
+            shared = 0
+            for a, b in zip(spec.block_hashes, other.block_hashes, strict=False):
+                if a != b:
+                    break
+                shared += 1
+            best = max(best, min(shared, spec.input_tokens // bs, other.input_tokens // bs))
+        expected += best * bs
+    cached = sum(r.cached_tokens or 0 for r in m.records)
+    assert expected > 0 and cached == expected
+    sent = sorted(len(r.body["prompt"]) for r in stub.received)
+    assert sent == sorted(s.input_tokens for s in specs)
+
+
+def test_kept_text_bootstraps_a_real_text_corpus(stub: StubServer, tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from elsa_tune.traffic.prompts import CorpusTokens, TokenizerFile
+
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "t": 7}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    settings = dataclasses.replace(FAST, keep_text=True)
+    m = _gen(stub, settings=settings).measure(synthetic(3, 40, 6, 1, block_size=BS, kind="code"), 0)
+    assert [r.text for r in m.records] == [" t" * 6] * 3 and m.output_tokens == 18
+    corpus = CorpusTokens.from_outputs(m.records, TokenizerFile(tmp_path))
+    assert corpus.kinds == ("code",)
+    assert set(PromptSynth(BS, corpus).prompt([1], BS + 3, unique_key=0, kind="code")) == {7}
+    assert all(r.text is None for r in _gen(stub).measure(synthetic(2, 40, 3, 1, block_size=BS), 0).records)
