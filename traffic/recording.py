@@ -36,6 +36,7 @@ from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.prometheus import Grid, PrometheusClient, counter_increments, selector_matchers
 from elsa_tune.traffic.prometheus import with_matchers as sel
 from elsa_tune.traffic.summary import prefix_reuse
+from elsa_tune.traffic.synthesis import Histogram, sample_histogram, shared_prefix_blocks
 from elsa_tune.traffic.trace import DEFAULT_BLOCK_SIZE, SCHEMA_VERSION, Trace, TraceMetadata
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ ARRIVAL_METRICS = (
     ("sglang:num_requests_total", "", "counted at completion: lags arrivals by the request latency"),
 )
 MAX_REQUESTS = 5_000_000
-_FAMILY_SPAN = 1 << 24  # block ids reserved per prefix family (more than any prompt has blocks)
-_UNIQUE_BASE = 1 << 52
 
 
 @dataclass(frozen=True)
@@ -146,24 +145,6 @@ class Recording:
     report: RecordingReport
 
 
-@dataclass(frozen=True)
-class Histogram:
-    """Cumulative bucket counts over the window (``bounds`` ascending, the last is +Inf), and the sum."""
-
-    bounds: tuple[float, ...]
-    cumulative: tuple[float, ...]
-    total: float | None = None
-
-    @property
-    def count(self) -> float:
-        return self.cumulative[-1] if self.cumulative else 0.0
-
-    def shares(self) -> np.ndarray[Any, np.dtype[np.float64]]:
-        counts = np.diff(np.concatenate([[0.0], np.asarray(self.cumulative)]))
-        counts = np.clip(counts, 0.0, None)
-        return np.asarray(counts / counts.sum(), dtype=np.float64)
-
-
 @dataclass
 class _Lengths:
     values: np.ndarray[Any, np.dtype[np.int64]]
@@ -220,50 +201,6 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     extra = {"selector": window.selector, "step_s": f"{window.step:g}", "seed": str(seed), "scale": f"{scale:g}",
              "recording": report.to_json(), "provenance": f"elsa-tune record --prometheus {client.url}"}
     return Recording(trace=Trace(trace.table, meta.with_extra(**extra)), report=report)
-
-
-def shared_prefix_blocks(inputs: np.ndarray[Any, np.dtype[np.int64]], block_size: int, target: float,
-                         rng: np.random.Generator, *, per_family: int = 50) -> list[list[int]]:
-    """Block ids whose infinite-cache reuse is ``target`` of prompt tokens (as close as the lengths allow).
-
-    Request ``i`` joins one of ``len / per_family`` prefix families and takes the first ``s_i`` ids of
-    the family's chain, then ids of its own. It reuses ``min(s_i, max s_j)`` blocks over the earlier
-    requests ``j`` of its family; the share ``r`` in ``s_i ≈ r * blocks_i`` is calibrated on that.
-    """
-    n = len(inputs)
-    blocks = -(-inputs // block_size)
-    families = rng.integers(0, max(1, n // per_family), n)
-    jitter = rng.random(n)
-    share = target
-    shared = np.zeros(n, dtype=np.int64)
-    if target > 0:
-        for _ in range(30):
-            shared = np.minimum(np.floor(share * blocks + jitter).astype(np.int64), blocks)
-            achieved = _family_reuse(shared, families, inputs, block_size)
-            if abs(achieved - target) < 0.001 or (share >= 1.0 and achieved < target):
-                break
-            share = min(1.0, share * target / max(achieved, 1e-9))
-    out: list[list[int]] = []
-    unique = _UNIQUE_BASE
-    for count, run, family in zip(blocks.tolist(), shared.tolist(), families.tolist(), strict=True):
-        base = int(family) * _FAMILY_SPAN
-        ids = list(range(base, base + run)) + list(range(unique, unique + count - run))
-        unique += count - run
-        out.append(ids)
-    return out
-
-
-def _family_reuse(shared: np.ndarray[Any, Any], families: np.ndarray[Any, Any], inputs: np.ndarray[Any, Any],
-                  block_size: int) -> float:
-    order = np.lexsort((np.arange(len(shared)), families))
-    fam, run = families[order], shared[order]
-    offset = fam.astype(np.int64) * (int(run.max(initial=0)) + 1)
-    running = np.maximum.accumulate(run + offset) - offset
-    before = np.concatenate([[0], running[:-1]])
-    first = np.concatenate([[True], fam[1:] != fam[:-1]])
-    before = np.where(first, 0, before)
-    reused = np.minimum(np.minimum(run, before) * block_size, inputs[order])
-    return float(reused.sum() / inputs.sum())
 
 
 def _arrival_counts(client: PrometheusClient, grid: Grid,
@@ -333,29 +270,6 @@ def _histogram(client: PrometheusClient, metric: str, matchers: str, range_s: st
     cumulative = np.maximum.accumulate(np.asarray([v for _, v in pairs]))  # increase() may jitter by rounding
     total = _scalar(client, f"sum(increase({sel(metric + '_sum', matchers)}[{range_s}]))", end)
     return Histogram(bounds=tuple(b for b, _ in pairs), cumulative=tuple(float(c) for c in cumulative), total=total)
-
-
-def sample_histogram(hist: Histogram, n: int, rng: np.random.Generator) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """``n`` integer lengths: a bucket by its share, then ``lo + (hi - lo) * u**a`` inside it.
-
-    The exponent ``a`` is the one that makes the expected mean equal the histogram's ``_sum / _count``
-    (uniform, ``a = 1``, when the sum is unknown): lengths inside a bucket are rarely uniform, and the
-    mean is what sets the token volume. The open top bucket spans up to four times its lower bound.
-    """
-    shares = hist.shares()
-    lower = np.concatenate([[0.0], np.asarray(hist.bounds[:-1], dtype=np.float64)])
-    upper = np.asarray(hist.bounds, dtype=np.float64).copy()
-    upper[-1] = 4.0 * lower[-1] if lower[-1] > 0 else 1.0
-    exponent = 1.0
-    if hist.total is not None and hist.count > 0:
-        # E[floor(lo + (hi - lo) u^a) + 1] ≈ lo + (hi - lo) / (a + 1) + 0.5, solved for a.
-        room = hist.total / hist.count - 0.5 - float(shares @ lower)
-        width = float(shares @ (upper - lower))
-        exponent = float(np.clip(width / room - 1.0, 0.05, 50.0)) if room > 0 else 50.0
-    buckets = rng.choice(len(shares), size=n, p=shares)
-    spread = rng.random(n) ** exponent
-    values = np.floor(lower[buckets] + spread * (upper[buckets] - lower[buckets])) + 1
-    return np.asarray(np.minimum(values, np.maximum(np.floor(upper[buckets]), 1)), dtype=np.int64)
 
 
 def _hit_rate(client: PrometheusClient, matchers: str, range_s: str, end: float) -> float | None:
