@@ -301,3 +301,51 @@ def test_qwen38_speculative_depth_five_wins() -> None:
         rates[steps], accepts[steps] = result.decode_tokens_per_s, result.mean_accept_length
     assert max(rates, key=lambda s: rates[s]) == 5, rates
     assert accepts[11] > accepts[7] and rates[11] < rates[7]
+
+
+# seed 004 "Measured and rejected -- do not retry": (technique flags, context, speed ratio vs the tuned baseline)
+QWEN38_REJECTED_SPEED = [
+    ("--fp4-gemm-backend flashinfer_cudnn, short", {"fp4-gemm-backend": "flashinfer_cudnn"}, 1000, 0.80),
+    ("--fp4-gemm-backend flashinfer_cudnn, 63K", {"fp4-gemm-backend": "flashinfer_cudnn"}, 62_000, 0.70),
+    ("--attention-backend triton, 1K", {"attention-backend": "triton"}, 1000, 1.11),
+    ("--attention-backend triton, 50K", {"attention-backend": "triton"}, 50_000, 0.37),
+    ("--speculative-attention-mode decode, short", {"speculative-attention-mode": "decode"}, 1000, 1.0),
+    ("--enable-fused-qk-norm-rope", {"enable-fused-qk-norm-rope": True}, 1000, 1.0),
+    ("--speculative-adaptive, 63K", {"speculative-adaptive": True}, 62_000, 0.79),
+    ("--mamba-track-interval 64", {"mamba-track-interval": 64}, 1000, 1.0),
+    ("KV 4-bit", {"kv-cache-dtype": "nvfp4"}, 1000, 0.25),
+]
+
+
+@pytest.mark.parametrize(("technique", "flags", "context", "ratio"), QWEN38_REJECTED_SPEED,
+                         ids=[r[0] for r in QWEN38_REJECTED_SPEED])
+def test_qwen38_rejected_techniques_true_speed(technique: str, flags: dict[str, Any], context: int,
+                                               ratio: float) -> None:
+    base = _decode(QWEN38, "tuned", 1, regime="tool", input_tokens=context, output_tokens=256)
+    tried = _decode(QWEN38, "tuned", 1, regime="tool", input_tokens=context, output_tokens=256, flags=flags)
+    assert base.decode_tokens_per_s and tried.decode_tokens_per_s
+    _within(tried.decode_tokens_per_s / base.decode_tokens_per_s, ratio, 0.05, f"{S004} rejected: {technique}")
+
+
+def test_qwen38_rejected_techniques_failures() -> None:
+    profile = _profile(QWEN38)
+    tuned = dict(profile.config("tuned").flags)
+
+    def run(flags: Mapping[str, Any]) -> Truth:
+        return truth(profile, {**tuned, **flags}, {}, TruthWorkload(concurrency=1, num_requests=2))
+
+    cutedsl = run({"fp4-gemm-backend": "flashinfer_cutedsl"})
+    assert cutedsl.crashed and cutedsl.crash_phase == "boot" and "SM100" in (cutedsl.crash_reason or "")
+    ngram = run({"speculative-algorithm": "NGRAM"})
+    assert ngram.crashed and ngram.crash_kind == FailureKind.OOM_UNDER_LOAD.value
+    hicache = run({"enable-hierarchical-cache": True})
+    assert hicache.crashed
+    assert "'HybridLinearKVPool' object has no attribute 'layer_num'" in (hicache.crash_reason or "")
+    workers = run({"tokenizer-worker-num": 4})
+    assert workers.crashed and workers.crash_phase == "first_generation"
+    int8 = _plan(QWEN38, "tuned", {"enable-int8-mamba-checkpoint": True})
+    _within(int8.kv_tokens / _plan(QWEN38, "tuned").kv_tokens, 0.80, 0.02, "int8 Mamba checkpoint: -20% KV pool")
+    slots24 = _plan(QWEN38, "tuned", {"max-mamba-cache-size": 24})
+    _within(slots24.kv_tokens, 12_288, 0.05, "--max-mamba-cache-size 24: context drops to 12,288")
+    hang = run({"max-mamba-cache-size": 32})
+    assert hang.crashed and hang.crash_kind == FailureKind.HANG.value
