@@ -26,6 +26,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,12 +83,14 @@ class LoadGenerator:
     """Replays workloads against one OpenAI-compatible server (SGLang's ``/v1/completions``).
 
     ``slots`` is the server's effective running-request limit; ``None`` when unknown (the measurement
-    then cannot say whether it ran above the limit, and says so). ``transport`` is for tests that
-    need a custom httpx transport; by default the real network is used.
+    then cannot say whether it ran above the limit, and says so). ``transport_factory(cap)`` builds a
+    custom httpx transport for each run (the client closes it at the end of the run); by default
+    ``settings.http_transport`` decides.
     """
 
     def __init__(self, base_url: str, prompts: PromptSynth, *, slots: int | None,
-                 settings: LoadgenSettings | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 settings: LoadgenSettings | None = None,
+                 transport_factory: Callable[[int], httpx.AsyncBaseTransport] | None = None) -> None:
         if slots is not None and slots < 1:
             raise ConfigError(f"slots must be >= 1 or None, got {slots}",
                               remedy="pass the BootReport's max_running_requests")
@@ -98,7 +101,7 @@ class LoadGenerator:
         if self.settings.http_transport not in ("streaming", "httpx"):
             raise ConfigError(f"unknown http_transport {self.settings.http_transport!r}",
                               remedy="use 'streaming' (default) or 'httpx'")
-        self._transport = transport
+        self._transport_factory = transport_factory
 
     def concurrency_cap(self, workload: Workload) -> tuple[int, tuple[str, ...]]:
         """The most requests this run will keep in flight, and notes on how it was decided."""
@@ -139,8 +142,12 @@ class LoadGenerator:
         limits = httpx.Limits(max_connections=cap, max_keepalive_connections=cap)
         timeout = httpx.Timeout(connect=t.connect_s, read=None, write=t.stall_s, pool=None)
         salt = pass_index if self.settings.fresh_prompts_per_pass else 0
-        transport = self._transport
-        if transport is None and self.settings.http_transport == "streaming":
+        for kind in workload.kinds():   # a corpus without this regime fails here, before anything is sent
+            self.prompts.prompt_array((), 1, unique_key=0, kind=kind)
+        transport: httpx.AsyncBaseTransport | None = None
+        if self._transport_factory is not None:
+            transport = self._transport_factory(cap)
+        elif self.settings.http_transport == "streaming":
             transport = StreamingTransport(max_connections=cap)
         async with httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout,
                                      transport=transport) as client:

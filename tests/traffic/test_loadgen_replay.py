@@ -296,3 +296,28 @@ def test_kept_text_bootstraps_a_real_text_corpus(stub: StubServer, tmp_path: Pat
     assert corpus.kinds == ("code",)
     assert set(PromptSynth(BS, corpus).prompt([1], BS + 3, unique_key=0, kind="code")) == {7}
     assert all(r.text is None for r in _gen(stub).measure(synthetic(2, 40, 3, 1, block_size=BS), 0).records)
+
+
+def test_custom_transport_factory_serves_every_run(stub: StubServer) -> None:
+    import httpx
+
+    built: list[int] = []
+
+    def factory(cap: int) -> httpx.AsyncBaseTransport:
+        built.append(cap)
+        return httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=cap))
+
+    gen = LoadGenerator(stub.url, PromptSynth(BS), slots=2, settings=FAST, transport_factory=factory)
+    for pass_index in (0, 1):
+        assert gen.measure(synthetic(4, 40, 3, 4, block_size=BS), pass_index).requests_ok == 4
+    assert built == [2, 2]
+
+
+def test_a_corpus_without_the_workloads_regime_fails_before_sending(stub: StubServer) -> None:
+    from elsa_tune.errors import TrafficError
+    from elsa_tune.traffic.prompts import CorpusTokens
+
+    gen = LoadGenerator(stub.url, PromptSynth(BS, CorpusTokens({"chat": [5, 6, 7]})), slots=2, settings=FAST)
+    with pytest.raises(TrafficError, match="tool"):
+        gen.measure(synthetic(4, 40, 3, 2, block_size=BS, kind="tool"), 0)
+    assert stub.received == []
