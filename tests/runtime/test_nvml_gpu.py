@@ -92,6 +92,8 @@ def test_monitor_sees_a_torch_allocation_and_stop_waits_for_its_release() -> Non
         finally:
             os.killpg(holder.pid, signal.SIGKILL)
             holder.wait(timeout=30)
+            if holder.stdout is not None:
+                holder.stdout.close()
         began = time.monotonic()
         released, detail = wait_memory_released(gpu, before, timeout_s=60, margin_bytes=256 << 20)
         assert released, detail
