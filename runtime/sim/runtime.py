@@ -32,7 +32,7 @@ def simulated_gpu(profile: SimProfile, card_dir: Path | None = None, index: int 
     return SimulatedGpu(card_dir if card_dir is not None else default_card_dir(card.name, index), spec)
 
 
-class SimulatedSGLang(SGLangProcess):  # type: ignore[misc]  # mypy sees the editable mapping as Any
+class SimulatedSGLang(SGLangProcess):
     """Boot simulated SGLang servers for candidates; everything else is ``SGLangProcess``.
 
     ``speedup`` runs simulated time faster than real time (tests use 20–100). ``seed`` is the first boot's

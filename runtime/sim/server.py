@@ -37,10 +37,6 @@ from elsa_tune.runtime.sim.tokens import Completion, block_hashes, chat_token_id
 
 log = logging.getLogger(__name__)
 
-# mypy sees elsa_tune.* imports as Any through the editable install's mapping: pin the helpers' types here.
-_send: Callable[[asyncio.StreamWriter, int, bytes, str], Awaitable[int]] = send
-_send_json: Callable[[asyncio.StreamWriter, int, Any], Awaitable[int]] = send_json
-
 @dataclass(frozen=True)
 class ServedModel:
     """What the endpoints report about the model and the boot."""
@@ -114,13 +110,13 @@ class SimHttpServer:
             m.http_requests.inc({"endpoint": endpoint, "method": request.method})
         try:
             if handler is None or (handler == self._metrics and not self.model.enable_metrics):
-                status = await _send_json(writer, 404, {"detail": "Not Found"})
+                status = await send_json(writer, 404, {"detail": "Not Found"})
             else:
                 status = await handler(request, writer)
         except HttpError as exc:
-            status = await _send_json(writer, exc.status, error_body(exc.message, exc.err_type, exc.status))
+            status = await send_json(writer, exc.status, error_body(exc.message, exc.err_type, exc.status))
         except json.JSONDecodeError as exc:
-            status = await _send_json(writer, 400, error_body(f"Invalid JSON body: {exc}", "BadRequestError", 400))
+            status = await send_json(writer, 400, error_body(f"Invalid JSON body: {exc}", "BadRequestError", 400))
         with m.lock:
             m.http_responses.inc({"endpoint": endpoint, "method": request.method, "status_code": str(abs(status))})
         return status
@@ -129,24 +125,24 @@ class SimHttpServer:
 
     async def _health(self, request: Request, writer: asyncio.StreamWriter) -> int:
         if not self.ready or self.shutting_down:
-            return await _send(writer, 503, b"", "text/plain; charset=utf-8")
-        return await _send(writer, 200, b"", "text/plain; charset=utf-8")
+            return await send(writer, 503, b"", "text/plain; charset=utf-8")
+        return await send(writer, 200, b"", "text/plain; charset=utf-8")
 
     async def _models(self, request: Request, writer: asyncio.StreamWriter) -> int:
         md = self.model
         card = {"id": md.served_name, "object": "model", "created": int(self.started_at), "owned_by": "sglang",
                 "root": md.served_name, "parent": None, "max_model_len": md.context_len}
-        return await _send_json(writer, 200, {"object": "list", "data": [card]})
+        return await send_json(writer, 200, {"object": "list", "data": [card]})
 
     async def _model_info(self, request: Request, writer: asyncio.StreamWriter) -> int:
-        return await _send_json(writer, 200, {"model_path": self.model.model_path,
+        return await send_json(writer, 200, {"model_path": self.model.model_path,
                                               "tokenizer_path": self.model.model_path, "is_generation": True,
                                               "preferred_sampling_params": None, "weight_version": "default",
                                               "has_image_understanding": False, "has_audio_understanding": False,
                                               "model_type": "simulated", "architectures": ["Simulated"]})
 
     async def _server_info(self, request: Request, writer: asyncio.StreamWriter) -> int:
-        return await _send_json(writer, 200, self.server_info())
+        return await send_json(writer, 200, self.server_info())
 
     def server_info(self) -> dict[str, Any]:
         md = self.model
@@ -168,7 +164,7 @@ class SimHttpServer:
 
     async def _metrics(self, request: Request, writer: asyncio.StreamWriter) -> int:
         body = self.metrics.render().encode()
-        return await _send(writer, 200, body, "text/plain; version=0.0.4; charset=utf-8")
+        return await send(writer, 200, body, "text/plain; version=0.0.4; charset=utf-8")
 
     async def _flush_cache(self, request: Request, writer: asyncio.StreamWriter) -> int:
         timeout = float((request.query.get("timeout") or ["0"])[0] or 0)
@@ -176,10 +172,10 @@ class SimHttpServer:
         while self.serving.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if self.serving.flush_cache():
-            return await _send(writer, 200, b"Cache flushed.\nPlease check backend logs for more details. "
+            return await send(writer, 200, b"Cache flushed.\nPlease check backend logs for more details. "
                                b"(When there are running or waiting requests, the operation will not be performed.)\n",
                                "text/plain; charset=utf-8")
-        return await _send(writer, 400, b"Cache not flushed. Please check backend logs for more details. "
+        return await send(writer, 400, b"Cache not flushed. Please check backend logs for more details. "
                            b"(When there are running or waiting requests, the operation will not be performed.)\n",
                            "text/plain; charset=utf-8")
 
@@ -229,7 +225,7 @@ class SimHttpServer:
             await _until_done(job)
             if job.error is not None:
                 raise HttpError(400, job.error)
-            return await _send_json(writer, 200, self._final_body(job, chat=chat))
+            return await send_json(writer, 200, self._final_body(job, chat=chat))
         except (ConnectionError, asyncio.CancelledError):
             self.serving.abort(job.spec.rid)
             raise
@@ -254,7 +250,7 @@ class SimHttpServer:
                 await _until_done(job)
                 if job.error is not None:
                     raise HttpError(400, job.error)
-                return await _send_json(writer, 200, self._native_body(job))
+                return await send_json(writer, 200, self._native_body(job))
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                          b"server: uvicorn\r\ntransfer-encoding: chunked\r\n\r\n")
             while True:

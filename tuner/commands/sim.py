@@ -113,7 +113,7 @@ def _truth(args: argparse.Namespace) -> int:
                           remedy='pass e.g. --workload \'{"concurrency": 8, "input_tokens": [1024], '
                                  '"output_tokens": [1024]}\'') from exc
     try:
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         if "requests" in fields:
             fields["requests"] = tuple(SimRequest(**{**r, "block_hashes": tuple(r.get("block_hashes", ()))})
                                        for r in fields["requests"])
