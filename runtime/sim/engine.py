@@ -21,14 +21,15 @@ Faults are the server's; a profile's crash under load is raised here as ``Engine
 from __future__ import annotations
 
 import random
-from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash
 from elsa_tune.runtime.sim.performance import PerformanceModel
 from elsa_tune.runtime.sim.profile import SimProfile
+from elsa_tune.runtime.sim.radix_cache import RadixCache
 
 NEW_TOKEN_RATIO_INIT = 0.7
 NEW_TOKEN_RATIO_MIN = 0.1
@@ -109,82 +110,6 @@ class _Live:
         return self.prefilled < self.prefill_target
 
 
-class _RadixCache:
-    """Prompt blocks keyed by their prefix chain, LRU-evicted when unlocked."""
-
-    def __init__(self, block_tokens: int) -> None:
-        self.block_tokens = block_tokens
-        self.nodes: OrderedDict[int, int] = OrderedDict()   # node key -> lock count (LRU order)
-        self.locked = 0                                      # nodes with a lock count above zero
-
-    @staticmethod
-    def keys(hashes: Sequence[int]) -> list[int]:
-        chain, out = 0, []
-        for h in hashes:
-            chain = hash((chain, h))
-            out.append(chain)
-        return out
-
-    @property
-    def tokens(self) -> int:
-        return len(self.nodes) * self.block_tokens
-
-    def evictable(self) -> int:
-        return (len(self.nodes) - self.locked) * self.block_tokens
-
-    def match(self, keys: Sequence[int]) -> list[int]:
-        matched: list[int] = []
-        for key in keys:
-            if key not in self.nodes:
-                break
-            matched.append(key)
-        self._touch(matched)
-        return matched
-
-    def _touch(self, path: Sequence[int]) -> None:
-        # leaves become the least recent of their path, so eviction takes leaves before the prefixes they extend
-        for key in reversed(path):
-            self.nodes.move_to_end(key)
-
-    def lock(self, path: Sequence[int], delta: int) -> None:
-        for key in path:
-            if key in self.nodes:
-                before = self.nodes[key]
-                after = max(0, before + delta)
-                self.nodes[key] = after
-                self.locked += (after > 0) - (before > 0)
-
-    def insert(self, keys: Sequence[int]) -> int:
-        """Add the blocks not yet cached; returns how many tokens were added."""
-        added = 0
-        for key in keys:
-            if key not in self.nodes:
-                self.nodes[key] = 0
-                added += 1
-        self._touch(keys)
-        return added * self.block_tokens
-
-    def evict(self, tokens: int) -> int:
-        """Drop least recently used unlocked blocks until ``tokens`` are freed (or none are left)."""
-        freed = 0
-        victims: list[int] = []
-        for key, locks in self.nodes.items():
-            if freed >= tokens:
-                break
-            if locks == 0:
-                victims.append(key)
-                freed += self.block_tokens
-        for key in victims:
-            del self.nodes[key]
-        return freed
-
-    def clear(self) -> bool:
-        if self.locked:
-            return False
-        self.nodes.clear()
-        return True
-
-
 class Engine:
     """Continuous batching for one boot of ``profile`` under ``plan``; deterministic for a given ``rng`` seed."""
 
@@ -196,7 +121,7 @@ class Engine:
         self.rng = rng
         self.capacity: int = max(1, int(plan.kv_tokens))
         self.slots: int = max(1, int(plan.max_running_requests))
-        self.cache = _RadixCache(block_size) if prefix_cache else None
+        self.cache = RadixCache(block_size) if prefix_cache else None
         self.block_size = block_size
         self.now = 0.0
         self.pending: list[SimRequest] = []                 # arrivals in the future
@@ -241,7 +166,7 @@ class Engine:
         """``/flush_cache``: only when nothing is running or waiting (else SGLang answers 400)."""
         if self.running or self.queue or self.cache is None:
             return not (self.running or self.queue)
-        return self.cache.clear()
+        return bool(self.cache.clear())
 
     @property
     def idle(self) -> bool:
@@ -325,7 +250,8 @@ class Engine:
 
     def _keys(self, req: SimRequest) -> list[int]:
         full_blocks = req.input_tokens // self.block_size
-        return _RadixCache.keys(req.block_hashes[:full_blocks])
+        keys: list[int] = RadixCache.keys(req.block_hashes[:full_blocks])
+        return keys
 
     def _make_room(self, tokens: int) -> bool:
         short = self._used() + tokens - self.capacity
