@@ -84,6 +84,7 @@ class StepResult:
     verify_calls: int = 0
     accepted_tokens: int = 0
     started_at: float = 0.0
+    transient_gb: float = 0.0                        # temporaries outside the pools during this step (GiB)
 
     @property
     def token_usage(self) -> float:
@@ -263,7 +264,7 @@ class Engine:
         self._serve_crash(first_generation=True)
         chunk_limit = self.plan.chunked_prefill_size if self.plan.chunked_prefill_size > 0 else 1 << 40
         budget = max(self.plan.max_prefill_tokens, min(chunk_limit, 1 << 40))
-        seconds, computed, new_seqs = 0.0, 0, 0
+        seconds, computed, new_seqs, transient = 0.0, 0, 0, 0.0
         emitted: dict[str, int] = {}
         first: list[str] = []
         for live in prefilling:
@@ -271,7 +272,7 @@ class Engine:
             chunk = min(left, budget, chunk_limit)
             if chunk <= 0:
                 break
-            self._long_prefill_check(live.prefilled + chunk)
+            transient = max(transient, self._long_prefill_check(live.prefilled + chunk))
             seconds += self.perf.chunk_s(chunk, live.prefilled)
             new_seqs += live.prefilled == live.cached
             live.prefilled += chunk               # KV for the whole prompt was allocated at admission
@@ -289,7 +290,7 @@ class Engine:
         finished = self._finish()
         self.now += seconds
         return self._result("prefill", seconds, emitted, first_token=tuple(first), finished=finished, cached=cached,
-                            new_tokens=computed, new_seqs=new_seqs, aborted=aborted)
+                            new_tokens=computed, new_seqs=new_seqs, aborted=aborted, transient_gb=transient)
 
     def _decode(self, aborted: dict[str, str]) -> StepResult:
         self._serve_crash(first_generation=False)
@@ -382,11 +383,12 @@ class Engine:
             self.crashed = crash
             raise EngineCrash(crash)
 
-    def _long_prefill_check(self, context: int) -> None:
+    def _long_prefill_check(self, context: int) -> float:
+        """GiB of temporaries a prefill chunk at ``context`` needs outside the pools; dies when they do not fit."""
         draft = self.profile.model.draft
         if draft is None or not self.perf.uses_draft:
-            return
-        need = draft.prefill_workspace_gb_per_100k * context / 100_000
+            return 0.0
+        need = float(draft.prefill_workspace_gb_per_100k * context / 100_000)
         if need > self.plan.headroom_gb:
             crash = SimCrash(FailureKind.OOM_UNDER_LOAD, "under_load", (
                 "Scheduler hit an exception: Traceback (most recent call last):",
@@ -395,6 +397,7 @@ class Engine:
                 " MiB is free."))
             self.crashed = crash
             raise EngineCrash(crash)
+        return need
 
     def _result(self, kind: str, seconds: float, emitted: Mapping[str, int], **extra: object) -> StepResult:
         used = self._used()

@@ -289,3 +289,14 @@ def test_a_running_requests_prompt_is_shared_before_it_finishes() -> None:
     assert second is not None and second.cached == {"second": 8 * BLOCK}
     assert first.used_tokens == 601
     assert second.used_tokens == 601 + (600 - 8 * BLOCK) + 1
+
+
+def test_long_prefills_report_their_temporaries() -> None:
+    # the draft reads the prompt too: its buffers grow with the context (seed 000's 200K-token stress test)
+    profile = load_profile("rtx5090-qwen3.6-35b-a3b-nvfp4")
+    config = profile.config("elsa-part-one")
+    plan = plan_memory(profile, config.flags, config.env)
+    engine = Engine(profile, plan, PerformanceModel(profile, plan, config.flags, config.env), random.Random(0))
+    engine.submit(SimRequest("long", 150_000, 4))
+    prefills = [s for s in drain(engine) if s.kind == "prefill"]
+    assert prefills[0].transient_gb < prefills[-1].transient_gb < plan.headroom_gb
