@@ -3,9 +3,10 @@
 Three multiplicative factors on every step's duration, all seeded from ``--sim-seed``:
 
 - **boot drift**: ``exp(N(0, boot_sigma))``, drawn once per boot (seeds 001/004: restart-to-restart ~10–15%);
-- **run noise**: a mean-reverting (Ornstein–Uhlenbeck) wander on log scale with stationary sigma
-  ``run_sigma`` and a correlation time of a few seconds, so two measurement passes of one boot differ by
-  about ``run_sigma`` (seed 004: within-run σ ~3%) while step-to-step jitter stays small;
+- **run noise**: a per-pass factor ``exp(N(0, run_sigma))``, drawn afresh whenever the server comes back
+  from idle (a measurement pass starts after a pause), so two passes of one boot differ by about
+  ``run_sigma`` (seed 004: within-run σ ~3%), plus a small mean-reverting (Ornstein–Uhlenbeck) wander within a
+  pass (``run_sigma / 3``, correlation time ``correlation_s`` of simulated time);
 - **cold first pass**: steps are ``1 + first_pass_slowdown`` slower until the boot has served
   ``warm_requests`` requests (seed 004: 79.2 cold vs 89.3 warm, 12.7%).
 
@@ -41,9 +42,12 @@ class ServingNoise:
         self.settings = settings
         self._rng = random.Random(f"elsa-sim-noise:{seed}")
         self.drift = math.exp(self._rng.gauss(0.0, settings.boot_sigma)) if settings.boot_sigma > 0 else 1.0
-        self._wander = self._rng.gauss(0.0, settings.run_sigma) if settings.run_sigma > 0 else 0.0
+        self.passes = 0
+        self.pass_factor = 1.0
+        self._wander = 0.0
         self._last_t = 0.0
         self.finished_requests = 0
+        self.new_pass()
 
     @property
     def cold(self) -> bool:
@@ -52,14 +56,21 @@ class ServingNoise:
     def request_finished(self) -> None:
         self.finished_requests += 1
 
+    def new_pass(self) -> None:
+        """The server comes back from idle: a new measurement pass gets its own run factor."""
+        self.passes += 1
+        sigma = self.settings.run_sigma
+        self.pass_factor = math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else 1.0
+
     def factor(self, sim_time_s: float) -> float:
         """The duration multiplier for a step starting at ``sim_time_s`` (seconds of simulated serving)."""
         s = self.settings
-        if s.run_sigma > 0:
+        sigma = s.run_sigma / 3
+        if sigma > 0:
             dt = max(0.0, sim_time_s - self._last_t)
             self._last_t = max(self._last_t, sim_time_s)
             keep = math.exp(-dt / s.correlation_s) if s.correlation_s > 0 else 0.0
-            self._wander = self._wander * keep + s.run_sigma * math.sqrt(max(0.0, 1 - keep * keep)) * \
+            self._wander = self._wander * keep + sigma * math.sqrt(max(0.0, 1 - keep * keep)) * \
                 self._rng.gauss(0.0, 1.0)
         cold = 1.0 + s.first_pass_slowdown if self.cold else 1.0
-        return self.drift * math.exp(self._wander) * cold
+        return self.drift * self.pass_factor * math.exp(self._wander) * cold

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: At most this many runtime log lines (each of prefill and decode) per wall-clock second.
 LOG_LINES_PER_S = 4.0
+#: An idle gap at least this long (wall seconds) starts a new measurement pass with its own run noise.
+NEW_PASS_IDLE_S = 1.0
 #: When the loop falls further behind its deadline than this, it stops trying to catch up.
 MAX_LAG_S = 0.25
 
@@ -225,8 +227,11 @@ class Serving:
                 return
             if step is None:
                 self._wake.clear()
+                idle_from = loop.time()
                 await self._wake.wait()
                 deadline = loop.time()
+                if deadline - idle_from >= NEW_PASS_IDLE_S:
+                    self.noise.new_pass()
                 continue
             wall = step.duration_s * self.noise.factor(self.sim_time_s) / self.speedup
             self.sim_time_s += step.duration_s

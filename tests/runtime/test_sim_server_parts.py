@@ -291,3 +291,15 @@ def test_damage_breaks_tool_call_arguments_and_retrieval() -> None:
 def test_simple_word_problems_are_answered(question: str, answer: int) -> None:
     assert solve(question) == answer
     assert Completion.for_prompt(text_token_ids(question), question).text(5) == f"The answer is {answer}."
+
+
+def test_each_pass_after_an_idle_gap_gets_its_own_run_noise() -> None:
+    noise = ServingNoise(NoiseSettings(boot_sigma=0.1, run_sigma=0.03, first_pass_slowdown=0.0, warm_requests=0), 9)
+    factors = []
+    for _ in range(400):
+        noise.new_pass()
+        factors.append(noise.pass_factor)
+    mean = sum(factors) / len(factors)
+    spread = (sum((f - mean) ** 2 for f in factors) / len(factors)) ** 0.5
+    assert 0.022 < spread < 0.038
+    assert noise.factor(0.0) == pytest.approx(noise.drift * noise.pass_factor, rel=0.05)
