@@ -79,6 +79,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         body = await request.aread()
         head = _request_head(request, len(body))
         await self._slots.acquire()
+        conn: _Connection | None = None
         try:
             for attempt in range(2):
                 conn, reused = await self._connect(origin, request, fresh=attempt > 0)
@@ -87,9 +88,14 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 except _Stale:
                     conn.close()
                     self._open.discard(conn)
+                    conn = None
             raise httpx.RemoteProtocolError("the server closed the connection twice before answering",
                                             request=request)
         except BaseException:
+            # A failed or cancelled exchange closes its connection, so the server stops working on it.
+            if conn is not None:
+                conn.close()
+                self._open.discard(conn)
             self._slots.release()
             raise
 

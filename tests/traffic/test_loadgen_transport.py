@@ -41,7 +41,8 @@ def test_dechunker_rejects_garbage() -> None:
 
 class RawServer:
     """Answers by path: /chunked, /length, /close (close-delimited), /cut (body cut short),
-    /once (a full response, then it closes the idle connection), /slow (waits before answering)."""
+    /once (a full response, then it closes the idle connection), /slow (waits before answering),
+    /hang (never answers)."""
 
     def __init__(self) -> None:
         self.connections = 0
@@ -111,6 +112,9 @@ class RawServer:
                 elif path == "/once":
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                     await writer.drain()
+                    return
+                elif path == "/hang":
+                    await reader.read(1)     # never answers; returns when the client closes
                     return
                 elif path == "/slow":
                     await asyncio.sleep(0.1)
@@ -201,3 +205,19 @@ def test_connect_errors_and_unsupported_schemes() -> None:
     asyncio.run(scenario())
     with pytest.raises(ValueError):
         StreamingTransport(0)
+
+
+def test_a_cancelled_exchange_closes_its_connection(raw: RawServer) -> None:
+    async def scenario() -> None:
+        async with httpx.AsyncClient(base_url=raw.url, transport=StreamingTransport(1)) as client:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await _get(client, "/hang")
+            for _ in range(100):          # the server sees the close while the client is still open
+                if raw.open_now == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert raw.open_now == 0
+            assert (await _get(client, "/length"))[1] == b"hello"   # and the slot was given back
+
+    asyncio.run(scenario())
