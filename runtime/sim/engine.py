@@ -20,6 +20,7 @@ Faults are the server's; a profile's crash under load is raised here as ``Engine
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections import deque
 from collections.abc import Mapping
@@ -148,8 +149,7 @@ class Engine:
                                   "for the completion. Please reduce the number of tokens in the input messages or "
                                   "the completion to fit within the limit.")
         if req.arrival_s > self.now:
-            self.pending.append(req)
-            self.pending.sort(key=lambda r: r.arrival_s)
+            bisect.insort(self.pending, req, key=lambda r: r.arrival_s)
         else:
             self.queue.append(_Live(req))
 

@@ -53,6 +53,7 @@ class Truth:
 
     ``output_tokens_per_s`` is completed output tokens over the makespan; ``decode_tokens_per_s`` is the median
     per-request decode rate (``(output − 1) / (finish − first token)``), the seeds' single-request figure.
+    ``prefix_cache_hit_rate`` is cached over prompt tokens of the admitted requests (seed 001's 87%).
     Every rate is ``None`` when nothing completed: a crash is never a zero.
     """
 
@@ -78,6 +79,7 @@ class Truth:
     retractions: int
     makespan_s: float
     quality_damaged: bool
+    prefix_cache_hit_rate: float | None = None
     quality_damage: tuple[str, ...] = ()
     plan: MemoryPlan | None = field(default=None, compare=False, repr=False)
     schema_version: int = SCHEMA_VERSION
@@ -121,6 +123,8 @@ class _Tally:
         self.retractions = 0
         self.accepted = 0
         self.verifies = 0
+        self.cached_tokens = 0
+        self.prompt_tokens: dict[str, int] = {}
         self.start = 0.0
         self.end = 0.0
 
@@ -133,6 +137,7 @@ class _Tally:
         for rid in step.finished:
             self.finish[rid] = end
         self.aborted += len(step.aborted)
+        self.cached_tokens += sum(step.cached.values())
         self.accepted += step.accepted_tokens
         self.verifies += step.verify_calls
         self.end = max(self.end, end)
@@ -157,6 +162,7 @@ class _Tally:
         makespan = self.end - self.start
         total = sum(self.outputs.get(rid, 0) for rid in done)
         ttfts = sorted(self.first[rid] - self.arrival.get(rid, 0.0) for rid in done)
+        prompt = sum(self.prompt_tokens.get(rid, 0) for rid in done)
         rates = [(self.outputs[rid] - 1) / (self.finish[rid] - self.first[rid]) for rid in done
                  if self.outputs.get(rid, 0) > 1 and self.finish[rid] > self.first[rid]]
         return Truth(crashed=False, crash_kind=None, crash_phase=None, crash_reason=None,
@@ -164,6 +170,7 @@ class _Tally:
                      decode_tokens_per_s=statistics.median(rates) if rates else None,
                      ttft_p50_s=_quantile(ttfts, 0.5), ttft_p99_s=_quantile(ttfts, 0.99),
                      mean_accept_length=self.accepted / self.verifies if self.verifies else None,
+                     prefix_cache_hit_rate=self.cached_tokens / prompt if prompt else None,
                      completed=len(done), makespan_s=makespan, **self._base())  # type: ignore[arg-type]
 
 
@@ -183,6 +190,7 @@ def _closed_loop(engine: Engine, workload: TruthWorkload, tally: _Tally) -> None
                 tally.rejected += 1
                 continue
             tally.arrival[req.rid] = engine.now
+            tally.prompt_tokens[req.rid] = req.input_tokens
             in_flight += 1
 
     send_next()
@@ -210,6 +218,7 @@ def _open_loop(engine: Engine, requests: Sequence[SimRequest], tally: _Tally) ->
             tally.rejected += 1
             continue
         tally.arrival[req.rid] = req.arrival_s
+        tally.prompt_tokens[req.rid] = req.input_tokens
     tally.start = min((r.arrival_s for r in requests), default=0.0)
     for _ in range(MAX_STEPS):
         start = engine.now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from elsa_tune.runtime.sim.engine import SimRequest
 from elsa_tune.runtime.sim.profile import load_profile
@@ -112,3 +113,23 @@ def test_host_cache_hits_answer_wrong_until_the_fix() -> None:
     healthy = truth(profile, {**fixed.flags, "enable-hierarchical-cache": True}, fixed.env, TruthWorkload())
     assert broken.quality_damaged and not broken.crashed and broken.output_tokens_per_s
     assert not healthy.quality_damaged
+
+
+def test_a_slice_of_the_mooncake_conversation_trace(shared_dir: Path) -> None:
+    # real traffic nobody here wrote: 512-token block hashes with shared prefixes, replayed 3x slower. Over its
+    # first 400 requests an infinite cache would serve 13.7% of the prompt tokens; a 357K-token pool evicts most
+    # conversations before their next turn (what seed 001's host-memory cache is for)
+    rows = [json.loads(line) for line in (shared_dir / "traces" / "mooncake_conversation_trace.jsonl")
+            .read_text().splitlines()[:400]]
+    requests = tuple(SimRequest(f"m{i}", row["input_length"], max(1, row["output_length"]), regime="chat",
+                                block_hashes=tuple(row["hash_ids"]), arrival_s=3 * row["timestamp"] / 1000)
+                     for i, row in enumerate(rows))
+    profile = load_profile(QWEN36)
+    config = profile.config("elsa-1.7")
+    result = truth(profile, config.flags, config.env, TruthWorkload(requests=requests, block_size=512))
+    assert result.completed == len(rows) and not result.crashed
+    assert result.prefix_cache_hit_rate is not None and 0.02 < result.prefix_cache_hit_rate <= 0.137
+    cold = truth(profile, config.flags, config.env, TruthWorkload(requests=tuple(
+        SimRequest(r.rid, r.input_tokens, r.output_tokens, arrival_s=r.arrival_s) for r in requests)))
+    assert cold.prefix_cache_hit_rate == 0.0
+    assert cold.ttft_p50_s is not None and result.ttft_p50_s is not None and cold.ttft_p50_s > result.ttft_p50_s
