@@ -339,3 +339,16 @@ def test_native_generate_streams_cumulative_text(server: Running) -> None:
     texts = [json.loads(e)["text"] for e in events[:-1]]
     assert all(b.startswith(a) for a, b in itertools.pairwise(texts))
     assert texts[-1] == plain["text"]
+
+
+def test_flush_cache_refuses_while_requests_run(server: Running) -> None:
+    body = {"prompt": list(range(2000, 2100)), "max_tokens": 400, "ignore_eos": True, "stream": True}
+    with httpx.Client(trust_env=False, timeout=60) as client, \
+            client.stream("POST", server.base_url + "/v1/completions", json=body) as resp:
+        lines = resp.iter_lines()
+        next(lines)   # the request is running
+        refused = client.post(server.base_url + "/flush_cache")
+        assert refused.status_code == 400 and refused.text.startswith("Cache not flushed.")
+        for _ in lines:
+            pass
+    assert httpx.post(server.base_url + "/flush_cache", timeout=10).status_code == 200
