@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from elsa_tune.errors import TrafficError
-from elsa_tune.traffic.prometheus import Grid, PrometheusClient, counter_increments, selector_matchers
+from elsa_tune.traffic.prometheus import Grid, PrometheusClient, Series, counter_increments, selector_matchers
 from elsa_tune.traffic.prometheus import with_matchers as sel
 from elsa_tune.traffic.summary import prefix_reuse
-from elsa_tune.traffic.synthesis import Histogram, sample_histogram, shared_prefix_blocks
+from elsa_tune.traffic.synthesis import Histogram, mean_exponent, sample_histogram, shared_prefix_blocks
 from elsa_tune.traffic.trace import DEFAULT_BLOCK_SIZE, SCHEMA_VERSION, Trace, TraceMetadata
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,8 @@ ARRIVAL_METRICS = (
     ("sglang:num_requests_total", "", "counted at completion: lags arrivals by the request latency"),
 )
 MAX_REQUESTS = 5_000_000
+PERIOD_S = 3600.0
+"""Lengths are drawn from each hour's histograms, so a burst with longer prompts keeps them."""
 
 
 @dataclass(frozen=True)
@@ -184,8 +186,8 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     arrivals = np.sort(step_starts + rng.random(total) * grid.step)
     origin = float(times[0])
     range_s = f"{round(window.end - window.start)}s"
-    prompt = _lengths(client, "prompt", matchers, range_s, window.end, total, rng)
-    output = _lengths(client, "generation", matchers, range_s, window.end, total, rng)
+    prompt = _lengths(client, "prompt", matchers, window, arrivals, rng)
+    output = _lengths(client, "generation", matchers, window, arrivals, rng)
     notes += prompt.notes + output.notes
     hit = _hit_rate(client, matchers, range_s, window.end)
     if hit is None:
@@ -240,15 +242,31 @@ def _explain_empty(client: PrometheusClient, grid: Grid, matchers: str) -> None:
                               "(--since/--start/--end) in which it served requests")
 
 
-def _lengths(client: PrometheusClient, which: str, matchers: str, range_s: str, end: float, n: int,
-             rng: np.random.Generator) -> _Lengths:
-    hist = _histogram(client, f"sglang:{which}_tokens_histogram", matchers, range_s, end)
+def _lengths(client: PrometheusClient, which: str, matchers: str, window: RecordWindow,
+             arrivals: np.ndarray[Any, np.dtype[np.float64]], rng: np.random.Generator) -> _Lengths:
+    """Lengths for requests arriving at ``arrivals`` (Unix s): each from its hour's histogram when there is one."""
+    n = len(arrivals)
+    range_s = f"{round(window.end - window.start)}s"
+    metric = f"sglang:{which}_tokens_histogram"
+    hist = _histogram(client, metric, matchers, range_s, window.end)
     counter = "prompt" if which == "prompt" else "generation"
     if hist is not None and hist.count > 0:
         mean = hist.total / hist.count if hist.total is not None else None
-        return _Lengths(values=sample_histogram(hist, n, rng), observed_mean=mean, source="histogram")
-    tokens = _scalar(client, f"sum(increase({sel(f'sglang:{counter}_tokens_total', matchers)}[{range_s}]))", end)
-    finished = _scalar(client, f"sum(increase({sel('sglang:num_requests_total', matchers)}[{range_s}]))", end)
+        periods = _period_histograms(client, metric, matchers, window)
+        if not periods:
+            return _Lengths(values=sample_histogram(hist, n, rng), observed_mean=mean, source="histogram")
+        values = np.empty(n, dtype=np.int64)
+        index = np.clip(np.ceil((arrivals - window.start) / PERIOD_S).astype(np.int64) - 1, 0, len(periods) - 1)
+        exponent = mean_exponent(hist)  # an hour's own sum is too noisy to shape its buckets
+        for k in np.unique(index).tolist():
+            chosen = np.flatnonzero(index == k)
+            own = periods[k]
+            values[chosen] = sample_histogram(own if own is not None else hist, len(chosen), rng, exponent)
+        return _Lengths(values=values, observed_mean=mean, source="hourly histograms")
+    tokens = _scalar(client, f"sum(increase({sel(f'sglang:{counter}_tokens_total', matchers)}[{range_s}]))",
+                     window.end)
+    finished = _scalar(client, f"sum(increase({sel('sglang:num_requests_total', matchers)}[{range_s}]))",
+                       window.end)
     if tokens is None or not finished:
         raise TrafficError(f"no {which} length series: neither sglang:{which}_tokens_histogram nor "
                            f"sglang:{counter}_tokens_total / sglang:num_requests_total",
@@ -257,6 +275,39 @@ def _lengths(client: PrometheusClient, which: str, matchers: str, range_s: str, 
     values = np.maximum(1, np.ceil(rng.exponential(mean, n))).astype(np.int64)
     return _Lengths(values=values, observed_mean=mean, source="means",
                     notes=[f"no {which} histogram: lengths are exponential with the observed mean {mean:.0f}"])
+
+
+def _period_histograms(client: PrometheusClient, metric: str, matchers: str,
+                       window: RecordWindow) -> list[Histogram | None]:
+    """One histogram per ``PERIOD_S`` from the window's start (None where the hour saw no request).
+
+    Raw bucket counters at the hour marks, differenced per series (resets handled, no ``increase``
+    extrapolation), then summed per bucket. Empty for windows of one period or less.
+    """
+    periods = math.ceil((window.end - window.start) / PERIOD_S - 1e-9)
+    if periods <= 1:
+        return []
+    grid = Grid(start=window.start, step=PERIOD_S, points=periods + 1)
+    by_bound: dict[float, list[Series]] = {}
+    for one in client.query_range(sel(metric + "_bucket", matchers), grid):
+        try:
+            by_bound.setdefault(float(one.labels.get("le", "nan")), []).append(one)
+        except ValueError:
+            continue
+    bounds = sorted(b for b in by_bound if not math.isnan(b))
+    if not bounds or not math.isinf(bounds[-1]):
+        return []
+    counts = np.stack([counter_increments(by_bound[b]) for b in bounds])  # bucket x grid point
+    sums = counter_increments(client.query_range(sel(metric + "_sum", matchers), grid))
+    out: list[Histogram | None] = []
+    for k in range(1, periods + 1):
+        cumulative = np.maximum.accumulate(counts[:, k])
+        if cumulative[-1] <= 0:
+            out.append(None)
+            continue
+        total = float(sums[k]) if len(sums) else None
+        out.append(Histogram(bounds=tuple(bounds), cumulative=tuple(float(c) for c in cumulative), total=total))
+    return out
 
 
 def _histogram(client: PrometheusClient, metric: str, matchers: str, range_s: str, end: float) -> Histogram | None:

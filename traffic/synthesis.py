@@ -34,27 +34,42 @@ class Histogram:
         return np.asarray(counts / counts.sum(), dtype=np.float64)
 
 
-def sample_histogram(hist: Histogram, n: int, rng: np.random.Generator) -> np.ndarray[Any, np.dtype[np.int64]]:
+def mean_exponent(hist: Histogram) -> float:
+    """The ``a`` of ``lo + (hi - lo) * u**a`` whose expected mean is the histogram's ``_sum / _count``.
+
+    1 (uniform inside buckets) when the sum is unknown. Lengths inside a bucket are rarely uniform,
+    and the mean is what sets the token volume.
+    """
+    if hist.total is None or hist.count <= 0:
+        return 1.0
+    lower, upper = _edges(hist)
+    shares = hist.shares()
+    # E[floor(lo + (hi - lo) u^a) + 1] ≈ lo + (hi - lo) / (a + 1) + 0.5, solved for a.
+    room = hist.total / hist.count - 0.5 - float(shares @ lower)
+    width = float(shares @ (upper - lower))
+    return float(np.clip(width / room - 1.0, 0.05, 50.0)) if room > 0 else 50.0
+
+
+def sample_histogram(hist: Histogram, n: int, rng: np.random.Generator,
+                     exponent: float | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
     """``n`` integer lengths: a bucket by its share, then ``lo + (hi - lo) * u**a`` inside it.
 
-    The exponent ``a`` is the one that makes the expected mean equal the histogram's ``_sum / _count``
-    (uniform, ``a = 1``, when the sum is unknown): lengths inside a bucket are rarely uniform, and the
-    mean is what sets the token volume. The open top bucket spans up to four times its lower bound.
+    ``a`` is ``mean_exponent(hist)`` unless given (e.g. the whole window's, for an hour's histogram
+    with too few requests to pin its own). The open top bucket spans up to four times its lower bound.
     """
-    shares = hist.shares()
+    lower, upper = _edges(hist)
+    power = mean_exponent(hist) if exponent is None else exponent
+    buckets = rng.choice(len(lower), size=n, p=hist.shares())
+    spread = rng.random(n) ** power
+    values = np.floor(lower[buckets] + spread * (upper[buckets] - lower[buckets])) + 1
+    return np.asarray(np.minimum(values, np.maximum(np.floor(upper[buckets]), 1)), dtype=np.int64)
+
+
+def _edges(hist: Histogram) -> tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]:
     lower = np.concatenate([[0.0], np.asarray(hist.bounds[:-1], dtype=np.float64)])
     upper = np.asarray(hist.bounds, dtype=np.float64).copy()
     upper[-1] = 4.0 * lower[-1] if lower[-1] > 0 else 1.0
-    exponent = 1.0
-    if hist.total is not None and hist.count > 0:
-        # E[floor(lo + (hi - lo) u^a) + 1] ≈ lo + (hi - lo) / (a + 1) + 0.5, solved for a.
-        room = hist.total / hist.count - 0.5 - float(shares @ lower)
-        width = float(shares @ (upper - lower))
-        exponent = float(np.clip(width / room - 1.0, 0.05, 50.0)) if room > 0 else 50.0
-    buckets = rng.choice(len(shares), size=n, p=shares)
-    spread = rng.random(n) ** exponent
-    values = np.floor(lower[buckets] + spread * (upper[buckets] - lower[buckets])) + 1
-    return np.asarray(np.minimum(values, np.maximum(np.floor(upper[buckets]), 1)), dtype=np.int64)
+    return lower, upper
 
 
 def shared_prefix_blocks(inputs: np.ndarray[Any, np.dtype[np.int64]], block_size: int, target: float,

@@ -58,6 +58,10 @@ class Truth:
     mamba_peak: float
     concurrency_mean: float  # mean of running + queued over the scrapes
     latency_mean: float
+    prompt_mean_by_day: dict[str, float]  # UTC day → mean prompt length of the requests that arrived then
+    burst: tuple[float, float]  # (first, last) scrape time of the burst
+    prompt_mean_burst: float
+    prompt_mean_calm: float
 
 
 def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, seed: int = 7,
@@ -73,15 +77,19 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
     rate *= np.where(weekday >= 5, 0.5, 1.0)
     day_index = ((times - times[0]) // 86400).astype(int)
     burst = busy_day if busy_day is not None else int(days) // 2
-    rate *= np.where(day_index == burst, 40.0, 1.0)
+    # The burst: a whole day in traces of two days or more, else six hours in the middle of the day.
+    in_burst = day_index == burst if days >= 2 else np.abs(times - times[0] - days * 43200) < 3 * 3600
+    rate = np.where(in_burst, np.maximum(rate * 40.0, 1.5), rate)
     if days >= 7:
         rate *= np.where(day_index == burst + 3, 30.0, 1.0)
     arrivals = rng.poisson(rate * scrape_s)
     arrivals[0] = 0
     total = int(arrivals.sum())
-    prompts = np.maximum(1, rng.lognormal(np.log(2500), 0.9, total)).astype(np.int64)
-    outputs = np.maximum(1, rng.lognormal(np.log(250), 0.8, total)).astype(np.int64)
     owner = np.repeat(np.arange(n), arrivals)  # which scrape interval each request belongs to
+    # Agents in the bursts resume long shared contexts: prompts in the burst are three times longer.
+    median = np.where(in_burst[owner], 7500.0, 2500.0)
+    prompts = np.maximum(1, rng.lognormal(np.log(median), 0.9)).astype(np.int64)
+    outputs = np.maximum(1, rng.lognormal(np.log(250), 0.8, total)).astype(np.int64)
     prompt_sum = np.bincount(owner, prompts, minlength=n)
     output_sum = np.bincount(owner, outputs, minlength=n)
     restart = n * 2 // 3  # the server restarts here: every counter starts again from zero
@@ -145,7 +153,17 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
                  prompt_mean=float(prompts.mean()), output_mean=float(outputs.mean()), hit_rate=HIT_RATE,
                  queued_share=float((queue > 0).mean()), busiest_day=busiest, day_counts=day_counts,
                  kv_peak=float(kv[on_busiest].max()), mamba_peak=float(mamba[on_busiest].max()),
-                 concurrency_mean=float(concurrency.mean()), latency_mean=float(latencies.mean()))
+                 concurrency_mean=float(concurrency.mean()), latency_mean=float(latencies.mean()),
+                 prompt_mean_by_day=_mean_by_day(times, owner, prompts, scrape_s),
+                 burst=(float(times[in_burst].min()), float(times[in_burst].max())),
+                 prompt_mean_burst=float(prompts[in_burst[owner]].mean()),
+                 prompt_mean_calm=float(prompts[~in_burst[owner]].mean()))
+
+
+def _mean_by_day(times: np.ndarray[Any, Any], owner: np.ndarray[Any, Any], values: np.ndarray[Any, Any],
+                 scrape_s: float) -> dict[str, float]:
+    days = np.asarray([datetime.fromtimestamp(t - scrape_s / 2, UTC).strftime("%Y-%m-%d") for t in times])[owner]
+    return {day: float(values[days == day].mean()) for day in np.unique(days).tolist()}
 
 
 def _cumulative(per_step: np.ndarray[Any, Any], restart: int) -> np.ndarray[Any, Any]:

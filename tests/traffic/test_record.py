@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -71,6 +72,20 @@ def _assert_reproduces(recording: Recording, truth: Truth) -> None:
         got = np.bincount(np.searchsorted(np.asarray(bounds), values, side="left"), minlength=len(bounds)) / total
         assert np.abs(got - shares).max() < 0.01, column
         assert float(values.mean()) == pytest.approx(mean, rel=0.03), column
+    # lengths follow the hours they were recorded in: the burst's longer prompts stay in the burst.
+    # Both sides are samples of a heavy-tailed distribution: compare within four standard errors.
+    inputs = trace.column("input_tokens").astype(float)
+
+    def close(mask: np.ndarray[Any, Any], mean: float) -> bool:
+        values = inputs[mask]
+        return abs(values.mean() - mean) <= 4 * np.sqrt(2) * values.std() / np.sqrt(len(values))
+
+    burst = (absolute > truth.burst[0] - truth.scrape_s) & (absolute <= truth.burst[1])
+    assert close(burst, truth.prompt_mean_burst) and close(~burst, truth.prompt_mean_calm)
+    assert truth.prompt_mean_burst > 2 * truth.prompt_mean_calm
+    days = np.asarray([datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d") for t in absolute])
+    for day, mean in truth.prompt_mean_by_day.items():
+        assert (days == day).sum() < 100 or close(days == day, mean), day
     # prefix reuse constructed to hit cached/prompt
     assert report.prefix_hit_rate_observed == pytest.approx(truth.hit_rate, abs=0.002)
     assert prefix_reuse(trace) == pytest.approx(truth.hit_rate, abs=0.01)
