@@ -8,15 +8,18 @@ Prometheus cannot see individual requests, so we sample requests whose aggregate
   so lags by the latency) are placed uniformly inside their step: an inhomogeneous Poisson process
   conditioned on the observed counts, so the rate curve is reproduced at the step's resolution.
 - **Lengths.** Prompt and completion lengths are drawn from ``sglang:prompt_tokens_histogram`` and
-  ``sglang:generation_tokens_histogram`` over the window: a bucket by its share, a length uniform
-  inside it; the open top bucket is sized from ``_sum`` so the mean matches. Without histograms the
-  means (``*_tokens_total / num_requests_total``) drive exponential lengths, and the metadata says so.
+  ``sglang:generation_tokens_histogram``, hour by hour, so a burst keeps its own length mix: a bucket
+  by its share in that hour, a length inside it shaped so that the window's mean (``_sum/_count``)
+  is kept (``synthesis.sample_histogram``). Without histograms the means
+  (``*_tokens_total / num_requests_total``) drive exponential lengths, and the metadata says so.
 - **Prefix reuse.** ``cached_tokens_total / prompt_tokens_total`` is the hit rate. Requests join
   prefix families and share a leading run of the family's blocks; the run's share of each prompt
   is calibrated until the trace's infinite-cache reuse (``summary.prefix_reuse``) equals the rate.
 - **Concurrency and pressure.** Running/queued requests, KV and Mamba usage cannot be imposed on a
   trace (they depend on the server); they are measured and stored in the report, with what the seeds
   looked at before tuning: the busiest days, the share of time with queued requests, usage at peak.
+  Little's law checks the trace against the gauges: its arrival rate times the recorded mean latency
+  (``sglang:e2e_request_latency_seconds``) should equal the mean number in flight.
 """
 
 from __future__ import annotations
