@@ -150,6 +150,18 @@ def run(profile: str, speedup: float, streams: int, prompt_len: int, tokens: int
                cpu_s=cpu)
 
 
+def truth_rate(profile: str, config: str, streams: int, prompt_tokens: int, tokens: int) -> float:
+    from elsa_tune.runtime.sim.profile import load_profile
+    from elsa_tune.runtime.sim.truth import TruthWorkload, truth
+
+    prof = load_profile(profile)
+    named = prof.config(config) if config else None
+    workload = TruthWorkload(concurrency=streams, num_requests=streams, input_tokens=(prompt_tokens,),
+                             output_tokens=(tokens,))
+    result = truth(prof, dict(named.flags) if named else {}, dict(named.env) if named else {}, workload)
+    return float(result.output_tokens_per_s or float("nan"))
+
+
 def _cpu(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as handle:
@@ -169,13 +181,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--config", default="elsa-1.7", help="the profile's named configuration (--sim-config)")
     parser.add_argument("--flags", default="", help="extra SGLang flags for the server, as one string")
+    parser.add_argument("--noise", choices=("profile", "off"), default="off",
+                        help="the server's noise (--sim-noise); 'off' makes the target the noiseless truth")
     args = parser.parse_args()
-    extra = [*(["--sim-config", args.config] if args.config else []), *args.flags.split()]
+    extra = [*(["--sim-config", args.config] if args.config else []), "--sim-noise", args.noise,
+             *args.flags.split()]
     rows = [run(args.profile, s, args.streams, args.prompt_tokens, args.tokens, args.seed, extra)
             for s in args.speedup]
+    true_rate = truth_rate(args.profile, args.config, args.streams, args.prompt_tokens, args.tokens)
     print(f"simulated server pacing — profile {args.profile} ({args.config}), {args.streams} streams × "
-          f"{args.tokens} tokens "
-          f"(a simulation, not a measurement of real hardware)")
+          f"{args.tokens} tokens, noise {args.noise} (a simulation, not a measurement of real hardware)")
+    print(f"noiseless truth of this workload (runtime/sim/truth.py): {true_rate:.0f} output tok/s; "
+          "the target below is what the server itself meant to deliver (truth × noise × speedup)")
     head = (f"{'speedup':>7} {'tokens':>7} {'wall s':>7} {'target tok/s':>12} {'achieved':>9} {'error':>7} "
             f"{'late p50 ms':>11} {'late p99 ms':>11} {'ITL p50 ms':>10} {'ITL p99 ms':>10} {'server CPU':>10}")
     print(head)

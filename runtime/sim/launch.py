@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from elsa_tune.runtime.sim.answers import Answerer, Damage, Knowledge
 from elsa_tune.runtime.sim.card import CardLease, default_card_dir
 from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash
 from elsa_tune.runtime.sim.memory import MemoryPlan, plan_memory
@@ -63,6 +64,7 @@ class SimOptions:
     fault: str | None = None
     speedup: float = 1.0
     card_dir: str | None = None
+    quiet: bool = False                  # no boot drift, run noise or cold first pass
     argv: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
@@ -124,13 +126,15 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
                        boot_started: float, die: Any) -> int:
     served_name = str(args.get("served_model_name") or args.get("model_path") or profile.model.served_name)
     metrics = SglangMetrics(served_name)
-    noise = ServingNoise(_noise_settings(profile), profile.noise.seed * 1_000_003 + options.seed)
+    settings = NoiseSettings.quiet() if options.quiet else _noise_settings(profile)
+    noise = ServingNoise(settings, profile.noise.seed * 1_000_003 + options.seed)
     source = engine_source(profile, plan, options.flags, options.env, random.Random(f"elsa-sim-engine:{options.seed}"))
     serving = Serving(source, noise=noise, metrics=metrics, server_log=out, faults=faults, speedup=speedup,
                       decode_log_interval=int(args.get("decode_log_interval") or 40), hybrid=profile.model.is_hybrid,
                       on_crash=lambda crash: die(crash, True),
                       watchdog_timeout_s=float(args.get("watchdog_timeout") or 300.0),
                       draft_tokens=plan.spec.draft_tokens)
+    damage = Damage.of(plan.quality_damage)
     model = ServedModel(
         served_name=served_name, model_path=str(args.get("model_path")), context_len=plan.context_len,
         max_total_num_tokens=plan.kv_tokens, max_running_requests=plan.max_running_requests,
@@ -142,7 +146,10 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
         decode_graph_bs=_graph_bs(plan.cuda_graph_max_bs), speculative=plan.spec.on,
         enable_metrics=bool(args.get("enable_metrics")), enable_cache_report=bool(args.get("enable_cache_report")),
         include_usage_default=bool(args.get("stream_response_default_include_usage")),
-        damage=_damage(plan)[0], cache_hit_damage=_damage(plan)[1], damage_salt=",".join(sorted(plan.quality_damage)),
+        damage=damage.wrong_share, cache_hit_damage=damage.cache_hit_share, host_hit_damage=damage.host_hit_share,
+        damage_salt=damage.salt, answerer=Answerer(Knowledge.from_env(), profile.model.accuracy),
+        image_max_tokens=profile.model.image_max_tokens if profile.model.is_vision else 0,
+        image_workspace_gb=profile.model.image_workspace_gb, headroom_gb=plan.headroom_gb,
         seed=options.seed,
         launch_command=shlex.join(options.argv) if options.argv else "",
         regimes=frozenset(profile.model.draft.acceptance) if profile.model.draft else frozenset())
@@ -258,18 +265,6 @@ def _quant(name: str) -> str | None:
     if "fp8" in lowered:
         return "fp8"
     return None
-
-
-def _damage(plan: MemoryPlan) -> tuple[float, float]:
-    """(share of answers a damaged config fumbles, share of cache-hit answers it fumbles).
-
-    A damaged draft only lowers acceptance: the target verifies every token, so the text stays right. A bad
-    host-cache read (seed 002) spoils every answer served from a cache hit; other damage (a wrong kernel)
-    fumbles a sizeable share of all answers, not all of them.
-    """
-    wrong = [d for d in plan.quality_damage if "draft" not in d.lower()]
-    on_hits = [d for d in wrong if "cache" in d.lower()]
-    return (0.6 if len(wrong) > len(on_hits) else 0.0), (1.0 if on_hits else 0.0)
 
 
 def _noise_settings(profile: SimProfile) -> NoiseSettings:

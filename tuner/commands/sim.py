@@ -35,6 +35,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                             "gpu_not_released[=S]")
     serve.add_argument("--sim-speedup", type=float, default=1.0, metavar="X",
                        help="run simulated time X times faster than real time (boot and serving)")
+    serve.add_argument("--sim-noise", choices=("profile", "off"), default="profile",
+                       help="the profile's noise (boot drift, run noise, cold first pass) or none at all")
     serve.add_argument("--sim-card-dir", default=None, metavar="DIR",
                        help="the simulated GPU's shared state folder (default: $ELSA_SIM_CARD_DIR or a temp folder)")
     sglang_flags.add_sglang_arguments(serve)
@@ -94,7 +96,8 @@ def _serve(args: argparse.Namespace) -> int:
     given = _given(args)
     options = SimOptions(profile=args.sim_profile, server_args=sglang_flags.resolve_defaults(given),
                          flags=sglang_flags.requested_flags(given), seed=args.sim_seed, fault=args.sim_fault,
-                         speedup=args.sim_speedup, card_dir=args.sim_card_dir, argv=tuple(sys.argv),
+                         speedup=args.sim_speedup, card_dir=args.sim_card_dir, quiet=args.sim_noise == "off",
+                         argv=tuple(sys.argv),
                          env={**os.environ, **_config_env(args)})
     return int(serve(options))
 
