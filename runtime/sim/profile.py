@@ -148,6 +148,9 @@ class ModelProfile:
     is_hybrid: bool = False
     is_vision: bool = False
     active_params_b: float = 0.0
+    accuracy: float = 1.0                # share of known questions answered right (answers.py; a skill, no reasoning)
+    image_max_tokens: int = 16384        # tokens of the largest image the vision encoder takes
+    image_workspace_gb: float = 0.0      # vision-encoder temporaries for the largest image, outside the pools
 
     @property
     def total_weights_gb(self) -> float:
@@ -198,6 +201,8 @@ class MemoryRules:
     pool. ``tokenizer_context_gb`` is the CUDA context the HTTP/tokenizer process takes from the headroom after the
     pools are sized (seed 000: 630 MB). ``runtime_overhead_gb`` is what the build allocates before the scheduler
     measures free memory (workspaces, communicators), on top of the card's CUDA context.
+    ``cached_state_sets_max`` caps how many cached prompts keep a reusable recurrent state whatever the spare slots
+    (seed 004's open problem: alternating contexts lose their prefix under every memory configuration).
     """
 
     mamba_ratio_solver: str = "joint"
@@ -205,6 +210,7 @@ class MemoryRules:
     runtime_overhead_gb: float = 0.0
     tokenizer_context_gb: float = 0.0
     draft_state_slots: bool = True
+    cached_state_sets_max: int | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from elsa_tune.runtime.process import SGLangProcess
 from elsa_tune.runtime.protocol import Server
+from elsa_tune.runtime.sim.answers import ENV_KNOWLEDGE
 from elsa_tune.runtime.sim.card import CardSpec, SimulatedGpu, default_card_dir
 from elsa_tune.runtime.sim.faults import ENV_FAULT, Faults
 from elsa_tune.runtime.sim.profile import SimProfile, load_profile
@@ -36,13 +37,16 @@ class SimulatedSGLang(SGLangProcess):
     """Boot simulated SGLang servers for candidates; everything else is ``SGLangProcess``.
 
     ``speedup`` runs simulated time faster than real time (tests use 20–100). ``seed`` is the first boot's
-    seed; each later boot adds one. ``faults`` is ``--sim-fault`` text applied to every boot.
+    seed; each later boot adds one. ``faults`` is ``--sim-fault`` text applied to every boot. ``knowledge`` is a
+    JSON-lines file of questions and answers the simulated model knows (``answers.py``; e.g. the quality gate's
+    ``probes.quality.knowledge_file()``).
     """
 
     def __init__(self, profile: str | Path, *, card_dir: Path | None = None, seed: int = 0, speedup: float = 1.0,
                  faults: str | None = None, python: str = sys.executable, model_path: str | None = None,
                  boot_timeout_s: float = 600.0, stop_timeout_s: float = 15.0, memory_release_timeout_s: float = 30.0,
-                 health_timeout_s: float = 10.0, extra_env: Mapping[str, str] | None = None) -> None:
+                 health_timeout_s: float = 10.0, extra_env: Mapping[str, str] | None = None,
+                 knowledge: Path | None = None) -> None:
         if faults:
             Faults.parse(faults)   # fail now, on a bad fault name, rather than in the first boot
         self.profile = load_profile(profile)
@@ -58,6 +62,8 @@ class SimulatedSGLang(SGLangProcess):
         env = {"SGLANG_LOG_MS": "1", **(extra_env or {})}
         if faults:
             env[ENV_FAULT] = faults
+        if knowledge is not None:
+            env[ENV_KNOWLEDGE] = str(Path(knowledge).resolve())
         launch: Sequence[str] = (python, "-m", "elsa_tune", "sim", "serve", "--sim-profile", self.profile_ref,
                                  "--sim-card-dir", str(self.card_dir), "--sim-speedup", repr(float(speedup)))
         super().__init__(launch, gpu, boot_timeout_s=boot_timeout_s, stop_timeout_s=stop_timeout_s,

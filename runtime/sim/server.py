@@ -20,6 +20,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from elsa_tune.runtime.failure import FailureKind
+from elsa_tune.runtime.sim.answers import Answerer, HostTier, image_tokens
+from elsa_tune.runtime.sim.faults import Crash
 from elsa_tune.runtime.sim.http import (
     HttpError,
     Request,
@@ -61,6 +64,11 @@ class ServedModel:
     version: str = "0.5.23"
     regimes: frozenset[str] = frozenset()     # content regimes the profile's draft acceptance knows
     cache_hit_damage: float = 0.0
+    host_hit_damage: float = 0.0              # answers restored from the host tier (answers.py, seed 002)
+    answerer: Answerer | None = None          # what the model says (answers.py); None: tokens.py's default
+    image_max_tokens: int = 0                 # tokens of the largest image; 0: the model has no vision
+    image_workspace_gb: float = 0.0           # vision-encoder temporaries of the largest image (seed 001)
+    headroom_gb: float = float("inf")         # memory outside the pools once serving (MemoryPlan.headroom_gb)
 
 
 class SimHttpServer:
@@ -75,6 +83,7 @@ class SimHttpServer:
         self.started_at = time.time()
         self.startup_time = 0.0
         self._ids = itertools.count()
+        self.host_tier = HostTier() if model.host_hit_damage else None
         self._routes: dict[str, Callable[[Request, asyncio.StreamWriter], Awaitable[int]]] = {
             "/health": self._health, "/health_generate": self._health, "/ready": self._health,
             "/server_info": self._server_info, "/get_server_info": self._server_info,
@@ -172,6 +181,8 @@ class SimHttpServer:
         while self.serving.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if self.serving.flush_cache():
+            if self.host_tier is not None:
+                self.host_tier.clear()
             return await send(writer, 200, b"Cache flushed.\nPlease check backend logs for more details. "
                                b"(When there are running or waiting requests, the operation will not be performed.)\n",
                                "text/plain; charset=utf-8")
@@ -180,6 +191,19 @@ class SimHttpServer:
                            "text/plain; charset=utf-8")
 
     # ---- generation ---------------------------------------------------------------------------------------
+
+    def _admit_images(self, images: Sequence[int]) -> None:
+        """Images need the vision encoder's temporaries outside the pools; a largest-size image that does not
+        fit kills the scheduler like seed 001's crash (a 29K-token request with a maximum-size image)."""
+        md = self.model
+        if not md.image_max_tokens:
+            raise HttpError(400, "The model does not support image input.")
+        need = sum(md.image_workspace_gb * t / md.image_max_tokens for t in images)
+        if need > md.headroom_gb:
+            self.serving.on_crash(Crash(FailureKind.OOM_UNDER_LOAD, "serve", (
+                "Scheduler hit an exception: Traceback (most recent call last):",
+                f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {need * 1024:.2f} MiB. GPU 0 has "
+                f"{max(0.0, md.headroom_gb) * 1024:.2f} MiB free (vision encoder, {sum(images)} image tokens).")))
 
     async def _completions(self, request: Request, writer: asyncio.StreamWriter) -> int:
         require_post(request)
@@ -204,6 +228,12 @@ class SimHttpServer:
             raise HttpError(400, "messages must be a non-empty list")
         pairs = [(str(m.get("role", "user")), _content_text(m.get("content"))) for m in messages]
         ids = chat_token_ids(pairs)
+        images = [image_tokens(part, self.model.image_max_tokens) for m in messages
+                  if isinstance(m.get("content"), list) for part in m["content"]
+                  if isinstance(part, dict) and part.get("type") == "image_url"]
+        if images:
+            self._admit_images(images)
+            ids.extend(_IMAGE_PAD_ID for _ in range(sum(images)))
         tools = body.get("tools") if body.get("tool_choice") != "none" else None
         return await self._generate(request, writer, body, ids, pairs[-1][1], chat=True,
                                     tools=tools if isinstance(tools, list) else ())
@@ -304,7 +334,7 @@ class SimHttpServer:
         n = next(self._ids)
         completion = Completion.for_prompt(ids, text, damage=md.damage, damage_salt=md.damage_salt,
                                            stream_salt=0 if temperature == 0 else hash((md.seed, n)) & 0xFFFFFFFF,
-                                           tools=tools)
+                                           tools=tools, answerer=md.answerer)
         if ignore_eos and completion.tool_call is None:
             out, reason = max_tokens, "length"
         else:
@@ -318,7 +348,9 @@ class SimHttpServer:
         spec = JobSpec(rid=uuid.uuid4().hex, input_tokens=len(ids),
                        block_hashes=tuple(block_hashes(ids, md.block_size)), output_tokens=max(1, out), regime=regime)
         job = Job(spec=spec, completion=completion, finish_reason=reason, streaming=stream, created=time.monotonic(),
-                  cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt)
+                  cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt, host_hit_damage=md.host_hit_damage)
+        if self.host_tier is not None:
+            job.host_restorable_tokens = self.host_tier.observe(spec.block_hashes) * md.block_size
         try:
             self.serving.submit(job)
         except JobRejected as exc:
@@ -400,6 +432,9 @@ class SimHttpServer:
             obj = "text_completion"
         return {"id": job.spec.rid, "object": obj, "created": int(time.time()), "model": self.model.served_name,
                 "choices": [choice], "usage": self._usage(job)}
+
+
+_IMAGE_PAD_ID = 151_655   # Qwen-VL's <|image_pad|>: one per image token
 
 
 def _regime(request: Request, body: Mapping[str, Any]) -> str:

@@ -109,6 +109,8 @@ class Job:
     error: str | None = None
     cache_hit_damage: float = 0.0     # share of answers spoiled when served from a prefix-cache hit (seed 002)
     damage_salt: str = ""
+    host_hit_damage: float = 0.0      # share spoiled when part of the prefix comes back from the host tier
+    host_restorable_tokens: int = 0   # leading prompt tokens the host tier holds (answers.HostTier)
 
 
 class Pacing:
@@ -271,6 +273,8 @@ class Serving:
                     job.first_token_at = now
                     if job.cache_hit_damage and job.cached_tokens > 0:
                         job.completion = job.completion.with_damage(job.cache_hit_damage, job.damage_salt)
+                    elif job.host_hit_damage and job.host_restorable_tokens > job.cached_tokens:
+                        job.completion = job.completion.with_damage(job.host_hit_damage, job.damage_salt)
                     m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, now - job.created)
                     m.queue_time.observe(m.sched, max(0.0, now - job.created - step.duration_s / self.speedup))
                 else:

@@ -17,7 +17,10 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from elsa_tune.runtime.sim.answers import Answerer
 
 _PIECES = re.compile(r"\w+|[^\w\s]")
 # Word problems the simulated model can do (the shapes of GSM8K-style one- and two-step problems).
@@ -161,12 +164,18 @@ class Completion:
 
     @classmethod
     def for_prompt(cls, token_ids: Sequence[int], text: str | None, damage: float = 0.0, damage_salt: str = "",
-                   stream_salt: int = 0, tools: Sequence[Mapping[str, Any]] = ()) -> Completion:
+                   stream_salt: int = 0, tools: Sequence[Mapping[str, Any]] = (),
+                   answerer: Answerer | None = None) -> Completion:
+        """``answerer`` (``answers.py``) decides the answer when given: skill level and known questions."""
         key = prompt_key(token_ids)
-        found = lookup(text) if text else None
-        value = solve(text) if text and found is None else None
-        number = _format_number(value) if value is not None else str(1 + key % 997)
-        answer = found if found is not None else number
+        if answerer is not None:
+            said = answerer.answer(text, key) if text else None
+            answer = said if said is not None else str(1 + key % 997)
+        else:
+            found = lookup(text) if text else None
+            value = solve(text) if text and found is None else None
+            number = _format_number(value) if value is not None else str(1 + key % 997)
+            answer = found if found is not None else number
         call = ToolCall.for_tools(tools, text or "", key) if tools else None
         return cls(key=key, answer=answer, damage=damage, damage_salt=damage_salt, stream_salt=stream_salt,
                    tool_call=call)
