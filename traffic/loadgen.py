@@ -21,7 +21,6 @@ What it guarantees:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 import logging
@@ -35,6 +34,7 @@ import httpx
 from elsa_tune.errors import ConfigError
 from elsa_tune.traffic.measurement import DEFAULT_MAX_ERROR_FRACTION, Outcome, RequestRecord, RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.sse import CompletionStream
 from elsa_tune.traffic.transport import SENT_AT, StreamingTransport
 from elsa_tune.traffic.workload import ReplayMode, RequestSpec, Workload
 
@@ -273,16 +273,12 @@ class _Run:
         t = self.timeouts
         stall_slack = t.stall_s / 8   # re-arm the stall deadline at most this often (it fires within 7/8..1 of it)
         in_flight = self.in_flight
-        chunk_times: list[float] = []
-        keep_text = self.gen.settings.keep_text
-        texts: list[str] = []
-        usage: dict[str, Any] | None = None
-        finish: str | None = None
+        stream = CompletionStream(keep_text=self.gen.settings.keep_text, error_limit=self.gen.settings.error_body_bytes)
+        chunk_times = stream.chunk_times
         status: int | None = None
         error = ""
         outcome = Outcome.OK
         phase: str | None = None
-        done = False
         sent = time.perf_counter()
         end: float | None = None
         try:
@@ -294,54 +290,18 @@ class _Run:
                         outcome, error = Outcome.HTTP_ERROR, await _error_text(resp, self.gen.settings.error_body_bytes)
                         end = time.perf_counter()
                     else:
-                        buf = b""
                         rearmed = 0.0
                         async for raw in resp.aiter_raw():
+                            if end is not None:
+                                continue  # after [DONE]: drain to the end of the body so the connection is reused
                             now = time.perf_counter()
-                            if done:
-                                continue  # drain to the end of the body so the connection is reused
-                            data = buf + raw if buf else raw
-                            if b"\r" in data:
-                                data = data.replace(b"\r\n", b"\n")
-                            cut = data.rfind(b"\n\n") + 2   # complete events end here
-                            buf = data[cut:] if cut > 1 else data
-                            block = data[:cut] if cut > 1 else b""
-                            n_events = block.count(b"\n\n")
-                            if n_events and not keep_text and _all_plain_tokens(block, n_events):
-                                chunk_times.extend([now] * n_events)
-                                block = b""
-                            start = 0
-                            while (stop := block.find(b"\n\n", start)) >= 0:
-                                event = block[start:stop]
-                                start = stop + 2
-                                payload = _sse_data(event)
-                                if payload is None:
-                                    continue
-                                if payload == b"[DONE]":
-                                    done = True
-                                    break
-                                if not keep_text and _is_plain_token(payload):
-                                    chunk_times.append(now)
-                                    continue
-                                chunk = json.loads(payload)
-                                choices = chunk.get("choices")
-                                if choices:
-                                    chunk_times.append(now)
-                                    if keep_text:
-                                        texts.append(choices[0].get("text") or "")
-                                    reason = choices[0].get("finish_reason")
-                                    if reason:
-                                        finish = reason
-                                if chunk.get("usage"):
-                                    usage = chunk["usage"]
-                                if chunk.get("error"):
-                                    error = json.dumps(chunk["error"])[:self.gen.settings.error_body_bytes]
+                            stream.feed(raw, now)
                             if chunk_times and now - rearmed > stall_slack:
                                 deadline.reschedule(loop.time() + t.stall_s)
                                 rearmed = now
-                            if done:
+                            if stream.done:
                                 end = now
-                        if not done:
+                        if not stream.done:
                             outcome, error = Outcome.DISCONNECTED, "the stream ended without data: [DONE]"
         except TimeoutError:
             outcome = Outcome.TIMEOUT
@@ -358,26 +318,24 @@ class _Run:
             outcome, error = Outcome.SERVER_ERROR, f"undecodable stream chunk: {exc}"
         except asyncio.CancelledError:
             # The run deadline (or the caller) cancelled us: leave a record, then let it propagate.
-            self.records[spec.index] = self._record(spec, scheduled, sent, in_flight, chunk_times, usage, finish,
-                                                    status, Outcome.TIMEOUT, "cancelled before the end of the stream",
-                                                    "run_deadline", None)
+            self.records[spec.index] = self._record(spec, scheduled, sent, in_flight, stream, status, Outcome.TIMEOUT,
+                                                    "cancelled before the end of the stream", "run_deadline", None)
             raise
         if outcome is Outcome.OK:
-            if error or finish == "abort":
+            if stream.error or stream.finish_reason == "abort":
                 outcome = Outcome.SERVER_ERROR
-                error = error or "finish_reason abort"
+                error = stream.error or "finish_reason abort"
             elif not chunk_times:
                 outcome, error = Outcome.EMPTY, "the stream carried no tokens"
         if outcome is not Outcome.OK:
             log.debug("request %d: %s %s %s", spec.index, outcome.value, status or "", error)
-        record = self._record(spec, scheduled, sent, in_flight, chunk_times, usage, finish, status, outcome, error,
-                              phase, end)
-        return dataclasses.replace(record, text="".join(texts)) if keep_text else record
+        return self._record(spec, scheduled, sent, in_flight, stream, status, outcome, error, phase, end)
 
     def _record(self, spec: RequestSpec, scheduled: float | None, sent: float, in_flight: int,
-                chunk_times: list[float], usage: dict[str, Any] | None, finish: str | None, status: int | None,
-                outcome: Outcome, error: str, phase: str | None, end: float | None) -> RequestRecord:
+                stream: CompletionStream, status: int | None, outcome: Outcome, error: str, phase: str | None,
+                end: float | None) -> RequestRecord:
         t0 = self.t0
+        chunk_times, usage = stream.chunk_times, stream.usage
         completion = usage.get("completion_tokens") if usage else None
         details = (usage or {}).get("prompt_tokens_details") or {}
         return RequestRecord(
@@ -391,38 +349,9 @@ class _Run:
             itl_s=tuple(b - a for a, b in itertools.pairwise(chunk_times)),
             prompt_tokens_reported=usage.get("prompt_tokens") if usage else None,
             cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None,
-            finish_reason=finish, status_code=status, error=error, timeout_phase=phase,
-            in_flight_at_send=in_flight, session=spec.session)
-
-
-def _all_plain_tokens(block: bytes, n_events: int) -> bool:
-    """Whether every one of the ``n_events`` events in ``block`` is a plain single-choice token chunk.
-
-    Counted with C-level scans, so a socket read that carries a hundred chunks costs a handful of
-    calls. Anything else (a final chunk, usage, an error, [DONE], a comment) makes the counts
-    disagree and the block is parsed event by event.
-    """
-    return (block.count(b"data:") == n_events and block.count(b'"finish_reason":null') == n_events
-            and block.count(b'"choices":[{') == n_events and b'"usage":{' not in block
-            and b'"error"' not in block)
-
-
-def _is_plain_token(payload: bytes) -> bool:
-    """A compact chunk that only carries text: a choice, no finish reason, no usage, no error.
-
-    The patterns cannot match inside a JSON string (its quotes are escaped), so this is exact for the
-    compact JSON SGLang writes; any other layout falls through to ``json.loads``.
-    """
-    return (b'"finish_reason":null' in payload and b'"usage":' not in payload.replace(b'"usage":null', b"")
-            and b'"error"' not in payload and b'"choices":[{' in payload)
-
-
-def _sse_data(event: bytes) -> bytes | None:
-    """The data of one SSE event (``data:`` lines joined), ``None`` for comments and data-less events."""
-    if event.startswith(b"data:") and b"\n" not in event:
-        return event[5:].strip()
-    lines = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(lines) if lines else None
+            finish_reason=stream.finish_reason, status_code=status, error=error, timeout_phase=phase,
+            in_flight_at_send=in_flight, session=spec.session,
+            text=stream.text if self.gen.settings.keep_text else None)
 
 
 async def _error_text(resp: httpx.Response, limit: int) -> str:
