@@ -1,0 +1,88 @@
+"""``elsa-tune [tune] --gpu 0 --traffic prod.parquet``: the unattended study (the default command).
+
+Thin shell: arguments → ``Settings`` (defaults < ``ELSA_TUNE_*`` < these flags) → preflight → ``Study.run``.
+Rerunning the same command with the same ``--out`` resumes the study; nothing finished is measured twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from elsa_tune.errors import ConfigError
+
+NAME = "tune"
+HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic prod.parquet)"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu", default=None, metavar="N|UUID|sim",
+                        help="the GPU to tune on (NVML index or UUID), or 'sim' for the simulated card")
+    parser.add_argument("--traffic", default=None, metavar="FILE|demo",
+                        help="recorded traffic (elsa-tune Parquet trace), or 'demo' for the bundled window")
+    parser.add_argument("--space", default=None, metavar="NAME|PATH", help="the search space (elsa-tune space list)")
+    parser.add_argument("--model", default=None, metavar="PATH", help="the model to serve (overrides the space's)")
+    parser.add_argument("--budget", dest="budget_s", default=None, metavar="DURATION",
+                        help="the whole study's time, e.g. 8h, 90m, 1h30m (default 8h)")
+    parser.add_argument("--out", default=None, type=Path, metavar="DIR",
+                        help="the run folder (default ./elsa-runs/<study>/); the ledger is kept beside it")
+    parser.add_argument("--study", default=None, metavar="NAME", help="the study's name (default from the space)")
+    parser.add_argument("--resume", action="store_true", default=None,
+                        help="require an existing study in --out and continue it (rerunning also resumes)")
+    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim"),
+                        help="how the runtime is launched (default process; --gpu sim implies sim)")
+    parser.add_argument("--launch", default=None, metavar="CMD",
+                        help="the runtime's launch command, e.g. "
+                             "\"/opt/sglang-venv/bin/python -m sglang.launch_server\"")
+    parser.add_argument("--image", default=None, metavar="IMAGE", help="the container image (--runtime docker)")
+    parser.add_argument("--sim-profile", default=None, metavar="NAME", help="the simulator profile (--gpu sim)")
+    parser.add_argument("--sim-speedup", type=float, default=None, metavar="X",
+                        help="simulated seconds per wall second (default 40)")
+    parser.add_argument("--pass-seconds", type=float, default=None, metavar="S",
+                        help="target length of one measured pass (default: the budget / 250, within 1-180 s)")
+    parser.add_argument("--baseline-boots", type=int, default=None, metavar="N", help="baseline boots (default 4)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--no-live", dest="live", action="store_false", default=None,
+                        help="plain log lines even on a terminal")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more console output")
+    parser.add_argument("-q", "--quiet", action="count", default=0, help="less console output")
+    parser.add_argument("--log-file", default=None, type=Path, metavar="FILE",
+                        help="also log (at DEBUG) here; the run folder always has study.log")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from elsa_tune.history.study_record import StudyStatus
+    from elsa_tune.tuner.console import StudyView, interactive, setup_logging
+    from elsa_tune.tuner.preflight import run_preflight
+    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.signals import Interrupts
+    from elsa_tune.tuner.study import Study
+
+    cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "verbose", "quiet")}
+    cli["verbosity"] = int(args.verbose) - int(args.quiet) or None
+    settings = Settings.resolve(cli)
+    if settings.resume and not (settings.run_dir / "study.json").exists():
+        raise ConfigError(f"--resume: {settings.run_dir} holds no study",
+                          remedy="drop --resume to start a new study there, or point --out at the study's folder")
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    live = interactive() if settings.live is None else settings.live
+    setup_logging(settings.log_file, settings.verbosity, console=True)
+    _add_run_log(settings.run_dir / "study.log")
+    pre = run_preflight(settings)
+    with StudyView(live=live) as view:
+        outcome = Study(pre, view=view, interrupts=Interrupts()).run()
+    print(f"study {settings.study_name}: {outcome.status.value}; recommended: {outcome.incumbent.label} "
+          f"({' '.join(outcome.incumbent.argv())})")
+    print(f"  {outcome.boots} boots, {outcome.decisions} decisions; report: {Path(outcome.run_dir) / 'report.md'}")
+    return 0 if outcome.status is StudyStatus.FINISHED else 130
+
+
+def _add_run_log(path: Path) -> None:
+    import logging
+
+    root = logging.getLogger("elsa_tune")
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.DEBUG)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"))
+    root.addHandler(handler)

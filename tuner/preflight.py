@@ -1,0 +1,222 @@
+"""Preflight: everything that can refuse a study before the night starts, and the facts it runs on.
+
+1. Resolve the GPU (index or UUID → UUID through NVML, or the simulated card) and record its state
+   (clocks, temperature, power cap, persistence, driver); refuse a GPU that other processes use.
+2. Ask the installed runtime for its version and its own ``--help`` flag list and validate the search
+   space against it (a misspelt flag fails now, at its file and line, not at 3 a.m.).
+3. Load the traffic and derive the workloads: a closed-loop measurement pass sized to a few seconds
+   (simulator) or minutes (GPU), and the busiest burst for the stress probe.
+4. Compute the fingerprint every record will carry.
+
+``elsa-tune check`` runs this alone and prints it; the study runs it first.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+import shlex
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
+from elsa_tune.history.fingerprint import Fingerprint
+from elsa_tune.runtime.flags import FlagSet, harvest
+from elsa_tune.runtime.gpu import GpuState, GpuView
+from elsa_tune.runtime.protocol import Runtime
+from elsa_tune.search_spaces.loader import load_space
+from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.traffic.trace import Trace, read_trace
+from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
+from elsa_tune.tuner.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEMO_TRACE = "demo"
+#: A single stream delivers ~60 output tok/s end to end and prefills ~4K tok/s: a first guess to size passes.
+_DECODE_TOK_S = 60.0
+_PREFILL_TOK_S = 4000.0
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What preflight found. ``runtime`` and ``gpu`` are ready to use; ``problems`` are warnings only."""
+
+    settings: Settings
+    space: SearchSpace
+    runtime: Runtime
+    gpu: GpuView | None
+    gpu_state: GpuState | None
+    runtime_name: str
+    runtime_version: str | None
+    flags: FlagSet | None
+    trace: Trace
+    workload: Workload
+    burst: Workload
+    concurrency: int
+    fingerprint: Fingerprint
+    launch: tuple[str, ...]
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    def lines(self) -> list[str]:
+        """What ``elsa-tune check`` prints: the GPU state that affects measurements and the validation."""
+        s = self.gpu_state
+        out = [f"runtime: {self.runtime_name} {self.runtime_version or '(version unknown)'}: "
+               f"{' '.join(self.launch)}"]
+        if s is not None:
+            procs = ", ".join(f"{p.name or p.pid} ({(p.used_bytes or 0) / 2**30:.1f} GiB)" for p in s.processes)
+            out += [f"GPU {s.index}: {s.name} ({s.uuid}), {s.memory_total / 2**30:.1f} GiB",
+                    f"  driver {s.driver}, CUDA {s.cuda_driver or '?'}",
+                    f"  clocks: SM {s.sm_clock_mhz or '?'} MHz (max {s.max_sm_clock_mhz or '?'}), "
+                    f"memory {s.mem_clock_mhz or '?'} MHz",
+                    f"  power cap {_w(s.power_limit_w)} (default {_w(s.power_default_limit_w)}), "
+                    f"persistence {'on' if s.persistence_mode else 'off' if s.persistence_mode is False else '?'}, "
+                    f"temperature {s.temperature_c if s.temperature_c is not None else '?'} °C",
+                    f"  other processes: {procs or 'none'}"]
+        else:
+            out.append("GPU: state unknown")
+        known = len(self.flags.names) if self.flags is not None else 0
+        out.append(f"search space {self.space.name}: {len(self.space.parameters)} parameters, "
+                   f"{len(self.space.techniques)} techniques; every flag is one of the runtime's {known} flags")
+        out.append(f"traffic: {len(self.trace)} requests ({self.trace.metadata.source}); measured pass "
+                   f"{len(self.workload)} requests at concurrency {self.concurrency}; burst {len(self.burst)} requests")
+        out.append(f"fingerprint {self.fingerprint.key()}: {self.fingerprint.describe()}")
+        out += [f"warning: {p}" for p in self.problems]
+        return out
+
+
+def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_flags: bool = True) -> Preflight:
+    """Every check of the flow's first step; raises a ``StudyError`` naming the remedy when one fails."""
+    space = load_space(settings.space)
+    if settings.model:
+        space = space.with_model(settings.model)
+    problems: list[str] = []
+    runtime, gpu, launch, runtime_name, version = _runtime(settings, space, card_dir)
+    state = gpu.state() if gpu is not None else None
+    if state is not None:
+        others = [p for p in state.processes if p.pid not in _own_pids()]
+        if others and not settings.simulated:
+            names = ", ".join(f"{p.name or 'pid'} {p.pid}" for p in others)
+            raise EnvironmentError_(f"GPU {state.index} ({state.name}) is in use by {names}",
+                                    remedy="stop those processes or pick another GPU: measurements next to another "
+                                           "process are noise, and its memory is not the runtime's")
+        if others:
+            problems.append(f"{len(others)} other process(es) hold the simulated card")
+        if state.persistence_mode is False:
+            problems.append("persistence mode is off: boots are slower and clocks may settle differently "
+                            "(nvidia-smi -pm 1)")
+        if state.power_limit_w and state.power_default_limit_w and state.power_limit_w < state.power_default_limit_w:
+            problems.append(f"the power cap {state.power_limit_w:.0f} W is below the default "
+                            f"{state.power_default_limit_w:.0f} W: results hold for this cap only")
+    flags: FlagSet | None = None
+    if harvest_flags and settings.runtime != "docker":
+        flags = harvest(launch, timeout_s=300.0)
+        space.validate_flags(flags.all_names())
+    elif settings.runtime == "docker":
+        problems.append("flags not validated against the image before the study (the first boot will)")
+    trace = load_traffic(settings.traffic)
+    concurrency = _concurrency(space)
+    workload, burst = workloads(trace, settings, concurrency)
+    fingerprint = Fingerprint.build(runtime=runtime_name, runtime_version=version, launch_command=launch,
+                                    model_path=space.model.path, gpu=state,
+                                    image_digest=settings.image if settings.runtime == "docker" else None)
+    return Preflight(settings=settings, space=space, runtime=runtime, gpu=gpu, gpu_state=state,
+                     runtime_name=runtime_name, runtime_version=version, flags=flags, trace=trace,
+                     workload=workload, burst=burst, concurrency=concurrency, fingerprint=fingerprint,
+                     launch=launch, problems=tuple(problems))
+
+
+def load_traffic(traffic: str) -> Trace:
+    """``demo`` (the bundled Mooncake window) or a trace file in elsa-tune's Parquet format."""
+    if traffic == DEMO_TRACE:
+        path = importlib.resources.files("elsa_tune.traffic").joinpath("data", "demo.parquet")
+        return read_trace(str(path))
+    if not Path(traffic).exists():
+        raise ConfigError(f"{traffic}: no such traffic file",
+                          remedy="record one (elsa-tune traffic record), import one (elsa-tune traffic import) "
+                                 "or pass --traffic demo")
+    return read_trace(traffic)
+
+
+def workloads(trace: Trace, settings: Settings, concurrency: int) -> tuple[Workload, Workload]:
+    """The measured pass (closed loop over the trace's requests) and the burst (its busiest window)."""
+    speed = settings.sim_speedup if settings.simulated else 1.0
+    ins = trace.column("input_tokens")
+    outs = trace.column("output_tokens")
+    per_request = (float(statistics.fmean(outs)) / _DECODE_TOK_S + float(statistics.fmean(ins)) / _PREFILL_TOK_S)
+    per_request /= speed
+    n = int(max(4, min(len(trace), round(settings.pass_s * concurrency / max(per_request, 1e-6)))))
+    measured = closed_loop(trace, concurrency=concurrency, n_requests=n)
+    burst = busiest_window(trace, duration_s=max(1.0, settings.pass_s), compress=max(1.0, speed / 4),
+                           max_requests=max(2 * concurrency, n // 2), concurrency=None)
+    return measured, burst
+
+
+def _concurrency(space: SearchSpace) -> int:
+    """Clients in flight during a measured pass: the baseline's running slots (the user's deployment today)."""
+    value = space.base_flags.get("max-running-requests")
+    for p in space.parameters:
+        if p.flag == "max-running-requests":
+            value = p.baseline
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1 else 8
+
+
+def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
+             ) -> tuple[Runtime, GpuView | None, tuple[str, ...], str, str | None]:
+    timeout = settings.boot_timeout_s or space.probes.boot_timeout_s
+    if settings.simulated:
+        from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+
+        assert settings.sim_profile is not None
+        try:
+            sim = SimulatedSGLang(settings.sim_profile, card_dir=card_dir, seed=settings.seed,
+                                  speedup=settings.sim_speedup, boot_timeout_s=min(timeout, 120.0),
+                                  model_path=space.model.path)
+        except (OSError, KeyError) as exc:
+            raise ConfigError(f"cannot load the simulator profile {settings.sim_profile!r}: {exc}",
+                              remedy="use a profile of runtime/sim/profiles/") from exc
+        return sim, sim.gpu, tuple(sim.launch), "sglang-sim", sim.profile.runtime_version
+    from elsa_tune.runtime.nvml import NvmlGpu
+
+    gpu = NvmlGpu(int(settings.gpu) if settings.gpu.isdigit() else settings.gpu)
+    launch = tuple(shlex.split(settings.launch)) if settings.launch else tuple(space.runtime.command or ())
+    if settings.runtime == "docker":
+        from elsa_tune.runtime.docker import SGLangDocker
+
+        image = settings.image or space.runtime.image
+        if not image:
+            raise ConfigError("the docker runtime needs an image", remedy="pass --image IMAGE or set runtime.image")
+        docker_rt = SGLangDocker(image, gpu, launch=launch or ("python3", "-m", "sglang.launch_server"),
+                                 boot_timeout_s=timeout)
+        return docker_rt, gpu, launch, "sglang", space.runtime.version
+    from elsa_tune.runtime.process import DEFAULT_LAUNCH, SGLangProcess
+
+    launch = launch or DEFAULT_LAUNCH
+    return (SGLangProcess(launch, gpu, boot_timeout_s=timeout), gpu, launch, "sglang",
+            _installed_version(launch) or space.runtime.version)
+
+
+def _installed_version(launch: tuple[str, ...]) -> str | None:
+    """``sglang.__version__`` from the launch command's own interpreter (``None`` when it cannot say)."""
+    if len(launch) < 3 or launch[1] != "-m":
+        return None
+    package = launch[2].split(".")[0]
+    try:
+        done = subprocess.run([launch[0], "-c", f"import {package}; print({package}.__version__)"],
+                              capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeUnavailable(f"cannot ask {launch[0]} for the {package} version: {exc}",
+                                 remedy="check the launch command (--launch) and its environment") from exc
+    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
+
+
+def _own_pids() -> set[int]:
+    return {os.getpid()}
+
+
+def _w(value: float | None) -> str:
+    return f"{value:.0f} W" if value is not None else "?"
+

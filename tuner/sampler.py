@@ -1,0 +1,391 @@
+"""``CandidateBooter``: one boot of one candidate, from launch to record, and the gate's ``BootSampler`` on it.
+
+A boot: reserve ``boots/<nnnn>-<label>/``, read the GPU's state, ``Runtime.start``; on a candidate's first
+boot run the stress probes (long context at the target, the busiest burst) and the quality gate (the
+baseline's first boot records the reference); then the warm-up and measured passes of the traffic with the
+load generator while the GPU memory is watched; stop the server in ``finally``; write the ``BootRecord``
+(BootReport, covariates, probes, measurements, failure, fingerprint) before anything else is told.
+
+Every boot has a ``tag``, its identity inside the study (``"screening:hierarchical-cache:B0.1"``). A resumed
+study replays its decisions; a boot whose tag already has a finished record is not booted again, its record
+is read back (no finished boot is lost, none is repeated). On the simulator the boot's seed is derived from
+its tag, so a replayed boot and the original drew the same drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from elsa_tune.errors import BootFailed, MeasurementFailed
+from elsa_tune.history.fingerprint import Fingerprint
+from elsa_tune.history.records import Arm as RecordArm
+from elsa_tune.history.records import BootOutcome, BootRecord, Phase
+from elsa_tune.history.records import Covariates as RecordCovariates
+from elsa_tune.history.store import StudyStore
+from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
+from elsa_tune.probes.quality import QualityGate, QualitySample
+from elsa_tune.probes.stress import LongContextProbe, burst_probe, soak_probe
+from elsa_tune.probes.watcher import MemoryWatcher
+from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.runtime.gpu import GpuState, GpuView
+from elsa_tune.runtime.protocol import HealthState, Runtime, Server
+from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.traffic.loadgen import LoadGenerator, LoadgenSettings, Timeouts
+from elsa_tune.traffic.measurement import RunMeasurement
+from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.workload import Workload
+from elsa_tune.tuner.protocol import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.schedule import Arm
+
+log = logging.getLogger(__name__)
+
+QUALITY_REFERENCE = "quality_reference"
+
+
+@dataclass(frozen=True)
+class BootPlan:
+    """What to boot and why. ``probes``: stress probes and the quality gate run before the passes."""
+
+    tag: str
+    candidate: Candidate
+    phase: Phase
+    arm: Arm = Arm.INCUMBENT
+    block: int = 0
+    position: int = 0
+    technique: str | None = None
+    trial_number: int | None = None
+    probes: bool = False
+    passes: bool = True
+    soak_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class BootResult:
+    record: BootRecord
+    sample: BootSample
+    reused: bool = False
+
+
+@dataclass
+class BootContext:
+    """What every boot of one study shares. Not frozen: the quality reference is set by the first baseline."""
+
+    runtime: Runtime
+    gpu: GpuView | None
+    store: StudyStore
+    study: str
+    fingerprint: Fingerprint
+    workload: Workload
+    burst: Workload | None
+    prompts: PromptSynth
+    context_target: int | None
+    probe_budget: ProbeBudget
+    warmup_passes: int = 1
+    measured_passes: int = 2
+    seed: int = 0
+    quality: QualityGate | None = field(default_factory=QualityGate)
+    reference: QualitySample | None = None
+    headroom_floor_bytes: int = 512 * 2**20
+
+
+class CandidateBooter:
+    """Boots ``BootPlan``s through the runtime and records them; reuses finished boots of a resumed study.
+
+    ``on_boot`` is called after every boot (fresh or reused) — the study's live view and clock listen.
+    """
+
+    def __init__(self, ctx: BootContext, *, on_boot: Callable[[BootResult], None] | None = None) -> None:
+        self.ctx = ctx
+        self.on_boot = on_boot
+        self._done: dict[str, BootRecord] = {}
+        for record in ctx.store.load().boots:
+            tag = record.extra.get("tag")
+            if isinstance(tag, str) and record.outcome is not BootOutcome.INTERRUPTED:
+                self._done[tag] = record
+        self.boots = 0
+        self.failed = 0
+        reference = next((r.extra.get(QUALITY_REFERENCE) for r in self._done.values()
+                          if r.extra.get(QUALITY_REFERENCE)), None)
+        if reference and ctx.reference is None:
+            ctx.reference = QualitySample.from_dict(reference)
+
+    @property
+    def reused_tags(self) -> set[str]:
+        return set(self._done)
+
+    def boot(self, plan: BootPlan) -> BootResult:
+        previous = self._done.get(plan.tag)
+        if previous is not None and previous.candidate.key() == plan.candidate.key():
+            result = BootResult(previous, _sample_of(previous, plan), reused=True)
+        else:
+            result = self._fresh(plan)
+            self._done[plan.tag] = result.record
+        self.boots += 1
+        self.failed += result.sample.failed is not None
+        if self.on_boot is not None:
+            self.on_boot(result)
+        return result
+
+    # ---- one fresh boot ------------------------------------------------------------------------------
+
+    def _fresh(self, plan: BootPlan) -> BootResult:
+        ctx = self.ctx
+        slot = ctx.store.new_boot(plan.candidate.label or plan.phase.value)
+        reseed = getattr(ctx.runtime, "reseed", None)
+        if callable(reseed):
+            reseed(_seed_of(ctx.seed, plan.tag))
+        state = _gpu_state(ctx.gpu)
+        started = time.time()
+        log.info("boot %s [%s] %s: %s", slot.boot_id, plan.tag, plan.candidate.label or plan.candidate.key(),
+                 " ".join(plan.candidate.argv()))
+        probes: list[ProbeResult] = []
+        measurements: list[dict[str, Any]] = []
+        passes: list[PassMeasurement] = []
+        extra: dict[str, Any] = {"tag": plan.tag, "block": plan.block, "position": plan.position,
+                                 "gate_arm": plan.arm.value}
+        failure: Failure | None = None
+        quality_passed: bool | None = None
+        min_free: int | None = None
+        report = None
+        outcome = BootOutcome.READY
+        note = ""
+        try:
+            server = ctx.runtime.start(plan.candidate, slot.folder)
+        except BootFailed as exc:
+            failure = exc.failure or Failure(FailureKind.UNKNOWN_CRASH, exc.message, exc.remedy)
+            outcome = BootOutcome.BOOT_FAILED
+            server = None
+        if server is not None:
+            report = server.report
+            try:
+                if plan.probes:
+                    failure, quality_passed, note = self._probe(server, plan, probes, extra)
+                    if failure is not None or quality_passed is False:
+                        outcome = BootOutcome.PROBE_FAILED
+                if failure is None and plan.passes:
+                    failure, min_free = self._measure(server, passes, measurements)
+                    outcome = BootOutcome.DIED if failure is not None else BootOutcome.MEASURED
+                if failure is None and plan.soak_s > 0:
+                    failure = self._soak(server, plan.soak_s, probes)
+                    outcome = BootOutcome.PROBE_FAILED if failure is not None else outcome
+            except KeyboardInterrupt:
+                outcome, note = BootOutcome.INTERRUPTED, "the study was stopped during this boot"
+                raise
+            finally:
+                exit_ = ctx.runtime.stop(server)
+                if exit_.failure is not None and failure is None and outcome is not BootOutcome.INTERRUPTED:
+                    failure, outcome = exit_.failure, BootOutcome.DIED
+                record = self._record(plan, slot.boot_id, slot.number, slot.log_relpath, started, outcome, report,
+                                      failure, state, min_free, probes, measurements, passes, extra, note)
+                ctx.store.record_boot(record)
+        else:
+            record = self._record(plan, slot.boot_id, slot.number, slot.log_relpath, started, outcome, report,
+                                  failure, state, min_free, probes, measurements, passes, extra, note)
+            ctx.store.record_boot(record)
+        sample = BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=tuple(passes),
+                            kv_pool_tokens=report.max_total_num_tokens if report else None,
+                            quality_passed=quality_passed, covariates=_covariates(state, started, min_free),
+                            failed=failure, candidate_key=plan.candidate.key())
+        if failure is not None:
+            log.info("boot %s failed: %s: %s", slot.boot_id, failure.kind.value, failure.summary)
+        return BootResult(record, sample)
+
+    def _probe(self, server: Server, plan: BootPlan, probes: list[ProbeResult],
+               extra: dict[str, Any]) -> tuple[Failure | None, bool | None, str]:
+        ctx = self.ctx
+        budget = ctx.probe_budget
+        notes: list[str] = []
+        checks = []
+        if ctx.context_target:
+            checks.append(LongContextProbe(ctx.runtime.check, ctx.gpu, target_tokens=ctx.context_target,
+                                           seed=ctx.seed))
+        if ctx.burst is not None:
+            checks.append(burst_probe(ctx.runtime.check, ctx.gpu, ctx.burst, ctx.prompts))
+        for probe in checks:
+            result = probe.run(server, budget)
+            probes.append(result)
+            log.info("probe %s: %s — %s", result.name, result.status.value, result.detail)
+            if result.status is ProbeStatus.FAILED:
+                return result.failure or _probe_failure(result, ctx.runtime, server), None, result.detail
+            if result.status is ProbeStatus.LOW_HEADROOM:
+                notes.append(f"{result.name}: {result.detail}")
+            if result.status is ProbeStatus.REGRESSED:
+                return None, False, f"{result.name} regressed: {result.detail}"
+        if ctx.quality is None:
+            return None, None, "; ".join(notes)
+        if ctx.reference is None:
+            sample = ctx.quality.sample(server, budget)
+            if sample.errors:
+                health = ctx.runtime.check(server)
+                if health.state is HealthState.DEAD:
+                    return health.failure or _probe_failure(None, ctx.runtime, server), None, "quality reference"
+            ctx.reference = sample
+            extra[QUALITY_REFERENCE] = sample.to_dict()
+            return None, True, "; ".join([*notes, "quality reference recorded"])
+        result = ctx.quality.run(server, budget, ctx.reference)
+        probes.append(result)
+        log.info("quality: %s — %s", result.status.value, result.detail)
+        if result.status is ProbeStatus.FAILED or (result.status is not ProbeStatus.PASSED
+                                                   and ctx.runtime.check(server).state is HealthState.DEAD):
+            return _probe_failure(result, ctx.runtime, server), None, result.detail
+        return None, result.status is ProbeStatus.PASSED, "; ".join(notes)
+
+    def _soak(self, server: Server, seconds: float, probes: list[ProbeResult]) -> Failure | None:
+        ctx = self.ctx
+        workload = ctx.burst or ctx.workload
+        budget = replace(ctx.probe_budget, deadline_s=seconds + ctx.probe_budget.request_timeout_s)
+        result = soak_probe(ctx.runtime.check, ctx.gpu, workload, ctx.prompts, seconds).run(server, budget)
+        probes.append(result)
+        log.info("soak %.0f s: %s — %s", seconds, result.status.value, result.detail)
+        if result.status is ProbeStatus.FAILED:
+            return result.failure or _probe_failure(result, ctx.runtime, server)
+        return None
+
+    def _measure(self, server: Server, passes: list[PassMeasurement],
+                 measurements: list[dict[str, Any]]) -> tuple[Failure | None, int | None]:
+        ctx = self.ctx
+        budget = ctx.probe_budget
+        settings = LoadgenSettings(timeouts=Timeouts(first_token_s=budget.request_timeout_s, stall_s=budget.hang_s,
+                                                     run_s=budget.deadline_s))
+        gen = LoadGenerator(server.base_url, ctx.prompts, slots=server.report.max_running_requests,
+                            settings=settings)
+        watcher = MemoryWatcher(ctx.gpu) if ctx.gpu is not None else None
+        if watcher is not None:
+            watcher.start()
+        failure: Failure | None = None
+        try:
+            for i in range(ctx.warmup_passes + ctx.measured_passes):
+                try:
+                    m = gen.measure(ctx.workload, i)
+                except MeasurementFailed as exc:
+                    health = ctx.runtime.check(server)
+                    failure = health.failure if health.state is HealthState.DEAD and health.failure else Failure(
+                        FailureKind.UNKNOWN_CRASH, exc.message, exc.remedy, phase="serve")
+                    break
+                warm = i < ctx.warmup_passes
+                passes.append(_pass(m, warm))
+                measurements.append(_summary(m, warm))
+        finally:
+            headroom = watcher.stop() if watcher is not None else None
+        return failure, headroom.min_free_bytes if headroom is not None else None
+
+    def _record(self, plan: BootPlan, boot_id: str, number: int, log_path: str | None, started: float,
+                outcome: BootOutcome, report: Any, failure: Failure | None, state: GpuState | None,
+                min_free: int | None, probes: list[ProbeResult], measurements: list[dict[str, Any]],
+                passes: list[PassMeasurement], extra: dict[str, Any], note: str) -> BootRecord:
+        measured = [p.output_throughput_tok_s for p in passes if not p.warmup]
+        tput = statistics.fmean(measured) if measured and all(math.isfinite(x) and x > 0 for x in measured) else None
+        extra = {**extra, "passes": [vars(p).copy() for p in passes]}
+        return BootRecord(study=self.ctx.study, boot_id=boot_id, boot_number=number, phase=plan.phase,
+                          arm=RecordArm.CANDIDATE if plan.arm is Arm.CANDIDATE else RecordArm.INCUMBENT,
+                          candidate=plan.candidate, fingerprint=self.ctx.fingerprint, started_at=started,
+                          ended_at=time.time(), outcome=outcome, trial_number=plan.trial_number,
+                          technique=plan.technique, report=report, failure=failure,
+                          covariates=RecordCovariates.from_gpu_state(state) if state else None,
+                          min_free_gpu_bytes=min_free, probes=tuple(probes), measurements=tuple(measurements),
+                          throughput_tok_s=tput if failure is None else None, log_path=log_path, note=note,
+                          extra=extra)
+
+
+class ABSampler:
+    """The gate's ``BootSampler`` for one comparison: fresh boots of ``incumbent`` (A) or ``candidate`` (B).
+
+    The candidate's first boot in the comparison already ran the probes in screening, so A/B boots only
+    measure. Boot ids are collected per arm for the decision record.
+    """
+
+    def __init__(self, booter: CandidateBooter, *, incumbent: Candidate, candidate: Candidate, phase: Phase,
+                 tag: str, technique: str | None = None, trial_number: int | None = None) -> None:
+        self.booter = booter
+        self.arms = {Arm.INCUMBENT: incumbent, Arm.CANDIDATE: candidate}
+        self.phase = phase
+        self.tag = tag
+        self.technique = technique
+        self.trial_number = trial_number
+        self.boot_ids: dict[Arm, list[str]] = {Arm.INCUMBENT: [], Arm.CANDIDATE: []}
+
+    def boot(self, arm: Arm, block: int, position: int) -> BootSample:
+        plan = BootPlan(tag=f"{self.tag}:{arm.value[0].upper()}{block}.{position}", candidate=self.arms[arm],
+                        phase=self.phase, arm=arm, block=block, position=position, technique=self.technique,
+                        trial_number=self.trial_number)
+        result = self.booter.boot(plan)
+        self.boot_ids[arm].append(result.record.boot_id)
+        return result.sample
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+
+def _seed_of(seed: int, tag: str) -> int:
+    return (seed * 1_000_003 + int(hashlib.sha256(tag.encode()).hexdigest()[:8], 16)) % 2**31
+
+
+def _gpu_state(gpu: GpuView | None) -> GpuState | None:
+    if gpu is None:
+        return None
+    try:
+        return gpu.state()
+    except Exception as exc:  # NVML errors must not lose a boot: the record says the state is unknown
+        log.warning("could not read the GPU state: %s", exc)
+        return None
+
+
+def _covariates(state: GpuState | None, started: float, min_free: int | None) -> Covariates:
+    if state is None:
+        return Covariates(started_at=started)
+    return Covariates(sm_clock_mhz=state.sm_clock_mhz, mem_clock_mhz=state.mem_clock_mhz,
+                      temperature_c=state.temperature_c, power_w=state.power_limit_w, started_at=started,
+                      free_memory_mib=min_free / 2**20 if min_free is not None else None)
+
+
+def _pass(m: RunMeasurement, warm: bool) -> PassMeasurement:
+    total = max(1, m.requests_total)
+    return PassMeasurement(output_throughput_tok_s=m.output_throughput_tok_s, ttft_p50_s=m.ttft_s.p50,
+                           ttft_p99_s=m.ttft_s.p99, warmup=warm, error_fraction=m.errors.count / total,
+                           duration_s=m.window_s)
+
+
+def _summary(m: RunMeasurement, warm: bool) -> dict[str, Any]:
+    return {"workload_id": m.workload_id, "pass_index": m.pass_index, "warmup": warm,
+            "output_throughput_tok_s": m.output_throughput_tok_s, "requests_total": m.requests_total,
+            "requests_ok": m.requests_ok, "errors": m.errors.count, "window_s": m.window_s,
+            "ttft_s": {"p50": m.ttft_s.p50, "p99": m.ttft_s.p99}, "max_concurrency": m.max_concurrency,
+            "slots": m.slots, "above_slots": m.above_slots, "cached_token_ratio": m.cached_token_ratio}
+
+
+def _probe_failure(result: ProbeResult | None, runtime: Runtime, server: Server) -> Failure:
+    health = runtime.check(server)
+    if health.state is HealthState.DEAD and health.failure is not None:
+        return health.failure
+    detail = result.detail if result is not None else "the server stopped answering"
+    return Failure(FailureKind.UNKNOWN_CRASH, detail, "read the boot's server log", phase="serve",
+                   evidence=result.evidence if result is not None else ())
+
+
+def _sample_of(record: BootRecord, plan: BootPlan) -> BootSample:
+    """The gate's view of a recorded boot (a resumed study reuses it instead of booting again)."""
+    passes = tuple(PassMeasurement(**p) for p in record.extra.get("passes", ()))
+    quality = None
+    for probe in record.probes:
+        if probe.name == "quality":
+            quality = probe.status is ProbeStatus.PASSED
+    if record.extra.get(QUALITY_REFERENCE):
+        quality = True
+    if record.outcome is BootOutcome.PROBE_FAILED and record.failure is None:
+        quality = False
+    cov = record.covariates
+    return BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=passes,
+                      kv_pool_tokens=record.report.max_total_num_tokens if record.report else None,
+                      quality_passed=quality, failed=record.failure, candidate_key=record.candidate.key(),
+                      covariates=Covariates(sm_clock_mhz=cov.sm_clock_mhz if cov else None,
+                                            mem_clock_mhz=cov.mem_clock_mhz if cov else None,
+                                            temperature_c=cov.temperature_c if cov else None,
+                                            started_at=record.started_at))
+
