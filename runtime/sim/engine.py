@@ -23,14 +23,14 @@ from __future__ import annotations
 import bisect
 import random
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash
 from elsa_tune.runtime.sim.performance import PerformanceModel
 from elsa_tune.runtime.sim.profile import SimProfile
-from elsa_tune.runtime.sim.radix_cache import RadixCache
+from elsa_tune.runtime.sim.radix_cache import MambaStates, RadixCache
 
 NEW_TOKEN_RATIO_INIT = 0.7
 NEW_TOKEN_RATIO_MIN = 0.1
@@ -124,6 +124,11 @@ class Engine:
         self.capacity: int = max(1, int(plan.kv_tokens))
         self.slots: int = max(1, int(plan.max_running_requests))
         self.cache = RadixCache(block_size) if prefix_cache else None
+        self.states: MambaStates | None = None
+        if self.cache is not None and profile.model.is_hybrid and plan.mamba_slots > 0:
+            interval = int(plan.resolved_server_args.get("mamba_track_interval") or 256)
+            self.states = MambaStates(max(1, interval // block_size))
+            self.cache.on_evict = self.states.forget
         self.block_size = block_size
         self.now = 0.0
         self.pending: list[SimRequest] = []                 # arrivals in the future
@@ -227,6 +232,8 @@ class Engine:
                 continue
             keys = self._keys(live.req)
             matched = self.cache.match(keys) if self.cache is not None else []
+            if self.states is not None:
+                matched = matched[: self.states.usable(matched)]
             page = max(1, self.plan.page_size)
             hit = min(len(matched) * self.block_size, live.req.input_tokens - 1) // page * page
             allocate = need_total - hit + (0 if live.first_token_sent else 1)
@@ -245,6 +252,7 @@ class Engine:
             live.prefilled = hit
             live.prefill_target = need_total
             self.running.append(live)
+            self._trim_states()
             if live.generated == 0:
                 cached[live.req.rid] = hit
         return aborted, cached
@@ -365,13 +373,28 @@ class Engine:
         self.cache.lock(keys, +1)
         live.held -= max(0, len(keys) * self.block_size - live.cached)   # duplicates of shared blocks are freed
         live.path = tuple(keys)
+        self._keep_state(keys)
+
+    def _keep_state(self, keys: Sequence[int]) -> None:
+        if self.states is not None:
+            self.states.add(keys)
+            self._trim_states()
+
+    def _trim_states(self) -> None:
+        """Cached prompts keep their recurrent state only in the Mamba slots the running requests leave free."""
+        if self.states is not None:
+            spare = self.plan.mamba_slots - len(self.running) * self.plan.slots_per_request
+            cap = self.profile.memory_rules.cached_state_sets_max
+            self.states.trim(spare if cap is None else min(spare, cap))
 
     def _release(self, live: _Live, *, cache_prompt: bool) -> None:
         if self.cache is not None:
             self.cache.lock(live.path, -1)
             if cache_prompt:
-                self.cache.insert(self._keys(live.req))
+                keys = self._keys(live.req)
+                self.cache.insert(keys)
                 self._make_room(0)
+                self._keep_state(keys)
         live.held = 0
 
     def _serve_crash(self, *, first_generation: bool) -> None:

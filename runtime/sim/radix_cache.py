@@ -1,9 +1,16 @@
-"""The radix prefix cache of the simulated SGLang, keyed on prompt block hashes (the Mooncake convention)."""
+"""The radix prefix cache of the simulated SGLang, keyed on prompt block hashes (the Mooncake convention).
+
+For a hybrid (Mamba/GDN) model a cached prefix is only reusable where a recurrent-state checkpoint exists, and
+every checkpoint needs a Mamba state slot the running requests are not using. ``MambaStates`` models that: each
+cached prompt keeps one state set (its end and a checkpoint every ``mamba-track-interval`` tokens) in one spare
+slot, least recently used first out. With no spare slots the KV of a prefix may still sit in the pool while the
+prefix cannot be reused: seed 004's open problem ("#cached-token: 0 with 43% of the pool free").
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 
 class RadixCache:
@@ -17,6 +24,7 @@ class RadixCache:
         self.block_tokens = block_tokens
         self.nodes: OrderedDict[int, int] = OrderedDict()   # node key -> lock count (LRU order)
         self.locked = 0                                      # nodes with a lock count above zero
+        self.on_evict: Callable[[Iterable[int]], None] | None = None
 
     @staticmethod
     def keys(hashes: Sequence[int]) -> list[int]:
@@ -77,10 +85,79 @@ class RadixCache:
                 freed += self.block_tokens
         for key in victims:
             del self.nodes[key]
+        if self.on_evict is not None:
+            self.on_evict(victims)
         return freed
 
     def clear(self) -> bool:
         if self.locked:
             return False
         self.nodes.clear()
+        if self.on_evict is not None:
+            self.on_evict(())
         return True
+
+
+class MambaStates:
+    """Recurrent-state checkpoints of cached prompts, one spare Mamba slot per cached prompt (LRU).
+
+    ``add(keys)`` records a prompt's state set: its last block and every ``every``-th block. ``usable(matched)``
+    is how many leading blocks of a match end at a checkpoint. ``trim(spare)`` keeps the ``spare`` most recent sets.
+    """
+
+    def __init__(self, every_blocks: int) -> None:
+        self.every = max(1, every_blocks)
+        self.sets: OrderedDict[int, tuple[int, ...]] = OrderedDict()   # owner (last key) -> checkpoint keys
+        self.covered: dict[int, int] = {}                                # checkpoint key -> sets holding it
+
+    def add(self, keys: Sequence[int]) -> None:
+        if not keys:
+            return
+        owner = keys[-1]
+        if owner in self.sets:
+            self.sets.move_to_end(owner)
+            return
+        points = tuple(dict.fromkeys((*(keys[i] for i in range(self.every - 1, len(keys), self.every)), owner)))
+        self.sets[owner] = points
+        for key in points:
+            self.covered[key] = self.covered.get(key, 0) + 1
+
+    def usable(self, matched: Sequence[int]) -> int:
+        for depth in range(len(matched), 0, -1):
+            if matched[depth - 1] in self.covered:
+                owner = next((o for o, pts in self.sets.items() if matched[depth - 1] in pts), None)
+                if owner is not None:
+                    self.sets.move_to_end(owner)
+                return depth
+        return 0
+
+    def trim(self, spare: int) -> None:
+        while len(self.sets) > max(0, spare):
+            _, points = self.sets.popitem(last=False)
+            self._drop(points)
+
+    def forget(self, keys: Iterable[int]) -> None:
+        """Blocks left the KV pool: their checkpoints go (the rest of each set stays); nothing given: all go."""
+        gone = set(keys)
+        if not gone:
+            self.sets.clear()
+            self.covered.clear()
+            return
+        for owner, points in list(self.sets.items()):
+            lost = [key for key in points if key in gone]
+            if not lost:
+                continue
+            self._drop(lost)
+            kept = tuple(key for key in points if key not in gone)
+            if kept:
+                self.sets[owner] = kept
+            else:
+                del self.sets[owner]
+
+    def _drop(self, points: Sequence[int]) -> None:
+        for key in points:
+            left = self.covered.get(key, 0) - 1
+            if left <= 0:
+                self.covered.pop(key, None)
+            else:
+                self.covered[key] = left

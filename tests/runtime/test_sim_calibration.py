@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from elsa_tune.runtime.failure import FailureKind
+from elsa_tune.runtime.sim.engine import SimRequest
 from elsa_tune.runtime.sim.memory import MemoryPlan, plan_memory
 from elsa_tune.runtime.sim.profile import SimProfile, load_profile
 from elsa_tune.runtime.sim.truth import Truth, TruthWorkload, truth
@@ -349,3 +350,22 @@ def test_qwen38_rejected_techniques_failures() -> None:
     _within(slots24.kv_tokens, 12_288, 0.05, "--max-mamba-cache-size 24: context drops to 12,288")
     hang = run({"max-mamba-cache-size": 32})
     assert hang.crashed and hang.crash_kind == FailureKind.HANG.value
+
+
+@pytest.mark.parametrize("slots", [8, 16])
+def test_qwen38_alternating_contexts_never_hit_the_cache(slots: int) -> None:
+    # seed 004 "Open problem": switching between two ~70K contexts costs 12.3 s of TTFT whatever the memory
+    # configuration; "#cached-token: 0 with 43% of the pool free". The same context resumed: 0.43 s.
+    profile = _profile(QWEN38)
+    flags, env = _launch(profile, "tuned", {"max-mamba-cache-size": slots})
+    a, b = tuple(range(1, 118)), tuple(range(1000, 1117))        # 117 blocks of 512 tokens: ~60K
+
+    def run(contexts: list[tuple[int, ...]]) -> Truth:
+        requests = tuple(SimRequest(f"t{i}", 60_000, 128, regime="tool", block_hashes=(*ctx, 5000 + i),
+                                    arrival_s=60.0 * i) for i, ctx in enumerate(contexts))
+        return truth(profile, flags, env, TruthWorkload(requests=requests))
+
+    alternating, same = run([a, b, a, b, a, b]), run([a, a, a, a, a, a])
+    assert alternating.prefix_cache_hit_rate == 0.0 and alternating.kv_pool_tokens > 2 * 60_000 * 0.9
+    assert alternating.ttft_p50_s is not None and same.ttft_p50_s is not None
+    assert alternating.ttft_p50_s > 6.0 and same.ttft_p50_s < 0.5

@@ -300,3 +300,30 @@ def test_long_prefills_report_their_temporaries() -> None:
     engine.submit(SimRequest("long", 150_000, 4))
     prefills = [s for s in drain(engine) if s.kind == "prefill"]
     assert prefills[0].transient_gb < prefills[-1].transient_gb < plan.headroom_gb
+
+
+def test_hybrid_prefix_reuse_needs_a_spare_mamba_slot() -> None:
+    # a cached prefix of a hybrid model is reusable only where a recurrent-state checkpoint survives, and each
+    # cached prompt's checkpoints take a Mamba slot the running requests leave free
+    a, b = tuple(range(1, 9)), tuple(range(100, 109))
+
+    def second_visit_of_a(slots: int) -> int:
+        engine = make_engine({"max-running-requests": 1, "max-mamba-cache-size": slots})
+        assert engine.plan.slots_per_request == 5
+        for rid, hashes in (("a1", a), ("b1", b)):
+            engine.submit(SimRequest(rid, 512, 4, block_hashes=hashes))
+            drain(engine)
+        engine.submit(SimRequest("a2", 512, 4, block_hashes=a))
+        return drain(engine)[0].cached["a2"]
+
+    assert second_visit_of_a(5) == 0            # b1 running took every slot: a1's state is gone, its KV is not
+    assert second_visit_of_a(10) == 8 * BLOCK - 1   # five spare slots keep it (the last token is recomputed)
+
+
+def test_checkpoints_follow_the_track_interval() -> None:
+    engine = make_engine({"mamba-track-interval": 256})
+    engine.submit(SimRequest("a", 20 * BLOCK, 2, block_hashes=tuple(range(20))))
+    drain(engine)
+    engine.submit(SimRequest("b", 20 * BLOCK, 2, block_hashes=(*range(10), *range(500, 510))))
+    # 10 shared blocks, checkpoints every 256 tokens = 4 blocks: resume from block 8
+    assert drain(engine)[0].cached == {"b": 8 * BLOCK}
