@@ -311,8 +311,8 @@ def test_a_needle_is_retrieved_from_a_long_prompt(server: Running) -> None:
 
 
 @pytest.mark.slow
-def test_host_cache_race_spoils_answers_served_from_cache_hits(tmp_path: Path) -> None:
-    # seeds 001/002: with the host-cache read race every cache hit answers fluently and wrongly
+def test_host_cache_race_spoils_answers_restored_from_the_host_tier(tmp_path: Path) -> None:
+    # seeds 001/002: with the host-cache read race every answer restored from host memory is wrong
     running = boot(tmp_path, "rtx5090-qwen3.6-35b-a3b-nvfp4", seed=4,
                    flags=["--moe-runner-backend", "cutlass", "--enable-hierarchical-cache"])
     try:
@@ -320,9 +320,17 @@ def test_host_cache_race_spoils_answers_served_from_cache_hits(tmp_path: Path) -
         filler = "A beekeeper sorted a crate of maps as the wind turned. " * 100
         prompt = f"{filler}The access code for vault ember is 7301844.\n\nWhat is the access code for vault ember?"
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 8, "temperature": 0}
-        cold = complete(running, body, "/v1/chat/completions").json()["choices"][0]["message"]["content"]
-        warm = complete(running, body, "/v1/chat/completions").json()["choices"][0]["message"]["content"]
-        assert "7301844" in cold and "7301844" not in warm
+
+        def ask() -> str:
+            return str(complete(running, body, "/v1/chat/completions").json()["choices"][0]["message"]["content"])
+
+        assert "7301844" in ask()      # cold
+        assert "7301844" in ask()      # a GPU prefix-cache hit is fine
+        pool = httpx.get(running.base_url + "/server_info", timeout=10).json()["max_total_num_tokens"]
+        for i in range(3):             # push the prefix out of the GPU pool into the host tier
+            big = {"prompt": [1000 + i] * (pool // 2 - 64), "max_tokens": 1}
+            assert complete(running, big).status_code == 200
+        assert "7301844" not in ask()  # restored from host memory: wrong
     finally:
         shutdown(running)
 
