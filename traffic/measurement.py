@@ -160,6 +160,17 @@ class ErrorSummary:
 
 
 @dataclass(frozen=True)
+class KindSummary:
+    """The successes of one content regime (speculative acceptance, hence decode speed, depends on it)."""
+
+    kind: str
+    requests_ok: int
+    output_tokens: int
+    ttft_s: Percentiles
+    decode_tok_s: Percentiles
+
+
+@dataclass(frozen=True)
 class RunMeasurement:
     """One pass of a workload against one server. Build it with ``from_records``, which refuses bad runs.
 
@@ -246,6 +257,17 @@ class RunMeasurement:
             above_slots=None if slots is None else max_conc > slots,
             errors=errors, timed_out=timed_out, notes=tuple(notes),
         )
+
+    def by_kind(self) -> dict[str, KindSummary]:
+        """Successes per content regime (``chat``, ``code``, ``tool``, …), derived from the records."""
+        kinds: dict[str, list[RequestRecord]] = {}
+        for rec in self.records:
+            if rec.ok:
+                kinds.setdefault(rec.kind, []).append(rec)
+        return {kind: KindSummary(kind, len(recs), sum(r.output_tokens for r in recs),
+                                  Percentiles.of(r.ttft_s for r in recs if r.ttft_s is not None),
+                                  Percentiles.of(d for r in recs if (d := r.decode_tok_s) is not None))
+                for kind, recs in sorted(kinds.items())}
 
     def describe(self) -> str:
         """One line for a log: throughput, TTFT, errors and whether it ran above the slot limit."""

@@ -85,3 +85,13 @@ def test_cached_ratio_and_round_trip() -> None:
     again = RunMeasurement.from_dict(data)
     assert again == m
     assert again.records[0].outcome is Outcome.OK and again.schema_version == 1
+
+
+def test_successes_per_content_regime() -> None:
+    code = RequestRecord(index=9, kind="code", input_tokens=10, max_tokens=50, scheduled_s=None, sent_s=0.0,
+                         outcome=Outcome.OK, ttft_s=0.2, end_s=0.7, output_tokens=50, chunks=10)
+    m = _measure([_ok(0), _ok(1), code, _failed(2)])
+    kinds = m.by_kind()
+    assert set(kinds) == {"chat", "code"}
+    assert kinds["chat"].requests_ok == 2 and kinds["chat"].output_tokens == 200
+    assert kinds["code"].decode_tok_s.p50 == pytest.approx(49 / 0.5)
