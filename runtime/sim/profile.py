@@ -5,6 +5,21 @@ file (``model-<model>.yaml``) and adds the techniques' true effects, the noise a
 new card is one new YAML. Every number carries its provenance in the YAML's comments (which seed, which
 table). ``load_profile`` takes a profile name or a path; ``list_profiles`` lists the shipped ones.
 
+A profile file's keys::
+
+    name, card, model, runtime_version
+    memory_rules: {mamba_ratio_solver, auto_mamba_slots_max, runtime_overhead_gb, tokenizer_context_gb,
+                   draft_state_slots, cached_state_sets_max}            # how this build accounts (MemoryRules)
+    noise: {boot_sigma, run_sigma, first_pass_slowdown, warm_requests, correlation_s, seed}
+    base_flags: {flag: value}                  # applied under every launch (the user's flags win)
+    techniques: [{name, match: {flags: {...}, env: {...}, spec: bool}, decode: [[ctx, x]], prefill: [[ctx, x]],
+                  regime: {...}, static_gb, outside_gb, kv_pool_factor, crash: {phase, kind, lines}, ignored,
+                  ignored_value, quality_damage, note, ...}]            # see technique.py
+    configs: {name: {extends, flags, env, note}}                      # launch configurations the seeds describe
+
+A match value is compared as text (``true`` = set to anything but 0/false, ``false`` = absent) or with
+``{gte: x}``/``{lte: x}``. The card and model files hold ``CardProfile``/``ModelProfile`` fields.
+
 The figures describe what the simulated SGLang does; they are calibrated against the seeds' tables and are
 never a measurement of real hardware.
 """
