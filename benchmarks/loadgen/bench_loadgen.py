@@ -116,10 +116,10 @@ def server_numbers(stats: dict[str, Any]) -> tuple[float | None, float | None]:
     return tok_s, ttft
 
 
-def run_elsa(server: Server, streams: int, n_requests: int, out_len: int) -> Row:
+def run_elsa(server: Server, streams: int, n_requests: int, out_len: int, transport: str) -> Row:
     workload = synthetic(n_requests, 64, out_len, streams, block_size=64, tag="bench")
     gen = LoadGenerator(server.url, PromptSynth(64, RandomTokens(TokenSpace(100, 1000))), slots=streams,
-                        settings=LoadgenSettings(timeouts=Timeouts(run_s=300), model="fast"))
+                        settings=LoadgenSettings(timeouts=Timeouts(run_s=300), model="fast", http_transport=transport))
     warm = synthetic(streams, 64, 8, streams, block_size=64, tag="warm")
     gen.measure(warm, 0)
     server.reset()
@@ -128,7 +128,8 @@ def run_elsa(server: Server, streams: int, n_requests: int, out_len: int) -> Row
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     s_tok, s_ttft = server_numbers(server.stats())
-    return Row("", "elsa-tune", None, m.output_throughput_tok_s, s_tok,
+    name = "elsa-tune" if transport == "streaming" else "elsa-tune (httpx default transport)"
+    return Row("", name, None, m.output_throughput_tok_s, s_tok,
                None if m.ttft_s.p50 is None else m.ttft_s.p50 * 1000, s_ttft,
                None if m.itl_s.p50 is None else m.itl_s.p50 * 1000, cpu / m.output_tokens * 1e6,
                f"{m.requests_ok}/{m.requests_total}")
@@ -194,6 +195,8 @@ def main() -> int:
     parser.add_argument("--ttft-ms", type=float, default=20.0)
     parser.add_argument("--sglang-python", default=os.environ.get("ELSA_SGLANG_PYTHON", "/opt/sglang-venv/bin/python"))
     parser.add_argument("--skip-sglang", action="store_true")
+    parser.add_argument("--with-httpx-transport", action="store_true",
+                        help="also run elsa-tune's generator over httpx's default transport (httpcore + h11)")
     args = parser.parse_args()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,7 +212,9 @@ def main() -> int:
             offered = streams * args.out_len / per_request_s if rate else None
             server = Server(rate, args.ttft_ms)
             try:
-                found = [run_elsa(server, streams, n_requests, args.out_len)]
+                found = [run_elsa(server, streams, n_requests, args.out_len, "streaming")]
+                if args.with_httpx_transport:
+                    found.append(run_elsa(server, streams, n_requests, args.out_len, "httpx"))
                 if not args.skip_sglang and Path(args.sglang_python).exists():
                     found.append(run_sglang(server, streams, n_requests, args.out_len, args.sglang_python,
                                             tokenizer, workdir))
