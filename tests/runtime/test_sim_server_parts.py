@@ -303,3 +303,15 @@ def test_each_pass_after_an_idle_gap_gets_its_own_run_noise() -> None:
     spread = (sum((f - mean) ** 2 for f in factors) / len(factors)) ** 0.5
     assert 0.022 < spread < 0.038
     assert noise.factor(0.0) == pytest.approx(noise.drift * noise.pass_factor, rel=0.05)
+
+
+@pytest.mark.sglang
+def test_flag_table_matches_the_installed_sglang() -> None:
+    python = os.environ.get("ELSA_SGLANG_PYTHON")
+    if not python:
+        pytest.skip("ELSA_SGLANG_PYTHON is not set")
+    def facts(specs: tuple[sglang_flags.FlagSpec, ...]) -> dict[tuple[str, ...], tuple[object, ...]]:
+        # some choice lists come from sets in SGLang: their order is not stable between runs
+        return {s.names: (s.dest, s.kind, s.nargs, frozenset(s.choices or ()), repr(s.default)) for s in specs}
+
+    assert facts(sglang_flags.harvest(python)) == facts(sglang_flags.sglang_flags())
