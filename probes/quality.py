@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,6 +52,12 @@ WEATHER_TOOL: Mapping[str, Any] = {
 def _data(name: str) -> list[dict[str, Any]]:
     text = resources.files("elsa_tune.probes").joinpath("data", name).read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def knowledge_file() -> Path:
+    """The arithmetic problems as a file (JSON lines of ``question`` and ``answer``): what a simulated model
+    is told it knows (``SimulatedSGLang(knowledge=...)``), so it answers them with its profile's accuracy."""
+    return Path(str(resources.files("elsa_tune.probes").joinpath("data", "arithmetic.jsonl")))
 
 
 def arithmetic_problems() -> list[dict[str, Any]]:
@@ -107,6 +115,8 @@ class QualitySample:
     cache_warm: tuple[str, ...]
     accept_length: float | None
     errors: tuple[str, ...] = ()
+    needles_cold: tuple[bool, ...] = ()   # the cold long-context answers retrieved their needle
+    needles_warm: tuple[bool, ...] = ()   # the same from the prefix cache (or the host tier)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +143,15 @@ class QualitySettings:
     accept_collapse_ratio: float = 0.7
     host_cache_flags: tuple[str, ...] = ("enable-hierarchical-cache",)
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _CacheRound:
+    cold: tuple[str, ...]
+    warm: tuple[str, ...]
+    errors: tuple[str, ...]
+    needles_cold: tuple[bool, ...]
+    needles_warm: tuple[bool, ...]
 
 
 class QualityGate:
@@ -188,6 +207,11 @@ class QualityGate:
             problems.append(f"{len(mismatched)} of {len(sample.cache_cold)} cached answers differ from the cold ones")
             i = mismatched[0]
             evidence.append(f"cold: {sample.cache_cold[i][:80]!r} / cached: {sample.cache_warm[i][:80]!r}")
+        found = (sum(sample.needles_cold), sum(sample.needles_warm))
+        metrics.update(needles_cold=found[0], needles_warm=found[1])
+        if sample.needles_cold and sum(reference.needles_cold) > found[0]:
+            problems.append(f"long-context answers retrieved {found[0]} of {len(sample.needles_cold)} needles cold "
+                            f"(baseline {sum(reference.needles_cold)})")
         collapsed = acceptance_collapsed(reference.accept_length, sample.accept_length, s.accept_collapse_ratio)
         metrics.update(accept_length_baseline=reference.accept_length, accept_length_candidate=sample.accept_length)
         if collapsed:
@@ -221,18 +245,19 @@ class QualityGate:
                                                       f"{i + 2} days? Use the tool."}],
                 max_tokens=64, tools=(WEATHER_TOOL,))) for i in range(s.tool_requests)))
             info = await server_info(server.base_url)
-            cold, warm, cache_errors = await self._cache_round(server, client, http, budget)
+            cache = await self._cache_round(server, client, http, budget)
         replies = [*greedy, *arithmetic, *tools]
-        errors = tuple(r.error for r in replies if not r.ok) + cache_errors
+        errors = tuple(r.error for r in replies if not r.ok) + cache.errors
         return QualitySample(
             greedy=tuple(r.text for r in greedy),
             arithmetic_correct=tuple(final_integer(r.text) == p["answer"] for r, p in zip(arithmetic, problems,
                                                                                            strict=True)),
             tools_valid=tuple(bool(r.tool_calls) and all(tool_call_valid(c) for c in r.tool_calls) for r in tools),
-            cache_cold=cold, cache_warm=warm, accept_length=_accept_length(info), errors=errors)
+            cache_cold=cache.cold, cache_warm=cache.warm, accept_length=_accept_length(info), errors=errors,
+            needles_cold=cache.needles_cold, needles_warm=cache.needles_warm)
 
     async def _cache_round(self, server: Server, client: ProbeClient, http: httpx.AsyncClient,
-                           budget: ProbeBudget) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+                           budget: ProbeBudget) -> _CacheRound:
         """Ask long-context questions cold, then again from the prefix cache (after eviction to host
         memory when the candidate enables a host tier); answers must match."""
         s = self.settings
@@ -246,14 +271,18 @@ class QualityGate:
             await self._evict(server, client, http)
         warm = [await client.chat(http, r) for r in requests]
         errors = tuple(r.error for r in (*cold, *warm) if not r.ok)
-        return tuple(r.text for r in cold), tuple(r.text for r in warm), errors
+        return _CacheRound(cold=tuple(r.text for r in cold), warm=tuple(r.text for r in warm), errors=errors,
+                           needles_cold=tuple(n.found_in(r.text) for n, r in zip(hay.needles, cold, strict=True)),
+                           needles_warm=tuple(n.found_in(r.text) for n, r in zip(hay.needles, warm, strict=True)))
 
     @staticmethod
     async def _evict(server: Server, client: ProbeClient, http: httpx.AsyncClient) -> None:
         """Push the cached prefixes out of GPU memory by filling the pool with other prompts."""
         pool = server.report.max_total_num_tokens or 0
-        words = 2000
-        needed = int(pool * 1.2 / words) + 1
+        context = server.report.context_len or pool
+        per_request = max(400, min(pool // 4, context - 1024))
+        words = max(60, int(per_request / 1.3))      # filler words tokenize to ~1.2 tokens each
+        needed = math.ceil(pool * 1.3 / per_request) + 1
         for i in range(min(needed, 64)):
             filler = haystack.build(words, depths=(0.5,), seed=10_000 + i)
             await client.chat(http, ChatRequest(messages=[{"role": "user", "content": filler.text}], max_tokens=1))

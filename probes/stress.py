@@ -40,10 +40,14 @@ HealthCheck = Callable[[Server], Health]
 CALIBRATION_WORDS = 200
 #: room left for the chat template, the question and the answer when sizing a prompt to the pool
 TEMPLATE_SLACK_TOKENS = 256
+#: how long a failed probe waits for a dying server to be seen dead before classifying what it saw
+DEATH_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class Outcome:
+    """What a probe's body found, before the headroom floor and the server's health are applied."""
+
     status: ProbeStatus
     detail: str
     failure: Failure | None = None
@@ -51,7 +55,11 @@ class _Outcome:
     metrics: dict[str, object] | None = None
 
 
-class _ProbeBase:
+class StressProbe:
+    """A probe that loads the server while a ``MemoryWatcher`` samples the card: subclasses write ``_body``;
+    ``run`` bounds it by the budget's deadline, classifies failures from the server's health and log, and
+    turns a survivor below the headroom floor into ``LOW_HEADROOM``."""
+
     name = "probe"
 
     def __init__(self, check: HealthCheck, gpu: GpuView | None) -> None:
@@ -73,29 +81,42 @@ class _ProbeBase:
                            seconds=time.monotonic() - started, metrics=outcome.metrics or {},
                            evidence=outcome.evidence)
 
-    async def _bounded(self, server: Server, budget: ProbeBudget) -> _Outcome:
+    async def _bounded(self, server: Server, budget: ProbeBudget) -> Outcome:
         try:
             async with asyncio.timeout(budget.deadline_s):
                 return await self._body(server, budget)
         except TimeoutError:
-            return _Outcome(ProbeStatus.FAILED, f"the probe did not finish within {budget.deadline_s:g} s",
+            return Outcome(ProbeStatus.FAILED, f"the probe did not finish within {budget.deadline_s:g} s",
                             Failure(FailureKind.HANG, f"{self.name} exceeded its {budget.deadline_s:g} s deadline",
                                     "lower the load or raise probes.deadline_s if the card is simply slow",
                                     phase="serve"))
 
-    async def _body(self, server: Server, budget: ProbeBudget) -> _Outcome:
+    async def _body(self, server: Server, budget: ProbeBudget) -> Outcome:
         raise NotImplementedError
 
-    def _after(self, server: Server, outcome: _Outcome, headroom: HeadroomSummary | None,
-               budget: ProbeBudget) -> _Outcome:
+    def _settled_health(self, server: Server) -> Health:
+        """The server's health once a crash had time to show: a scheduler that died mid-stream takes a moment
+        to take its process tree down, so an alive answer is re-checked for ``DEATH_WAIT_S`` (bounded)."""
+        deadline = time.monotonic() + DEATH_WAIT_S
+        health = self._check(server)
+        while health.state is not HealthState.DEAD and time.monotonic() < deadline:
+            time.sleep(0.2)
+            health = self._check(server)
+        return health
+
+    def _after(self, server: Server, outcome: Outcome, headroom: HeadroomSummary | None,
+               budget: ProbeBudget) -> Outcome:
         """Turn request errors into a classified failure; apply the headroom floor to survivors."""
         if outcome.status is ProbeStatus.FAILED and outcome.failure is None:
-            health = self._check(server)
+            health = self._settled_health(server)
+            if health.state is HealthState.UNHEALTHY and health.failure is not None:
+                return Outcome(ProbeStatus.FAILED, f"{outcome.detail}; {health.failure.summary}", health.failure,
+                                outcome.evidence + health.failure.evidence, outcome.metrics)
             if health.state is HealthState.DEAD and health.failure is not None:
-                return _Outcome(ProbeStatus.FAILED, f"{outcome.detail}; the server died: {health.failure.summary}",
+                return Outcome(ProbeStatus.FAILED, f"{outcome.detail}; the server died: {health.failure.summary}",
                                 health.failure, outcome.evidence + health.failure.evidence, outcome.metrics)
             if health.state is HealthState.DEAD:
-                return _Outcome(ProbeStatus.FAILED, f"{outcome.detail}; the server died ({health.detail})",
+                return Outcome(ProbeStatus.FAILED, f"{outcome.detail}; the server died ({health.detail})",
                                 Failure(FailureKind.UNKNOWN_CRASH, health.detail,
                                         "read the server log in the boot folder", phase="serve"),
                                 outcome.evidence, outcome.metrics)
@@ -103,29 +124,40 @@ class _ProbeBase:
             below = headroom.below(budget.headroom_floor_bytes)
             if below:
                 mib = (headroom.min_free_bytes or 0) / 2**20
-                return _Outcome(ProbeStatus.LOW_HEADROOM,
+                return Outcome(ProbeStatus.LOW_HEADROOM,
                                 f"survived with {mib:.0f} MiB free, below the floor of "
                                 f"{budget.headroom_floor_bytes / 2**20:.0f} MiB",
                                 None, outcome.evidence, outcome.metrics)
         return outcome
 
 
-def _classify_replies(replies: Sequence[Reply], hang_s: float) -> _Outcome | None:
+def prompt_budget(server: Server, target_tokens: int) -> int:
+    """``target_tokens`` capped by the pool and context length the server really reported (seed 004 trap 2)."""
+    report = server.report
+    limits = [target_tokens]
+    if report.max_total_num_tokens:
+        limits.append(report.max_total_num_tokens - TEMPLATE_SLACK_TOKENS)
+    if report.context_len:
+        limits.append(report.context_len - TEMPLATE_SLACK_TOKENS)
+    return max(0, min(limits))
+
+
+def classify_replies(replies: Sequence[Reply], hang_s: float) -> Outcome | None:
     hung = [r for r in replies if r.hung]
     if hung:
-        return _Outcome(ProbeStatus.FAILED, f"{len(hung)} of {len(replies)} requests hung",
+        return Outcome(ProbeStatus.FAILED, f"{len(hung)} of {len(replies)} requests hung",
                         Failure(FailureKind.HANG, f"no token for {hang_s:g} s while the server stayed up",
                                 "the runtime stalls under this load: lower max-running-requests or chunked "
                                 "prefill, or check the watchdog", evidence=tuple(r.error for r in hung[:3]),
                                 phase="serve"))
     failed = [r for r in replies if not r.ok]
     if failed:
-        return _Outcome(ProbeStatus.FAILED, f"{len(failed)} of {len(replies)} requests failed: {failed[0].error}",
+        return Outcome(ProbeStatus.FAILED, f"{len(failed)} of {len(replies)} requests failed: {failed[0].error}",
                         evidence=tuple(r.error[:300] for r in failed[:3]))
     return None
 
 
-class LongContextProbe(_ProbeBase):
+class LongContextProbe(StressProbe):
     """A needle-in-a-haystack prompt sized to ``min(target_tokens, reported pool)``.
 
     With ``concurrent=True`` the remaining running slots are filled with long sampled generations of
@@ -145,19 +177,13 @@ class LongContextProbe(_ProbeBase):
 
     def prompt_tokens(self, server: Server) -> int:
         """The prompt length actually sent: the target, capped by what the server reports it can hold."""
-        report = server.report
-        limits = [self.target_tokens]
-        if report.max_total_num_tokens:
-            limits.append(report.max_total_num_tokens - TEMPLATE_SLACK_TOKENS)
-        if report.context_len:
-            limits.append(report.context_len - TEMPLATE_SLACK_TOKENS)
-        return max(0, min(limits))
+        return prompt_budget(server, self.target_tokens)
 
-    async def _body(self, server: Server, budget: ProbeBudget) -> _Outcome:
+    async def _body(self, server: Server, budget: ProbeBudget) -> Outcome:
         client = ProbeClient(server.base_url, first_token_s=budget.request_timeout_s, hang_s=budget.hang_s)
         tokens = self.prompt_tokens(server)
         if tokens < 64:
-            return _Outcome(ProbeStatus.FAILED, f"the server can hold only {tokens} prompt tokens",
+            return Outcome(ProbeStatus.FAILED, f"the server can hold only {tokens} prompt tokens",
                             Failure(FailureKind.NO_ROOM_FOR_KV, "the KV pool is too small for any long prompt",
                                     "raise mem-fraction-static or lower the draft/mamba reservations",
                                     phase="serve"))
@@ -166,7 +192,7 @@ class LongContextProbe(_ProbeBase):
             calibration = haystack.build(CALIBRATION_WORDS, depths=(0.5,), seed=self.seed)
             probe = await client.chat(http, _ask(calibration, calibration.needles[0], max_tokens=1))
             if not probe.ok or not probe.prompt_tokens:
-                return _Outcome(ProbeStatus.FAILED, f"calibration request failed: {probe.error or 'no usage'}",
+                return Outcome(ProbeStatus.FAILED, f"calibration request failed: {probe.error or 'no usage'}",
                                 evidence=(probe.error,))
             per_word = probe.prompt_tokens / max(1, calibration.words)
             words = max(60, int(tokens / per_word * 0.97))
@@ -186,19 +212,19 @@ class LongContextProbe(_ProbeBase):
                     task.cancel()
         metrics: dict[str, object] = {"prompt_tokens": replies[0].prompt_tokens, "target_tokens": self.target_tokens,
                                       "sent_tokens_estimate": tokens, "concurrent_generations": len(background)}
-        bad = _classify_replies(replies + replies_bg, budget.hang_s)
+        bad = classify_replies(replies + replies_bg, budget.hang_s)
         if bad is not None:
-            return _Outcome(bad.status, bad.detail, bad.failure, bad.evidence, metrics)
+            return Outcome(bad.status, bad.detail, bad.failure, bad.evidence, metrics)
         missed = [n for n, r in zip(hay.needles, replies, strict=True) if not n.found_in(r.text)]
         metrics["needles_found"] = len(hay.needles) - len(missed)
         if missed:
-            return _Outcome(ProbeStatus.REGRESSED,
+            return Outcome(ProbeStatus.REGRESSED,
                             f"{len(missed)} of {len(hay.needles)} needles not retrieved (depths "
                             f"{', '.join(f'{n.depth:.0%}' for n in missed)})",
                             evidence=tuple(f"asked for {n.name}: answered {r.text[:80]!r}"
                                            for n, r in zip(hay.needles, replies, strict=True) if n in missed),
                             metrics=metrics)
-        return _Outcome(ProbeStatus.PASSED, f"{len(hay.needles)} needles retrieved from "
+        return Outcome(ProbeStatus.PASSED, f"{len(hay.needles)} needles retrieved from "
                         f"{replies[0].prompt_tokens or tokens:,} tokens" +
                         (f" beside {len(background)} long generations" if background else ""), metrics=metrics)
 
@@ -208,7 +234,7 @@ def _ask(hay: haystack.Haystack, needle: haystack.Needle, *, max_tokens: int) ->
                        max_tokens=max_tokens, temperature=0.0)
 
 
-class LoadProbe(_ProbeBase):
+class LoadProbe(StressProbe):
     """Replays a workload through the load generator and fails on crashes, hangs or mostly-failed runs.
 
     ``BurstProbe`` and ``SoakProbe`` are this probe with the busiest window or a long mixed workload.
@@ -222,7 +248,7 @@ class LoadProbe(_ProbeBase):
         self.prompts = prompts
         self.repeat_until_s = repeat_until_s
 
-    async def _body(self, server: Server, budget: ProbeBudget) -> _Outcome:
+    async def _body(self, server: Server, budget: ProbeBudget) -> Outcome:
         timeouts = Timeouts(first_token_s=budget.request_timeout_s, stall_s=budget.hang_s,
                             run_s=budget.deadline_s)
         gen = LoadGenerator(server.base_url, self.prompts, slots=server.report.max_running_requests,
@@ -234,28 +260,28 @@ class LoadProbe(_ProbeBase):
             try:
                 run = await gen.run(self.workload, pass_index=passes)
             except MeasurementFailed as exc:
-                return _Outcome(ProbeStatus.FAILED, f"pass {passes}: {exc.message}", evidence=(exc.message,),
+                return Outcome(ProbeStatus.FAILED, f"pass {passes}: {exc.message}", evidence=(exc.message,),
                                 metrics=metrics)
             passes += 1
             metrics = {"passes": passes, "requests": len(run.records), "errors": run.errors.count,
                        "output_throughput_tok_s": run.output_throughput_tok_s}
             timeouts_seen = [r for r in run.records if r.timeout_phase == "stall"]
             if timeouts_seen:
-                return _Outcome(ProbeStatus.FAILED, f"{len(timeouts_seen)} streams stalled for {budget.hang_s:g} s",
+                return Outcome(ProbeStatus.FAILED, f"{len(timeouts_seen)} streams stalled for {budget.hang_s:g} s",
                                 Failure(FailureKind.HANG, "streams stopped while the server stayed up",
                                         "the runtime stalls under burst load: lower max-running-requests",
                                         phase="serve"), metrics=metrics)
             if run.errors.count:
                 health = self._check(server)
                 if health.state is HealthState.DEAD:
-                    return _Outcome(ProbeStatus.FAILED, f"{run.errors.count} requests failed and the server died",
+                    return Outcome(ProbeStatus.FAILED, f"{run.errors.count} requests failed and the server died",
                                     metrics=metrics)
             if self.repeat_until_s is None or time.monotonic() >= deadline:
                 break
         if run.errors.count:
-            return _Outcome(ProbeStatus.FAILED, f"{run.errors.count} of {len(run.records)} requests failed: "
+            return Outcome(ProbeStatus.FAILED, f"{run.errors.count} of {len(run.records)} requests failed: "
                             f"{run.errors.describe()}", metrics=metrics)
-        return _Outcome(ProbeStatus.PASSED, f"{passes} pass(es) of {len(self.workload)} requests without an error",
+        return Outcome(ProbeStatus.PASSED, f"{passes} pass(es) of {len(self.workload)} requests without an error",
                         metrics=metrics)
 
 
