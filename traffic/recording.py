@@ -54,6 +54,8 @@ ARRIVAL_METRICS = (
 MAX_REQUESTS = 5_000_000
 PERIOD_S = 3600.0
 """Lengths are drawn from each hour's histograms, so a burst with longer prompts keeps them."""
+DAY_PERIODS = 24
+MIN_SHAPE_REQUESTS = 200
 
 
 @dataclass(frozen=True)
@@ -189,8 +191,9 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     arrivals = np.sort(step_starts + rng.random(total) * grid.step)
     origin = float(times[0])
     range_s = f"{round(window.end - window.start)}s"
-    prompt = _lengths(client, "prompt", matchers, window, arrivals, rng)
-    output = _lengths(client, "generation", matchers, window, arrivals, rng)
+    steps = np.repeat(np.arange(len(draws)), draws)  # each request's step (arrivals stay in step order)
+    prompt = _lengths(client, "prompt", matchers, window, grid, steps, rng)
+    output = _lengths(client, "generation", matchers, window, grid, steps, rng)
     notes += prompt.notes + output.notes
     hit = _hit_rate(client, matchers, range_s, window.end)
     if hit is None:
@@ -245,26 +248,27 @@ def _explain_empty(client: PrometheusClient, grid: Grid, matchers: str) -> None:
                               "(--since/--start/--end) in which it served requests")
 
 
-def _lengths(client: PrometheusClient, which: str, matchers: str, window: RecordWindow,
-             arrivals: np.ndarray[Any, np.dtype[np.float64]], rng: np.random.Generator) -> _Lengths:
-    """Lengths for requests arriving at ``arrivals`` (Unix s): each from its hour's histogram when there is one."""
-    n = len(arrivals)
+def _lengths(client: PrometheusClient, which: str, matchers: str, window: RecordWindow, grid: Grid,
+             steps: np.ndarray[Any, np.dtype[np.int64]], rng: np.random.Generator) -> _Lengths:
+    """Lengths for requests arriving in grid steps ``steps``: each from its hour's histogram when it has one."""
+    n = len(steps)
     range_s = f"{round(window.end - window.start)}s"
     metric = f"sglang:{which}_tokens_histogram"
     hist = _histogram(client, metric, matchers, range_s, window.end)
     counter = "prompt" if which == "prompt" else "generation"
     if hist is not None and hist.count > 0:
         mean = hist.total / hist.count if hist.total is not None else None
-        periods = _period_histograms(client, metric, matchers, window)
-        if not periods:
+        period_of_step, periods, exponents = _period_histograms(client, metric, matchers, grid)
+        if len(periods) <= 1:
             return _Lengths(values=sample_histogram(hist, n, rng), observed_mean=mean, source="histogram")
         values = np.empty(n, dtype=np.int64)
-        index = np.clip(np.ceil((arrivals - window.start) / PERIOD_S).astype(np.int64) - 1, 0, len(periods) - 1)
-        exponent = mean_exponent(hist)  # an hour's own sum is too noisy to shape its buckets
+        index = period_of_step[steps]
+        overall = mean_exponent(hist)
         for k in np.unique(index).tolist():
             chosen = np.flatnonzero(index == k)
             own = periods[k]
-            values[chosen] = sample_histogram(own if own is not None else hist, len(chosen), rng, exponent)
+            shape = exponents.get(k // DAY_PERIODS, overall)
+            values[chosen] = sample_histogram(own if own is not None else hist, len(chosen), rng, shape)
         return _Lengths(values=values, observed_mean=mean, source="hourly histograms")
     tokens = _scalar(client, f"sum(increase({sel(f'sglang:{counter}_tokens_total', matchers)}[{range_s}]))",
                      window.end)
@@ -280,17 +284,20 @@ def _lengths(client: PrometheusClient, which: str, matchers: str, window: Record
                     notes=[f"no {which} histogram: lengths are exponential with the observed mean {mean:.0f}"])
 
 
-def _period_histograms(client: PrometheusClient, metric: str, matchers: str,
-                       window: RecordWindow) -> list[Histogram | None]:
-    """One histogram per ``PERIOD_S`` from the window's start (None where the hour saw no request).
+def _period_histograms(client: PrometheusClient, metric: str, matchers: str, grid: Grid
+                       ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], list[Histogram | None], dict[int, float]]:
+    """The period (``PERIOD_S``) of every grid step, one histogram per period (None: no request), and
+    the in-bucket shape exponent of each day of periods that has enough requests to pin it.
 
-    Raw bucket counters at the hour marks, differenced per series (resets handled, no ``increase``
-    extrapolation), then summed per bucket. Empty for windows of one period or less.
+    The raw bucket counters are read on the arrival grid and differenced per series, so resets are
+    handled where they happen (an hourly ``increase`` would lose the part of the hour before one),
+    and the steps are summed into periods exactly as the arrivals are. An hour's own ``_sum`` is too
+    noisy to shape its buckets, and the window's is dominated by its bursts: a day's is both.
     """
-    periods = math.ceil((window.end - window.start) / PERIOD_S - 1e-9)
+    period_of_step = (np.maximum(np.arange(grid.points) - 1, 0) * grid.step // PERIOD_S).astype(np.int64)
+    periods = int(period_of_step[-1]) + 1
     if periods <= 1:
-        return []
-    grid = Grid(start=window.start, step=PERIOD_S, points=periods + 1)
+        return period_of_step, [], {}
     by_bound: dict[float, list[Series]] = {}
     for one in client.query_range(sel(metric + "_bucket", matchers), grid):
         try:
@@ -299,18 +306,27 @@ def _period_histograms(client: PrometheusClient, metric: str, matchers: str,
             continue
     bounds = sorted(b for b in by_bound if not math.isnan(b))
     if not bounds or not math.isinf(bounds[-1]):
-        return []
-    counts = np.stack([counter_increments(by_bound[b]) for b in bounds])  # bucket x grid point
-    sums = counter_increments(client.query_range(sel(metric + "_sum", matchers), grid))
+        return period_of_step, [], {}
+    per_step = np.stack([counter_increments(by_bound[b]) for b in bounds])  # bucket x step
+    per_period = np.stack([np.bincount(period_of_step, row, minlength=periods) for row in per_step])
     out: list[Histogram | None] = []
-    for k in range(1, periods + 1):
-        cumulative = np.maximum.accumulate(counts[:, k])
-        if cumulative[-1] <= 0:
-            out.append(None)
-            continue
-        total = float(sums[k]) if len(sums) else None
-        out.append(Histogram(bounds=tuple(bounds), cumulative=tuple(float(c) for c in cumulative), total=total))
-    return out
+    for k in range(periods):
+        cumulative = np.maximum.accumulate(per_period[:, k])
+        out.append(Histogram(bounds=tuple(bounds), cumulative=tuple(float(c) for c in cumulative))
+                   if cumulative[-1] > 0 else None)
+    sums = counter_increments(client.query_range(sel(metric + "_sum", matchers), grid))
+    exponents: dict[int, float] = {}
+    if len(sums):
+        day_of_step = period_of_step // DAY_PERIODS
+        days = int(day_of_step[-1]) + 1
+        day_sums = np.bincount(day_of_step, sums, minlength=days)
+        per_day = np.stack([np.bincount(day_of_step, row, minlength=days) for row in per_step])  # bucket x day
+        for day in range(days):
+            cumulative = np.maximum.accumulate(per_day[:, day])
+            if cumulative[-1] >= MIN_SHAPE_REQUESTS:
+                exponents[day] = mean_exponent(Histogram(bounds=tuple(bounds), total=float(day_sums[day]),
+                                                         cumulative=tuple(float(c) for c in cumulative)))
+    return period_of_step, out, exponents
 
 
 def _histogram(client: PrometheusClient, metric: str, matchers: str, range_s: str, end: float) -> Histogram | None:
