@@ -15,6 +15,9 @@ What it guarantees:
   mostly failed raises ``MeasurementFailed`` (``RunMeasurement.from_records``).
 * Passes on one boot get fresh prompts with the same prefix structure (``pass_index`` salts the
   synthesis), so a warm-up pass does not turn the measured pass into prefix-cache hits.
+* Client timing is honest: TTFT runs from when the request's bytes were handed to the socket (the
+  transport stamps it), bodies are built and connections opened before the clock starts, and
+  throughput is output tokens over the window, never a sum of per-request speeds.
 * Cancelling ``run`` cancels every request and closes every connection.
 """
 
@@ -66,7 +69,7 @@ class LoadgenSettings:
     model: str | None = None               # None: ask ``/v1/models`` once per run
     error_body_bytes: int = 2000           # how much of an error response is kept
     # "streaming": elsa-tune's lean HTTP/1.1 transport (traffic/transport.py); "httpx": httpx's default
-    # (httpcore + h11), about ten times more CPU per streamed token. Both are plain httpx.AsyncClient.
+    # (httpcore + h11), 3-7x more CPU per streamed token (benchmarks/loadgen). Both are httpx.AsyncClient.
     http_transport: str = "streaming"
     # Request bodies are built before the clock starts while their prompts total at most this many
     # tokens (about 6 bytes each in memory); later ones are built just before they are sent.
