@@ -120,6 +120,13 @@ class StressProbe:
                                 Failure(FailureKind.UNKNOWN_CRASH, health.detail,
                                         "read the server log in the boot folder", phase="serve"),
                                 outcome.evidence, outcome.metrics)
+        if outcome.failure is not None and outcome.failure.kind is FailureKind.HANG:
+            health = self._check(server)
+            seen = f"while the server stayed up: {health.detail}" if health.state is not HealthState.DEAD else \
+                f"the server is gone: {health.detail}"
+            return Outcome(outcome.status, f"{outcome.detail} ({seen})", outcome.failure,
+                           (*outcome.evidence, f"health after the hang: {health.state.value}, {health.detail}"),
+                           outcome.metrics)
         if outcome.status is ProbeStatus.PASSED and headroom is not None:
             below = headroom.below(budget.headroom_floor_bytes)
             if below:
@@ -205,8 +212,14 @@ class LongContextProbe(StressProbe):
                     max_tokens=self.concurrent_output_tokens, temperature=0.8, ignore_eos=True)))
                     for i in range(slots - 1)]
             try:
-                replies = [await client.chat(http, _ask(hay, needle, max_tokens=32)) for needle in hay.needles]
-                replies_bg = list(await asyncio.gather(*background))
+                replies: list[Reply] = []
+                for needle in hay.needles:
+                    replies.append(await client.chat(http, _ask(hay, needle, max_tokens=32)))
+                    if not replies[-1].ok:
+                        break      # a hung or dead server answers the next needles no better
+                replies_bg: list[Reply] = []
+                if replies[-1].ok:
+                    replies_bg = list(await asyncio.gather(*background))
             finally:
                 for task in background:
                     task.cancel()

@@ -1,0 +1,131 @@
+"""Stress probes against real simulated servers: every shipped serving fault is caught by the probe meant for it
+and classified with the runtime's failure kinds, the headroom floor rejects a survivor short of memory, the
+vision probe reproduces seed 001's crash, and a healthy candidate passes everything."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from elsa_probe_sims import BASE, BUDGET, MIB, SimBoots
+
+from elsa_tune.probes.protocol import ProbeStatus
+from elsa_tune.probes.stress import LongContextProbe
+from elsa_tune.probes.suite import ProbeSuite, budget_from_settings, first_failure
+from elsa_tune.probes.vision import VisionProbe
+from elsa_tune.runtime.failure import FailureKind
+from elsa_tune.runtime.protocol import HealthState
+from elsa_tune.search_spaces.loader import load_space
+from elsa_tune.search_spaces.space import ModelSpec, ProbeSettings
+
+TARGET = 20_000
+
+
+def long_context(boots: SimBoots, *, concurrent: bool = True) -> LongContextProbe:
+    return LongContextProbe(boots.runtime.check, boots.runtime.gpu, target_tokens=TARGET, concurrent=concurrent,
+                            concurrent_output_tokens=256)
+
+
+def test_a_healthy_candidate_passes_every_probe(boots: SimBoots) -> None:
+    server = boots.start(BASE)
+    suite = ProbeSuite.from_space(load_space("qwen3.6-35b-a3b-nvfp4-rtx5090"), boots.runtime.check,
+                                  boots.runtime.gpu, budget=BUDGET, concurrent_output_tokens=256,
+                                  vision_tokens=TARGET)
+    results = suite.run_all(server)
+    assert [r.name for r in results] == ["long_context", "long_context_concurrent", "vision"]
+    assert first_failure(results) is None, [(r.name, r.detail) for r in results]
+    long = results[1]
+    assert long.metrics["needles_found"] == 3 and long.metrics["concurrent_generations"] == 3
+    # the space's 262K target is capped by the pool the server reported (seed 004 trap 2)
+    assert long.metrics["prompt_tokens"] <= server.report.max_total_num_tokens
+    assert all(r.min_free_bytes is not None and r.min_free_bytes > BUDGET.headroom_floor_bytes for r in results)
+
+
+def test_a_crash_mid_run_is_oom_under_load_with_the_log_as_evidence(boots: SimBoots) -> None:
+    server = boots.start(BASE, fault="crash_after_requests=2")
+    result = long_context(boots).run(server, BUDGET)
+    assert result.status is ProbeStatus.FAILED
+    assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
+    assert any("Decode out of memory" in line for line in result.failure.evidence)
+    assert boots.runtime.check(server).state is HealthState.DEAD
+
+
+def test_a_hang_with_health_still_answering_is_a_hang(boots: SimBoots) -> None:
+    server = boots.start(BASE, fault="hang_after_requests=1")
+    budget = replace(BUDGET, request_timeout_s=6.0, hang_s=3.0, deadline_s=30.0)
+    result = long_context(boots).run(server, budget)
+    assert result.status is ProbeStatus.FAILED
+    assert result.failure is not None and result.failure.kind is FailureKind.HANG
+    assert result.seconds < 20.0           # one stalled request is enough, not one per needle
+    assert "while the server stayed up" in result.detail
+    assert boots.runtime.check(server).state is HealthState.HEALTHY   # /health answers all along
+
+
+def test_first_generation_oom_at_a_too_high_static_fraction(boots: SimBoots) -> None:
+    # seed 004: the pool leaves no workspace; the server boots and dies on its first generation
+    server = boots.start({**BASE, "mem-fraction-static": 0.97})
+    result = long_context(boots, concurrent=False).run(server, BUDGET)
+    assert result.status is ProbeStatus.FAILED
+    assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
+    assert any("out of memory" in line for line in result.failure.evidence)
+
+
+@pytest.mark.slow
+def test_a_technique_that_dies_under_load_is_oom_under_load(boots: SimBoots) -> None:
+    server = boots.start({**BASE, "speculative-algorithm": "NGRAM"})
+    result = long_context(boots).run(server, BUDGET)
+    assert result.status is ProbeStatus.FAILED
+    assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
+    assert any("Tried to allocate 1.52 GiB" in line for line in result.failure.evidence)
+
+
+def test_the_headroom_floor_rejects_a_survivor_short_of_memory(boots: SimBoots) -> None:
+    server = boots.start({**BASE, "mem-fraction-static": 0.88})
+    result = long_context(boots).run(server, BUDGET)
+    assert result.status is ProbeStatus.LOW_HEADROOM
+    assert result.failure is None and result.metrics["needles_found"] == 3      # it did survive
+    assert result.min_free_bytes is not None and result.min_free_bytes < BUDGET.headroom_floor_bytes
+    assert result.min_free_bytes == boots.runtime.gpu.memory().free              # read from the simulated card
+    # the same survivor passes a lower floor: the floor, not the probe, rejected it
+    lower = long_context(boots).run(server, replace(BUDGET, headroom_floor_bytes=256 * MIB))
+    assert lower.status is ProbeStatus.PASSED
+
+
+def test_a_maximum_size_image_kills_a_config_short_of_headroom(boots: SimBoots) -> None:
+    # seed 001: a 29K-token request with a maximum-size image crashed 144 MiB short of memory
+    server = boots.start({**BASE, "mem-fraction-static": 0.88})
+    result = VisionProbe(boots.runtime.check, boots.runtime.gpu, vision=True, target_tokens=TARGET).run(server, BUDGET)
+    assert result.status is ProbeStatus.FAILED
+    assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
+    assert any("vision encoder" in line for line in result.failure.evidence)
+
+
+def test_the_vision_probe_is_skipped_without_a_vision_model(boots: SimBoots) -> None:
+    server = boots.start(BASE)
+    space = load_space("qwen3.8-27b-nvfp4-rtx5090")
+    assert space.model.vision is False
+    suite = ProbeSuite.from_space(space, boots.runtime.check, boots.runtime.gpu, budget=BUDGET)
+    vision = next(p for p in suite.probes if p.name == "vision")
+    result = vision.run(server, BUDGET)
+    assert result.status is ProbeStatus.SKIPPED and result.passed and "no vision model" in result.detail
+
+
+def test_the_suite_stops_once_the_server_is_dead(boots: SimBoots) -> None:
+    server = boots.start(BASE, fault="crash_after_requests=2")
+    suite = ProbeSuite.from_space(load_space("qwen3.6-35b-a3b-nvfp4-rtx5090"), boots.runtime.check,
+                                  boots.runtime.gpu, budget=BUDGET, concurrent_output_tokens=256)
+    results = suite.run_all(server)
+    assert len(results) < len(suite.probes)
+    failed = first_failure(results)
+    assert failed is not None and failed.failure is not None and failed.failure.kind is FailureKind.OOM_UNDER_LOAD
+
+
+def test_the_budget_comes_from_the_space_probes_section() -> None:
+    space = load_space("qwen3.8-27b-nvfp4-rtx5090")
+    budget = budget_from_settings(space.probes)
+    assert budget.headroom_floor_bytes == space.probes.headroom_floor_mib * MIB == 512 * MIB
+    assert budget.deadline_s == space.probes.probe_timeout_s and budget.hang_s == space.probes.hang_s
+    assert budget.hang_s <= budget.request_timeout_s <= budget.deadline_s
+    defaults = budget_from_settings(ProbeSettings())
+    assert defaults.headroom_floor_bytes == 512 * MIB
+    assert ModelSpec(path=None).context_target is None     # no target: the probe fills what the server holds
