@@ -42,12 +42,15 @@ class Prediction:
     slots: int | None
     relative_error: float | None
     points: int
+    error_tokens: float | None = None    # leave-one-out mean absolute error, in tokens
 
     def misses(self, target: int | None) -> bool:
-        """True only when the pool confidently misses ``target`` (prediction + 2 × error still below it)."""
+        """True only when the pool confidently misses ``target``: even the prediction plus twice the model's
+        error (relative or in tokens, whichever is larger; at least 2% of the target) stays below it."""
         if target is None or self.kv_tokens is None or self.relative_error is None:
             return False
-        return self.kv_tokens * (1.0 + 2.0 * max(self.relative_error, 0.02)) < target
+        margin = max(2.0 * self.relative_error * self.kv_tokens, 2.0 * (self.error_tokens or 0.0), 0.02 * target)
+        return self.kv_tokens + margin < target
 
 
 def features(flags: Mapping[str, FlagValue], numeric: Sequence[str]) -> list[float]:
@@ -92,6 +95,7 @@ class MemoryModel:
     _coef: np.ndarray | None = None
     _scale: np.ndarray | None = None
     _loo: float | None = None
+    _loo_tokens: float | None = None
 
     def add(self, observation: Observation) -> None:
         if observation.kv_tokens <= 0:
@@ -109,9 +113,10 @@ class MemoryModel:
             return Prediction(None, slots, None, len(self.observations))
         exact = [o.kv_tokens for o in self.observations if dict(o.flags) == dict(flags)]
         if exact:   # the pool is deterministic per configuration: a seen config needs no model
-            return Prediction(float(exact[-1]), slots, 0.0, len(self.observations))
+            return Prediction(float(exact[-1]), slots, 0.0, len(self.observations), 0.0)
         x = np.asarray(features(flags, self.numeric)) / self._scale
-        return Prediction(max(0.0, float(x @ self._coef)), slots, self._loo, len(self.observations))
+        return Prediction(max(0.0, float(x @ self._coef)), slots, self._loo, len(self.observations),
+                          self._loo_tokens)
 
     def _slots(self, flags: Mapping[str, FlagValue]) -> int | None:
         requested = flags.get("max-running-requests")
@@ -125,7 +130,7 @@ class MemoryModel:
     def _fit(self) -> None:
         distinct = {tuple(sorted((k, str(v)) for k, v in o.flags.items())) for o in self.observations}
         if len(distinct) < self.min_points:
-            self._coef, self._scale, self._loo = None, None, None
+            self._coef, self._scale, self._loo, self._loo_tokens = None, None, None, None
             return
         x = np.asarray([features(o.flags, self.numeric) for o in self.observations], dtype=np.float64)
         y = np.asarray([o.kv_tokens for o in self.observations], dtype=np.float64)
@@ -133,12 +138,15 @@ class MemoryModel:
         xs = x / scale
         self._coef = _ridge(xs, y)
         self._scale = scale
-        errors = []
+        errors, tokens = [], []
         for i in range(len(y)):
             keep = np.arange(len(y)) != i
             coef = _ridge(xs[keep], y[keep])
-            errors.append(abs(float(xs[i] @ coef) - y[i]) / y[i])
+            miss = abs(max(0.0, float(xs[i] @ coef)) - y[i])
+            errors.append(miss / y[i])
+            tokens.append(miss)
         self._loo = float(np.mean(errors)) if errors else None
+        self._loo_tokens = float(np.mean(tokens)) if tokens else None
 
     def describe(self) -> str:
         err = self._loo

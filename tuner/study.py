@@ -64,7 +64,19 @@ _RETRIED = (FailureKind.OOM_UNDER_LOAD, FailureKind.HANG)
 
 
 class StopStudy(Exception):
-    """Raised between boots when the study must end now (Ctrl-C, the budget is spent); outputs are written."""
+    """Raised between boots when the study must end now; outputs are written.
+
+    ``interrupted``: a person asked (Ctrl-C, SIGTERM) — the study is INTERRUPTED and resumable. Otherwise the
+    whole budget is spent, which is how a night normally ends: the study is FINISHED with what it decided.
+    """
+
+    def __init__(self, reason: str, *, interrupted: bool) -> None:
+        super().__init__(reason)
+        self.interrupted = interrupted
+
+
+class PhaseOver(Exception):
+    """Raised between boots when the current phase's allowance is spent: the phase ends, the next one starts."""
 
 
 class StudyClock:
@@ -162,7 +174,7 @@ class Study:
             self.status = StudyStatus.FINISHED
         except StopStudy as stop:
             log.warning("study stopped: %s", stop)
-            self.status = StudyStatus.INTERRUPTED
+            self.status = StudyStatus.INTERRUPTED if stop.interrupted else StudyStatus.FINISHED
             self.notes.append(f"stopped early: {stop}")
         except KeyboardInterrupt:
             self.status = StudyStatus.INTERRUPTED
@@ -191,6 +203,9 @@ class Study:
                  self.budget.left_s)
         try:
             body()
+        except PhaseOver as over:
+            log.warning("phase %s: %s; moving on", name, over)
+            self.notes.append(f"{name}: {over}")
         finally:
             self.phases[-1] = replace(span, ended_at=time.time(), boots=self.booter.boots - before)
             self.budget.end()
@@ -226,9 +241,12 @@ class Study:
 
     def _policy(self, noise: NoiseReport) -> GatePolicy:
         g = self.space.guardrails
+        # With a context target the pool is checked against it on every first boot; a pool that shrinks but still
+        # holds the target is no reason to reject a faster configuration (memory techniques must still grow it).
+        kv_ratio = None if self.context_target else GuardrailPolicy().kv_pool_min_ratio
         guards = GuardrailPolicy(ttft_p50_margin=1.0 + g.ttft_p50_margin if g.ttft_p50_margin is not None else None,
                                  ttft_p99_margin=1.0 + g.ttft_p99_margin if g.ttft_p99_margin is not None else None,
-                                 require_quality=g.quality_gate)
+                                 kv_pool_min_ratio=kv_ratio, require_quality=g.quality_gate)
         looks = self.settings.looks or self._looks()
         return GatePolicy.from_dimensioning(noise, looks=looks, guardrails=guards,
                                             measured_passes=self.settings.measured_passes,
@@ -248,8 +266,9 @@ class Study:
     # ---- screening ----------------------------------------------------------------------------------
 
     def _screening(self) -> None:
+        here = str(self.store.run_dir)     # this study's own entries (a resumed study) are replayed, not skipped
         rejected = {name: e for name, e in self.store.ledger.rejected_for(self.pre.fingerprint).items()
-                    if e.evidence.study != self.name}
+                    if e.evidence.run_dir != here}
         for index, technique in enumerate(self.space.techniques):
             self._stop_if_requested()
             if not technique.screen:
@@ -297,7 +316,7 @@ class Study:
         boots = (result.record.boot_id,)
         if result.sample.failed is not None:
             self._decide(DecisionRecord(study=self.name, number=0, phase=Phase.SCREENING, technique=technique.name,
-                                        failure=result.sample.failed, attempts=attempts, boots_candidate=boots,
+                                        failure=_named(result.sample.failed), attempts=attempts, boots_candidate=boots,
                                         decided_at=time.time(), **base))
             return
         report = result.record.report
@@ -335,6 +354,14 @@ class Study:
         kv = result.sample.kv_pool_tokens
         if not reason and self.context_target and kv is not None and kv < self.context_target:
             reason = f"context drops to {kv:,} tokens, below the {self.context_target:,}-token target"
+        tput, incumbent = result.record.throughput_tok_s, self.incumbent.throughput
+        if not reason and tput and incumbent and self.noise is not None:
+            # One boot against the incumbent's mean: a drop beyond 3 σ_boot (one-sided p ≈ 0.001) needs no A/B.
+            sigma = self.noise.sigma_boot * math.sqrt(1.0 + 1.0 / max(1, self.noise.boots))
+            z = math.log(tput / incumbent) / sigma if sigma > 0 else 0.0
+            if z < -3.0:
+                reason = (f"{tput / incumbent - 1:+.0%} on its screening boot ({tput:,.1f} vs {incumbent:,.1f} tok/s), "
+                          f"{-z:.1f} σ below the incumbent's boot-to-boot noise")
         if not reason:
             return None
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
@@ -536,14 +563,15 @@ class Study:
         best = self.incumbent.throughput
         self.view.update(boots=self.booter.boots, failed_boots=self.booter.failed, best=self.incumbent.candidate.label,
                          best_throughput=best, time_left_s=self.budget.left_s)
-        if self.budget.expired():
-            raise StopStudy(f"the {self.budget.total_s / 60:.0f}-minute budget is spent")
 
     def _stop_if_requested(self) -> None:
         if self.interrupts.requested:
-            raise StopStudy("interrupted: the last boot was recorded")
+            raise StopStudy("interrupted: the last boot was recorded", interrupted=True)
         if self.budget.expired():
-            raise StopStudy(f"the {self.budget.total_s / 60:.0f}-minute budget is spent")
+            raise StopStudy(f"the {self.budget.total_s / 60:.0f}-minute budget is spent", interrupted=False)
+        phase = self.budget.phase
+        if phase is not None and phase != "baseline" and self.budget.allowance(phase) <= 0:
+            raise PhaseOver("its time allowance is spent (an unfinished comparison keeps the incumbent)")
 
     def _boot_s(self) -> float:
         good = [s for s in self.boot_seconds if s > 0]
@@ -553,6 +581,13 @@ class Study:
     def _probe_budget(timeout_s: float, hang_s: float, floor_mib: int) -> ProbeBudget:
         return ProbeBudget(deadline_s=timeout_s, request_timeout_s=min(timeout_s, 300.0), hang_s=hang_s,
                            headroom_floor_bytes=floor_mib * 2**20)
+
+
+def _named(failure: Failure) -> Failure:
+    """An unclassified crash is named by its own last evidence line (``RuntimeError: … requires SM100``)."""
+    if failure.kind is FailureKind.UNKNOWN_CRASH and failure.evidence:
+        return replace(failure, summary=failure.evidence[-1].strip()[:200])
+    return failure
 
 
 def _derived_of(technique: Technique) -> set[str]:

@@ -55,7 +55,8 @@ def test_a_seen_configuration_is_its_own_answer(observed: list[Observation]) -> 
 
 
 def test_skip_only_when_confidently_below_the_target() -> None:
-    assert Prediction(50_000, 1, 0.05, 10).misses(63_000)          # 50K × 1.1 < 63K
+    assert Prediction(50_000, 1, 0.05, 10).misses(63_000)          # 50K + 2 × 5% < 63K
+    assert not Prediction(50_000, 1, 0.05, 10, error_tokens=8000).misses(63_000)   # ± 16K tokens: boot it
     assert not Prediction(60_000, 1, 0.05, 10).misses(63_000)      # within twice the error: boot it
     assert not Prediction(50_000, 1, None, 10).misses(63_000)      # unknown error: never skip
     assert not Prediction(50_000, 1, 0.05, 10).misses(None)

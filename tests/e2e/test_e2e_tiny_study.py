@@ -1,0 +1,46 @@
+"""A whole study on the simulated runtime (tiny profile): every phase, every output, each rejection's reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import TINY_SPACE, RunStudy, ledger_lines
+
+from elsa_tune.history.run_dir import RunDir
+from elsa_tune.history.study_record import StudyStatus
+
+pytestmark = pytest.mark.slow
+
+
+def test_tiny_study_end_to_end(run_study: RunStudy, small_trace: Path, tmp_path: Path) -> None:
+    outcome = run_study(traffic=str(small_trace), budget_s=150.0)
+    run_dir = Path(outcome.run_dir)
+    assert outcome.status is StudyStatus.FINISHED
+    for name in ("report.md", "report.html", "study.json", "study.db"):
+        assert (run_dir / name).exists(), name
+    assert (run_dir / "best").is_dir()
+    history = RunDir(run_dir).load()
+    decisions = {d.technique: d for d in history.decisions}
+    assert "crashes" in decisions["hierarchical-cache"].result
+    assert "HybridLinearKVPool" in decisions["hierarchical-cache"].result
+    assert decisions["mixed-chunk"].result.startswith("accepted and silently ignored")
+    ngram = decisions["speculative-ngram"]
+    assert ngram.failure is not None and ngram.failure.kind.value == "oom_under_load" and ngram.attempts == 3
+    # Every boot carries the fingerprint, its server log, and its BootReport when it booted.
+    fingerprints = {b.fingerprint.key() for b in history.boots}
+    assert len(fingerprints) == 1
+    assert all(b.log_path and (run_dir / b.log_path).exists() for b in history.boots)
+    ledger = ledger_lines(run_dir)
+    assert {e["technique"] for e in ledger} >= {"hierarchical-cache", "mixed-chunk", "speculative-ngram"}
+    study = json.loads((run_dir / "study.json").read_text())
+    assert study["status"] == "finished" and study["noise"]["boots"] == 3
+    md = (run_dir / "report.md").read_text()
+    assert "HybridLinearKVPool" in md and "hierarchical-cache" in md
+
+    # A second study with the same fingerprint skips what the first rejected, and says so.
+    again = run_study(traffic=str(small_trace), budget_s=40.0, out=tmp_path / "runs" / "second", space=TINY_SPACE)
+    skipped = {d.technique: d for d in RunDir(Path(again.run_dir)).load().decisions if d.skipped}
+    assert {"hierarchical-cache", "mixed-chunk", "speculative-ngram"} <= set(skipped)
+    assert "rejected" in skipped["hierarchical-cache"].result
