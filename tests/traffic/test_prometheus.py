@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_backfill import PROMETHEUS, PROMTOOL, Truth, free_port, generate, running_prometheus
+from prometheus_backfill import PROMETHEUS, PROMTOOL, Truth, free_port
 
 from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.prometheus import (
@@ -27,16 +26,8 @@ pytestmark = pytest.mark.skipif(not (Path(PROMETHEUS).exists() and Path(PROMTOOL
                                 reason="Debian's prometheus package is not installed")
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Truth]]:
-    work = tmp_path_factory.mktemp("prom")
-    truth = generate(work / "series.om", days=1, end=time.time() - 3600)
-    with running_prometheus(work / "series.om", work) as url:
-        yield url, truth
-
-
-def test_range_queries_page_past_the_point_limit(served: tuple[str, Truth]) -> None:
-    url, truth = served
+def test_range_queries_page_past_the_point_limit(one_day: tuple[str, Truth]) -> None:
+    url, truth = one_day
     grid = Grid.spanning(truth.start, truth.end, 5.0)  # 17,280 points: two pages
     assert grid.points > MAX_POINTS
     with PrometheusClient(url) as client:
@@ -50,8 +41,8 @@ def test_range_queries_page_past_the_point_limit(served: tuple[str, Truth]) -> N
     assert np.array_equal(at_scrapes, truth.arrivals)
 
 
-def test_instant_query_and_api_errors(served: tuple[str, Truth]) -> None:
-    url, truth = served
+def test_instant_query_and_api_errors(one_day: tuple[str, Truth]) -> None:
+    url, truth = one_day
     with PrometheusClient(url) as client:
         assert client.query("vector(1)", truth.end) == [({}, 1.0)]
         with pytest.raises(TrafficError, match="bad_data") as info:
@@ -59,8 +50,8 @@ def test_instant_query_and_api_errors(served: tuple[str, Truth]) -> None:
         assert "--selector" in info.value.remedy
 
 
-def test_down_and_wrong_servers_are_explained(served: tuple[str, Truth]) -> None:
-    url, _ = served
+def test_down_and_wrong_servers_are_explained(one_day: tuple[str, Truth]) -> None:
+    url, _ = one_day
     with PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout_s=5) as client, \
             pytest.raises(TrafficError, match="cannot reach Prometheus") as info:
         client.query("vector(1)", time.time())
