@@ -1,0 +1,117 @@
+"""``elsa-tune worker --storage postgresql://… --study NAME --gpu N``: join a study shared by several GPUs.
+
+One GPU: this process is the worker (``tuner/workers.py``). Several (``--gpu 0,1``): one worker process
+per GPU is started and owned (``tuner/worker_pool.py``). Workers on other hosts join the same study by
+giving the same ``--storage`` and ``--study``. Each worker's run folder is ``<out>/<host>-gpu<N>``; the
+ledger is in the database when ``--storage`` names a server, else ``<out>/ledger.jsonl``. Without
+``--storage`` the GPUs of this host share ``sqlite:///<out>/study.db``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "worker"
+HELP = "run trial workers of a study shared through a database (several GPUs, several hosts)"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage", default=None, metavar="URL",
+                        help="the shared study's database, e.g. postgresql://user@db-host/elsa "
+                             "(default: sqlite:///<out>/study.db, for the GPUs of one host)")
+    parser.add_argument("--study", required=True, metavar="NAME", help="the shared study's name")
+    parser.add_argument("--gpu", required=True, metavar="N[,N…]",
+                        help="this host's GPU(s): NVML indexes, or simulated card numbers with --runtime sim")
+    parser.add_argument("--out", default=None, type=Path, metavar="DIR",
+                        help="root of the workers' run folders (default ./elsa-runs/<study>/)")
+    parser.add_argument("--traffic", default=None, metavar="FILE|demo")
+    parser.add_argument("--space", default=None, metavar="NAME|PATH")
+    parser.add_argument("--model", default=None, metavar="PATH")
+    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim"))
+    parser.add_argument("--launch", default=None, metavar="CMD")
+    parser.add_argument("--image", default=None, metavar="IMAGE")
+    parser.add_argument("--sim-profile", default=None, metavar="NAME")
+    parser.add_argument("--sim-speedup", type=float, default=None, metavar="X")
+    parser.add_argument("--budget", dest="budget_s", default=None, metavar="DURATION",
+                        help="this worker's wall time, e.g. 8h (default 8h)")
+    parser.add_argument("--max-trials", type=int, default=None, metavar="N",
+                        help="completed trials of the shared study after which workers stop (default 200)")
+    parser.add_argument("--techniques", default="", metavar="A,B",
+                        help="techniques every candidate carries (e.g. those a single-GPU study kept)")
+    parser.add_argument("--pass-seconds", type=float, default=None, metavar="S")
+    parser.add_argument("--baseline-boots", type=int, default=None, metavar="N")
+    parser.add_argument("--looks", default=None, metavar="2,4,6", help="the A/B gate's looks (blocks per arm)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--heartbeat", type=int, default=5, metavar="S", help="trial heartbeat interval (s)")
+    parser.add_argument("--grace", type=int, default=20, metavar="S",
+                        help="a trial or work item silent this long belongs to a dead worker (s)")
+    parser.add_argument("--no-promote", dest="promote", action="store_false",
+                        help="no A/B gate for promising trials (search only)")
+    parser.add_argument("--worker-name", default="", metavar="NAME", help="this worker's name in the claim table")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("--log-file", default=None, type=Path, metavar="FILE")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from elsa_tune.tuner.console import setup_logging
+    from elsa_tune.tuner.worker_pool import WorkerPool, parse_gpus
+
+    gpus = parse_gpus(args.gpu)
+    root: Path = args.out or Path("elsa-runs") / args.study
+    root.mkdir(parents=True, exist_ok=True)
+    storage = args.storage or f"sqlite:///{root.resolve() / 'study.db'}"
+    setup_logging(args.log_file, int(args.verbose), console=True)
+    if len(gpus) > 1:
+        argv = _child_argv(args, root, storage)
+        from elsa_tune.tuner.budget import parse_duration
+
+        budget = float(parse_duration(args.budget_s)) if args.budget_s else 8 * 3600.0
+        code: int = WorkerPool(gpus, argv, log_dir=root / "logs", timeout_s=budget + 600.0).run()
+        return code
+    return _run_one(args, gpus[0], root, storage)
+
+
+def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> int:
+    from elsa_tune.tuner.preflight import run_preflight
+    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.workers import Worker, WorkerConfig, local_run_dir
+
+    run_dir = local_run_dir(root, gpu)
+    cli = {"gpu": gpu, "traffic": args.traffic, "space": args.space, "model": args.model, "runtime": args.runtime,
+           "launch": args.launch, "image": args.image, "sim_profile": args.sim_profile,
+           "sim_speedup": args.sim_speedup, "budget_s": args.budget_s, "out": run_dir, "study": args.study,
+           "pass_seconds": args.pass_seconds, "baseline_boots": args.baseline_boots, "looks": args.looks,
+           "seed": args.seed, "max_trials": args.max_trials}
+    settings = Settings.resolve(cli)
+    card_dir = root.resolve() / "sim-cards" / f"gpu{gpu}" if settings.simulated else None
+    pre = run_preflight(settings, card_dir=card_dir)
+    config = WorkerConfig(storage_url=storage, study=args.study, gpu=gpu, worker=args.worker_name,
+                          max_trials=settings.max_trials, budget_s=settings.budget_s, heartbeat_s=args.heartbeat,
+                          grace_s=args.grace, promote=args.promote,
+                          techniques=tuple(t for t in args.techniques.split(",") if t))
+    stats = Worker(pre, config).run()
+    print(f"worker {stats.worker} (GPU {gpu}): {stats.boots} boots, {stats.trials_told} trials told "
+          f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
+          f"{stats.seconds:.0f} s; report {run_dir / 'report.md'}")
+    return 0
+
+
+def _child_argv(args: argparse.Namespace, root: Path, storage: str) -> list[str]:
+    """The arguments every per-GPU child gets (the pool adds ``--gpu N``)."""
+    argv = ["--storage", storage, "--study", args.study, "--out", str(root), "--heartbeat", str(args.heartbeat),
+            "--grace", str(args.grace)]
+    for flag, value in (("--traffic", args.traffic), ("--space", args.space), ("--model", args.model),
+                        ("--runtime", args.runtime), ("--launch", args.launch), ("--image", args.image),
+                        ("--sim-profile", args.sim_profile), ("--sim-speedup", args.sim_speedup),
+                        ("--budget", args.budget_s), ("--max-trials", args.max_trials),
+                        ("--techniques", args.techniques or None), ("--pass-seconds", args.pass_seconds),
+                        ("--baseline-boots", args.baseline_boots), ("--looks", args.looks), ("--seed", args.seed)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if not args.promote:
+        argv.append("--no-promote")
+    if args.verbose:
+        argv.append("-" + "v" * int(args.verbose))
+    return argv

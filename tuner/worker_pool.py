@@ -1,0 +1,114 @@
+"""``WorkerPool``: ``--gpu 0,1`` on one host — one worker process per GPU, owned from start to stop.
+
+Each GPU gets its own ``elsa-tune worker --gpu N`` process (its own runtime, ``GpuView`` and run folder),
+so a worker that crashes or is killed takes nothing down with it, and the load generators of two GPUs do
+not share one interpreter. The children join the same shared study (the storage URL); the pool only starts
+them in their own process groups, forwards a stop, waits with a deadline and kills what is left in
+``finally``. A child's exit code is its own; the pool's is the worst of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from elsa_tune.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def parse_gpus(text: str) -> list[str]:
+    """``"0,1"`` → ``["0", "1"]``; refuses duplicates (two workers on one card would measure each other)."""
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    if not gpus:
+        raise ConfigError(f"--gpu {text!r} names no GPU", remedy="pass e.g. --gpu 0 or --gpu 0,1")
+    if len(set(gpus)) != len(gpus):
+        raise ConfigError(f"--gpu {text!r} names a GPU twice", remedy="one worker per GPU: --gpu 0,1")
+    return gpus
+
+
+@dataclass
+class WorkerProcess:
+    gpu: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class WorkerPool:
+    """Start ``argv_for(gpu)`` for every GPU, wait for all of them (``timeout_s``), clean up in ``finally``."""
+
+    def __init__(self, gpus: Sequence[str], argv: Sequence[str], *, log_dir: Path, timeout_s: float,
+                 stop_grace_s: float = 30.0) -> None:
+        self.gpus = list(gpus)
+        self.argv = list(argv)
+        self.log_dir = Path(log_dir)
+        self.timeout_s = timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.workers: list[WorkerProcess] = []
+
+    def command(self, gpu: str) -> list[str]:
+        return [sys.executable, "-m", "elsa_tune", "worker", *self.argv, "--gpu", gpu]
+
+    def run(self) -> int:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for gpu in self.gpus:
+                path = self.log_dir / f"worker-gpu{gpu}.log"
+                with open(path, "ab") as out:
+                    proc = subprocess.Popen(self.command(gpu), stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                self.workers.append(WorkerProcess(gpu, proc, path))
+                log.info("worker for GPU %s started (pid %d, log %s)", gpu, proc.pid, path)
+            return self._wait()
+        finally:
+            self.stop()
+
+    def _wait(self) -> int:
+        deadline = time.monotonic() + self.timeout_s
+        codes: dict[str, int] = {}
+        while len(codes) < len(self.workers):
+            for w in self.workers:
+                if w.gpu in codes:
+                    continue
+                code = w.process.poll()
+                if code is not None:
+                    codes[w.gpu] = code
+                    (log.info if code == 0 else log.warning)("worker for GPU %s exited with %d (log %s)", w.gpu,
+                                                             code, w.log_path)
+            if time.monotonic() > deadline:
+                log.warning("workers still running after %.0f s: stopping them", self.timeout_s)
+                return 124
+            time.sleep(0.2)
+        return max(codes.values(), key=abs, default=0)
+
+    def stop(self) -> None:
+        """SIGTERM every live worker's process group, then SIGKILL what is left after ``stop_grace_s``."""
+        live = [w for w in self.workers if w.process.poll() is None]
+        for w in live:
+            _signal_group(w.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        for w in live:
+            try:
+                w.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(w.pid, signal.SIGKILL)
+                w.process.wait(timeout=10)
+        for w in self.workers:   # a worker's own children (its runtime's server) live in its group
+            _signal_group(w.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -1,0 +1,522 @@
+"""``Worker``: one trial worker of a study shared by several GPUs and hosts (issue 8).
+
+Several workers — one per GPU, on one host or many — join one Optuna study in a shared RDB storage
+(PostgreSQL across hosts; SQLite is enough for the GPUs of one host) and run the numeric search together:
+
+1. **baseline, per GPU.** Each worker boots the baseline ``baseline_boots`` times on its own GPU and
+   dimensions the noise there: cards differ by 2–4% (seed 001), so a GPU's noise and its baseline
+   throughput are that GPU's. The GPU's UUID is in the fingerprint of every record the worker writes.
+2. **numeric search, shared.** ``NumericSearch`` (the single-GPU study's search: same space, same
+   sampler, same constraints) on the shared study ``<study>:search``: ask → claim the candidate →
+   boot → measure → tell. Optuna's ask gives each worker its own trial; the claim table
+   (``history/claims.py``) keyed by phase and candidate key makes sure a candidate proposed by two
+   trials is booted once, the second trial being told the first one's result. The trial keeps an
+   Optuna heartbeat; a worker that dies (SIGKILL) leaves a RUNNING trial that any other worker fails
+   once its heartbeat is stale, and ``RetryFailedTrialCallback`` queues the same parameters again, so
+   the work is retried, not lost (the dead worker's claim is stale too, so the retry may take it).
+3. **A/B promotion, on one GPU.** A candidate whose boot beats the incumbent's throughput *on the same
+   GPU* by more than that GPU's boot noise goes through the A/B gate, claimed as one work item
+   (``ab``, "candidate>incumbent") and run entirely on the claiming worker's GPU — A/B blocks never mix
+   GPUs. A KEEP replaces the shared incumbent by compare-and-set (only if it is still the one compared
+   against). Every decision goes to the ledger, which lives in the same database when it is a server.
+4. **outputs.** Each worker writes its run folder's report (any worker can) and ``shared-study.json``,
+   the study-wide view: every trial, which worker and GPU measured it, the incumbent, the claims.
+
+Shared with the single-GPU study (``tuner/study.py``): ``run_preflight``, ``CandidateBooter`` and
+``ABSampler`` (one boot, its probes, passes and record), ``NumericSearch``, ``MemoryModel``,
+``dimension``, ``GatePolicy``/``run_ab``, ``StudyStore``, the reports. Not shared: technique screening
+and the final confirmation are a sequential chain of decisions (kept techniques stack), so they stay in
+the single-GPU study; workers search around the baseline plus ``techniques`` (e.g. those a single-GPU
+study kept). The budget is per worker; ``max_trials`` counts the shared study's completed trials.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import statistics
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.exceptions import ExperimentalWarning
+from optuna.trial import TrialState
+
+from elsa_tune.errors import StudyError
+from elsa_tune.history.claims import Claim, ClaimState, WorkClaims
+from elsa_tune.history.decision import DecisionRecord, Kept
+from elsa_tune.history.ledger import Ledger
+from elsa_tune.history.pg_ledger import ledger_for
+from elsa_tune.history.records import Phase
+from elsa_tune.history.store import StudyStore
+from elsa_tune.history.study_record import NoiseReport as StoredNoise
+from elsa_tune.history.study_record import StudyRecord, StudyStatus
+from elsa_tune.probes.protocol import ProbeBudget
+from elsa_tune.probes.quality import QualityGate
+from elsa_tune.runtime.failure import Failure
+from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.tuner.dimensioning import NoiseReport, dimension
+from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
+from elsa_tune.tuner.memory_model import MemoryModel, Observation
+from elsa_tune.tuner.preflight import Preflight
+from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.schedule import Arm
+from elsa_tune.tuner.search import NumericSearch, Proposal
+from elsa_tune.tuner.statistics import InsufficientData
+
+log = logging.getLogger(__name__)
+
+INCUMBENT = "incumbent"
+SHARED_SUMMARY = "shared-study.json"
+#: Work-item phases of the claim table.
+BASELINE, SEARCH, AB = "baseline", "search", "ab"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker joins a shared study. ``gpu`` is the label of its GPU (NVML index, or the simulated
+    card's number); ``worker`` names this process in the claim table (default ``host:gpuN:pid``)."""
+
+    storage_url: str
+    study: str
+    gpu: str
+    worker: str = ""
+    max_trials: int = 40
+    budget_s: float = 3600.0
+    heartbeat_s: int = 5
+    grace_s: int = 20
+    promote: bool = True
+    max_retries: int = 2
+    techniques: tuple[str, ...] = ()
+    drain_s: float | None = None      # how long to wait for other workers' running trials at the end
+
+    def worker_name(self) -> str:
+        import os
+
+        return self.worker or f"{socket.gethostname()}:gpu{self.gpu}:{os.getpid()}"
+
+
+@dataclass
+class WorkerStats:
+    """What one worker did (returned by ``Worker.run`` and written into ``shared-study.json``)."""
+
+    worker: str
+    gpu: str
+    gpu_uuid: str | None
+    boots: int = 0
+    trials_told: int = 0
+    shared_results: int = 0           # trials told another worker's result for the same candidate (no boot)
+    refused: int = 0
+    skipped_by_model: int = 0
+    taken_over: list[str] = field(default_factory=list)
+    promotions: int = 0
+    keeps: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+class Worker:
+    """One GPU's worker. Build it from the GPU's own ``Preflight`` (its runtime and ``GpuView``), run it."""
+
+    def __init__(self, pre: Preflight, config: WorkerConfig) -> None:
+        self.pre = pre
+        self.config = config
+        self.space = pre.space
+        self.name = config.worker_name()
+        self.gpu_uuid = pre.gpu_state.uuid if pre.gpu_state else None
+        run_dir = pre.settings.run_dir
+        self.store = StudyStore(run_dir, storage_url=config.storage_url, name=f"{config.study}@{run_dir.name}",
+                                heartbeat_interval=config.heartbeat_s, grace_period=config.grace_s)
+        # A trial whose worker died is failed by whichever worker sees its heartbeat stale; this queues its
+        # parameters again as a WAITING trial, which the next ask of any worker takes.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            self.store.storage.heartbeat_stale_trial_callback = optuna.storages.RetryFailedTrialCallback(
+                max_retry=config.max_retries)
+        self.store.check_fingerprint(pre.fingerprint)
+        self.claims = WorkClaims(config.storage_url, config.study, self.name, grace_s=float(config.grace_s))
+        self.ledger: Ledger = ledger_for(run_dir, config.storage_url)
+        self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
+        probe = self.space.probes
+        settings = pre.settings
+        ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=self.store, study=config.study,
+                          fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
+                          prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
+                          probe_budget=ProbeBudget(deadline_s=probe.probe_timeout_s,
+                                                   request_timeout_s=min(probe.probe_timeout_s, 300.0),
+                                                   hang_s=probe.hang_s,
+                                                   headroom_floor_bytes=probe.headroom_floor_mib * 2**20),
+                          warmup_passes=settings.warmup_passes, measured_passes=settings.measured_passes,
+                          seed=settings.seed, quality=QualityGate() if self.space.guardrails.quality_gate else None)
+        self.booter = CandidateBooter(ctx)
+        self.baseline = self.space.candidate(self.space.baseline_values(), list(config.techniques), label="baseline")
+        self.memory = MemoryModel(numeric=tuple(p.flag for p in self.space.parameters if p.flag and p.is_numeric))
+        self.noise: NoiseReport | None = None
+        self.policy: GatePolicy | None = None
+        self.own_throughput: dict[str, float] = {}     # candidate key → this GPU's mean throughput
+        self.stats = WorkerStats(self.name, config.gpu, self.gpu_uuid)
+        self.started = time.monotonic()
+        self.started_at = time.time()
+
+    # ---- the worker's life -----------------------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        status = StudyStatus.FAILED
+        try:
+            self.store.reconcile()
+            self._baseline()
+            self._search()
+            status = StudyStatus.FINISHED
+        except KeyboardInterrupt:
+            status = StudyStatus.INTERRUPTED
+            raise
+        finally:
+            self.stats.boots = self.booter.boots
+            self.stats.seconds = time.monotonic() - self.started
+            self.write_outputs(status)
+            self.claims.close()
+        return self.stats
+
+    def _left_s(self) -> float:
+        return self.config.budget_s - (time.monotonic() - self.started)
+
+    # ---- baseline on this GPU ----------------------------------------------------------------------
+
+    def _baseline(self) -> None:
+        item = f"{self.baseline.key()}@{self.gpu_uuid or self.config.gpu}"
+        claim = self.claims.wait(BASELINE, item, timeout_s=3.0 * self.config.grace_s, gpu=self.gpu_uuid)
+        if claim.state is ClaimState.BUSY:
+            raise StudyError(f"GPU {self.config.gpu} ({self.gpu_uuid}) is already worked on by {claim.owner}",
+                             remedy="run one worker per GPU; a dead worker's claim frees itself after the grace period")
+        samples = []
+        with self.claims.holding(claim) if claim.state is ClaimState.CLAIMED else _nothing(claim):
+            for i in range(self.pre.settings.baseline_boots):
+                result = self.booter.boot(BootPlan(tag=f"baseline:{i}", candidate=self.baseline,
+                                                   phase=Phase.BASELINE, probes=i == 0))
+                if result.sample.failed is not None:
+                    f = result.sample.failed
+                    raise StudyError(f"the baseline fails on GPU {self.config.gpu}: {f.kind.value}: {f.summary}",
+                                     remedy=f.remedy or "fix the base flags of the search space")
+                samples.append(result.sample)
+            try:
+                self.noise = dimension(samples, context={"runtime": self.pre.fingerprint.describe(),
+                                                         "gpu": self.gpu_uuid or self.config.gpu})
+            except InsufficientData as exc:
+                raise StudyError(f"the baseline boots on GPU {self.config.gpu} cannot be dimensioned: {exc}",
+                                 remedy="give the worker more passes per boot (--pass-seconds)") from exc
+            means = [m for m in (_boot_mean(s.passes) for s in samples) if m is not None]
+            if means:
+                self.own_throughput[self.baseline.key()] = _geo(means)
+            if claim.state is ClaimState.CLAIMED:
+                self.claims.finish(claim, {"throughput": self.own_throughput.get(self.baseline.key()),
+                                           "sigma_boot": self.noise.sigma_boot, "worker": self.name})
+        g = self.space.guardrails
+        guards = GuardrailPolicy(ttft_p50_margin=1.0 + g.ttft_p50_margin if g.ttft_p50_margin is not None else None,
+                                 ttft_p99_margin=1.0 + g.ttft_p99_margin if g.ttft_p99_margin is not None else None,
+                                 require_quality=g.quality_gate)
+        settings = self.pre.settings
+        self.policy = GatePolicy.from_dimensioning(self.noise, looks=settings.looks or (2, 4, 6), guardrails=guards,
+                                                   measured_passes=settings.measured_passes,
+                                                   warmup_passes=settings.warmup_passes, replicates=4000,
+                                                   max_error_fraction=max(0.005, g.max_error_rate))
+        self.claims.compare_and_set(INCUMBENT, None, self.baseline.key(),
+                                    {"values": self.space.baseline_values(), "trial": None, "worker": self.name})
+        log.info("worker %s: GPU %s baseline %.1f tok/s, boot noise %.1f%%", self.name, self.config.gpu,
+                 self.own_throughput.get(self.baseline.key(), float("nan")), 100 * self.noise.sigma_boot)
+
+    # ---- the shared numeric search -----------------------------------------------------------------
+
+    def _search(self) -> None:
+        if not self.space.parameters:
+            return
+        for record in self.store.load().boots:
+            if record.report and record.report.max_total_num_tokens:
+                self.memory.add(Observation(record.candidate.flags, record.report.max_total_num_tokens,
+                                            record.report.max_running_requests))
+        gpu_index = int(self.config.gpu) if self.config.gpu.isdigit() else 0
+        search = NumericSearch(self.space, self.store, study_name=self.config.study,
+                               seed=self.pre.settings.seed * 101 + gpu_index, techniques=self.config.techniques)
+        self.search = search
+        search.enqueue(self.space.baseline_values())
+        drain_until: float | None = None
+        while self._left_s() > 0:
+            self.store.fail_stale_trials(search.study)       # a dead worker's trial: FAIL, then queued again
+            trials = search.study.get_trials(deepcopy=False)
+            complete = sum(t.state is TrialState.COMPLETE for t in trials)
+            waiting = any(t.state is TrialState.WAITING for t in trials)
+            if complete >= self.config.max_trials and not waiting:
+                running = [t for t in trials if t.state is TrialState.RUNNING]
+                if not running:
+                    break
+                # Others' trials are running: one may belong to a dead worker, to be retried here.
+                drain_until = drain_until or time.monotonic() + (self.config.drain_s or 4.0 * self.config.grace_s)
+                if time.monotonic() > drain_until:
+                    log.info("worker %s: leaving %d trials to their workers", self.name, len(running))
+                    break
+                time.sleep(min(1.0, self.config.heartbeat_s))
+                continue
+            drain_until = None
+            self._trial(search, search.ask())
+
+    def _trial(self, search: NumericSearch, proposal: Proposal) -> None:
+        number = proposal.trial.number
+        self.stats.trials_told += 1
+        with self.store.heartbeat(proposal.trial):
+            if proposal.candidate is None:
+                self.stats.refused += 1
+                search.tell(proposal, None, constraint=1.0)
+                return
+            candidate = replace(proposal.candidate, label=f"trial-{number}")
+            key = candidate.key()
+            claim = self.claims.wait(SEARCH, key, gpu=self.gpu_uuid,
+                                     timeout_s=max(60.0, 3.0 * self.config.grace_s + self.space.probes.boot_timeout_s))
+            if claim.state is ClaimState.DONE and claim.result is not None:
+                self.stats.shared_results += 1
+                r = claim.result
+                log.info("trial %d: candidate %s already measured by %s; told its result", number, key,
+                         r.get("worker"))
+                search.tell(proposal, r.get("values"), constraint=float(r.get("constraint", 0.0)),
+                            boot_ids=tuple(r.get("boot_ids", ())))
+                return
+            if claim.state is ClaimState.BUSY:
+                log.warning("trial %d: candidate %s still held by %s; told as failed", number, key, claim.owner)
+                search.tell(proposal, None)
+                return
+            if claim.took_over:
+                self.stats.taken_over.append(f"{SEARCH}/{key} from {claim.took_over}")
+            with self.claims.holding(claim):
+                outcome = self._measure(search, proposal, candidate, number)
+                self.claims.finish(claim, outcome)
+        tput = outcome.get("throughput")
+        if self.config.promote and outcome.get("values") and tput:
+            self._maybe_promote(candidate, proposal.values, number, float(tput))
+
+    def _measure(self, search: NumericSearch, proposal: Proposal, candidate: Candidate,
+                 number: int) -> dict[str, Any]:
+        """Boot one candidate for a trial and tell Optuna; returns the claim's result (what a twin is told)."""
+        prediction = self.memory.predict(candidate.flags)
+        if prediction.misses(self.context_target):
+            self.stats.skipped_by_model += 1
+            gap = (self.context_target or 0) - (prediction.kv_tokens or 0)
+            constraint = max(1e-3, gap / max(1, self.context_target or 1))
+            search.tell(proposal, None, constraint=constraint)
+            return {"values": None, "constraint": constraint, "boot_ids": [], "worker": self.name,
+                    "skipped": "memory model"}
+        result = self.booter.boot(BootPlan(tag=f"search:{candidate.key()}", candidate=candidate, phase=Phase.SEARCH,
+                                           arm=Arm.CANDIDATE, trial_number=number, probes=True))
+        report = result.record.report
+        if report and report.max_total_num_tokens:
+            self.memory.add(Observation(candidate.flags, report.max_total_num_tokens, report.max_running_requests))
+        values, constraint, failure = self._values(result)
+        boot_ids = (result.record.boot_id,)
+        search.tell(proposal, values, constraint=constraint, failure=failure, boot_ids=boot_ids)
+        tput = result.record.throughput_tok_s
+        if values and tput:
+            self.own_throughput.setdefault(candidate.key(), tput)
+        return {"values": values, "constraint": constraint, "boot_ids": list(boot_ids), "worker": self.name,
+                "gpu": self.gpu_uuid, "throughput": tput, "trial": number,
+                "failure_kind": failure.kind.value if failure else None}
+
+    def _values(self, result: BootResult) -> tuple[list[float] | None, float, Failure | None]:
+        """The trial's objective values and constraint, as the single-GPU study computes them."""
+        sample, record = result.sample, result.record
+        if sample.failed is not None:
+            return None, 1.0, sample.failed
+        if sample.quality_passed is False or record.throughput_tok_s is None:
+            return None, 1.0, None
+        kv = sample.kv_pool_tokens
+        if self.context_target and kv is not None and kv < self.context_target:
+            return None, (self.context_target - kv) / self.context_target, None
+        values = []
+        for objective in self.space.objectives or ():
+            if objective.metric.startswith("ttft"):
+                ttft = record.ttft_p50_s()
+                values.append(ttft if ttft is not None else 1e9)
+            elif objective.metric in ("kv_pool_tokens", "max_total_num_tokens"):
+                values.append(float(kv or 0))
+            else:
+                values.append(record.throughput_tok_s)
+        return values or [record.throughput_tok_s], 0.0, None
+
+    # ---- A/B promotion on this GPU ------------------------------------------------------------------
+
+    def _maybe_promote(self, candidate: Candidate, values: Mapping[str, Any], number: int, tput: float) -> None:
+        assert self.noise is not None and self.policy is not None
+        incumbent_key, incumbent = self.claims.get(INCUMBENT)
+        if incumbent_key is None or incumbent is None or incumbent_key == candidate.key():
+            return
+        reference = self.own_throughput.get(incumbent_key)
+        if reference is None:
+            # The incumbent was kept on another GPU: this GPU has no number for it, so its screening boot
+            # cannot be compared here without mixing cards. The A/B (all on this GPU) settles it if the
+            # trial's value beats the incumbent trial's value by the noise.
+            reference = _incumbent_value(self.search, incumbent)
+        if reference is None or math.log(tput / reference) <= self.noise.sigma_boot:
+            return
+        boots_needed = 2 * self.policy.looks[0]
+        if self._left_s() < boots_needed * _median_boot_s(self.store):
+            return
+        claim = self.claims.claim(AB, f"{candidate.key()}>{incumbent_key}", gpu=self.gpu_uuid)
+        if claim.state is not ClaimState.CLAIMED:
+            return
+        self.stats.promotions += 1
+        inc_candidate = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques),
+                                             label=INCUMBENT)
+        log.info("trial %d beats the incumbent on GPU %s by %+.1f%%: A/B on this GPU", number, self.config.gpu,
+                 100 * (tput / reference - 1))
+        with self.claims.holding(claim):
+            keep = self._ab(claim, candidate, inc_candidate, number)
+        if keep:
+            swapped = self.claims.compare_and_set(INCUMBENT, incumbent_key, candidate.key(),
+                                                  {"values": dict(values), "trial": number, "worker": self.name,
+                                                   "gpu": self.gpu_uuid})
+            self.stats.keeps += int(swapped)
+            if not swapped:
+                log.info("trial %d kept, but the incumbent changed meanwhile; it stays a kept trial only", number)
+
+    def _ab(self, claim: Claim, candidate: Candidate, incumbent: Candidate, number: int) -> bool:
+        assert self.policy is not None
+        sampler = ABSampler(self.booter, incumbent=incumbent, candidate=candidate, phase=Phase.SEARCH,
+                            tag=f"ab:{claim.item}", technique=f"search trial {number}", trial_number=number)
+        ab = run_ab(sampler, self.policy, rng_seed=self.pre.settings.seed * 7919 + 1000 + number,
+                    context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name,
+                             "gpu": self.gpu_uuid or self.config.gpu})
+        ids = sampler.boot_ids
+        decision = DecisionRecord(study=self.config.study, number=self.store.next_decision_number(),
+                                  phase=Phase.SEARCH, technique=f"search trial {number}",
+                                  flags_delta={k: v for k, v in candidate.flags.items()
+                                               if incumbent.flags.get(k) != v},
+                                  incumbent_key=incumbent.key(), candidate_key=candidate.key(), verdict=ab.verdict,
+                                  ab_result=ab.to_dict(), boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                                  boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())
+        self.store.record_decision(decision)
+        self.ledger.record(decision, self.pre.fingerprint, run_dir=self.store.run_dir, trials=(number,))
+        keep = decision.kept is Kept.YES
+        means = [m for m in (_boot_mean(s.passes) for s in ab.samples if s.arm is Arm.CANDIDATE and s.failed is None)
+                 if m is not None]
+        if keep and means:
+            self.own_throughput[candidate.key()] = _geo(means)
+        self.claims.finish(claim, {"decision": decision.kept.value, "reason": decision.result, "worker": self.name,
+                                   "gpu": self.gpu_uuid, "trial": number})
+        log.info("A/B trial %d on GPU %s: %s — %s", number, self.config.gpu, decision.kept.value, decision.result)
+        return keep
+
+    # ---- outputs ----------------------------------------------------------------------------------
+
+    def write_outputs(self, status: StudyStatus) -> None:
+        """This worker's ``study.json`` and report, and the shared study's summary (any worker may write it)."""
+        key, incumbent = self.claims.get(INCUMBENT)
+        final = self.baseline
+        if incumbent is not None and key != self.baseline.key():
+            final = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques), label="incumbent")
+        noise = None
+        if self.noise is not None:
+            n = self.noise
+            noise = StoredNoise(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
+                                boots=n.boots, passes_per_boot=float(n.passes_per_boot), mde=n.mde_at_cap)
+        record = StudyRecord(name=self.config.study, fingerprint=self.pre.fingerprint, started_at=self.started_at,
+                             updated_at=time.time(), baseline=self.baseline, incumbent=final,
+                             budget_s=self.config.budget_s, status=status, noise=noise,
+                             traffic=self.pre.settings.traffic, context_target=self.context_target,
+                             note=f"worker {self.name} of the shared study {self.config.study} (GPU {self.config.gpu})",
+                             extra={"worker": self.stats.to_dict(), "storage": _redacted(self.config.storage_url)})
+        self.store.write_study(record)
+        summary = shared_summary(self.store, self.claims, self.config.study)
+        summary["written_by"] = self.name
+        path = self.store.run_dir / SHARED_SUMMARY
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+        tmp.replace(path)
+        from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
+
+        write_outputs(self.store.run_dir, ledger=self.ledger, with_plots=False)
+
+
+def shared_summary(store: StudyStore, claims: WorkClaims, study: str) -> dict[str, Any]:
+    """The study-wide view from the shared storage: trials by state, who measured what, the incumbent."""
+    trials: list[dict[str, Any]] = []
+    try:
+        loaded = optuna.load_study(study_name=f"{study}:search", storage=store.storage)
+        for t in loaded.get_trials(deepcopy=False):
+            trials.append({"number": t.number, "state": t.state.name, "values": t.values, "params": t.params,
+                           "constraint": t.user_attrs.get("constraint"), "boot_ids": t.user_attrs.get("boot_ids"),
+                           "retry_of": t.system_attrs.get("failed_trial")})
+    except KeyError:      # no search study yet (every worker died in its baseline)
+        pass
+    key, incumbent = claims.get(INCUMBENT)
+    by_state: dict[str, int] = {}
+    for row in trials:
+        by_state[row["state"]] = by_state.get(row["state"], 0) + 1
+    items = claims.items()
+    return {"study": study, "trials": trials, "trials_by_state": by_state,
+            "incumbent": {"key": key, **(dict(incumbent) if incumbent else {})},
+            "work_items": [vars(i) for i in items],
+            "boots_by_worker": _boots_by_worker(items)}
+
+
+def _boots_by_worker(items: Sequence[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        if item.phase == SEARCH and item.result and item.result.get("boot_ids"):
+            counts[item.owner] = counts.get(item.owner, 0) + 1
+    return counts
+
+
+def _incumbent_value(search: NumericSearch, incumbent: Mapping[str, Any]) -> float | None:
+    trial = incumbent.get("trial")
+    if trial is None:
+        return None
+    for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.number == trial and t.values:
+            return float(t.values[0])
+    return None
+
+
+def _median_boot_s(store: StudyStore) -> float:
+    seconds = [b.seconds for b in store.load().boots if b.seconds > 0]
+    return statistics.median(seconds) if seconds else 60.0
+
+
+def _boot_mean(passes: Sequence[Any]) -> float | None:
+    values = [p.output_throughput_tok_s for p in passes if not p.warmup]
+    return statistics.fmean(values) if values else None
+
+
+def _geo(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values if v > 0))
+
+
+def _redacted(url: str) -> str:
+    import sqlalchemy as sa
+
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # any parse problem: never print what may be a password
+        return url.split("@")[-1]
+
+
+class _nothing:
+    """A no-op context for a baseline whose claim was already DONE (a restarted worker replays its boots)."""
+
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
+
+    def __enter__(self) -> Claim:
+        return self.claim
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def local_run_dir(root: Path, gpu: str) -> Path:
+    """A worker's run folder under the shared root: ``<root>/<host>-gpu<N>`` (the ledger sits in ``root``)."""
+    return Path(root) / f"{socket.gethostname()}-gpu{gpu}"
