@@ -66,8 +66,29 @@ class Breaker:
                 f"{self.tokens_lost_mean:.0f} recomputed tokens per request")
 
 
-def find_breakers(prompts: Sequence[str], *, chunk: int = DEFAULT_CHUNK, min_requests: int = 2) -> list[Breaker]:
-    """Breakers in ``prompts`` (in arrival order), most costly first; only those seen ``min_requests`` times."""
+def find_breakers(prompts: Sequence[str], *, chunk: int = DEFAULT_CHUNK, min_requests: int = 2,
+                  min_tokens: float = 64.0, rounds: int = 4) -> list[Breaker]:
+    """Breakers in ``prompts`` (in arrival order), most costly first: those seen ``min_requests`` times
+    that cost at least ``min_tokens`` recomputed prompt tokens per affected request.
+
+    Templates often stack several volatile fields at the top (seed 004: session id, turn counter,
+    clock, current file). A round only sees the first one in each prompt, so the next round removes
+    what was found (as if it had been moved to the end) and looks again, up to ``rounds`` times; a
+    later breaker's cost is what it would still cost once the earlier ones are fixed.
+    """
+    found: list[Breaker] = []
+    texts = list(prompts)
+    for _ in range(max(rounds, 1)):
+        new = [b for b in _round(texts, chunk, min_requests) if b.tokens_lost_mean >= min_tokens]
+        if not new:
+            break
+        found += new
+        groups = {(b.pattern, b.label) for b in new}
+        texts = [_without(text, groups) for text in texts]
+    return sorted(found, key=lambda b: -b.tokens_lost_total)
+
+
+def _round(prompts: Sequence[str], chunk: int, min_requests: int) -> list[Breaker]:
     seen_raw: set[bytes] = set()
     seen_masked: set[bytes] = set()
     losses: dict[tuple[str, str], list[tuple[int, int, int, str]]] = defaultdict(list)
@@ -99,7 +120,20 @@ def find_breakers(prompts: Sequence[str], *, chunk: int = DEFAULT_CHUNK, min_req
                 prompt_tokens_median=statistics.median(i[2] for i in items))
         for (pattern, label), items in losses.items() if len(items) >= min_requests
     ]
-    return sorted(found, key=lambda b: -b.tokens_lost_total)
+    return found
+
+
+def _without(prompt: str, groups: set[tuple[str, str]]) -> str:
+    """``prompt`` with the volatile spans of ``groups`` (pattern, label) cut out."""
+    kept: list[str] = []
+    last = 0
+    for match in VOLATILE.finditer(prompt):
+        label = _label(PIECE.findall(prompt[max(0, match.start() - 80):match.start()])[-4:])
+        if (match.lastgroup or "counter", label) in groups:
+            kept.append(prompt[last:match.start()])
+            last = match.end()
+    kept.append(prompt[last:])
+    return "".join(kept)
 
 
 def breakers_to_json(found: Sequence[Breaker]) -> str:

@@ -85,3 +85,14 @@ def test_the_breaker_analysis_is_bounded_by_its_sample(tmp_path: Path) -> None:
     assert [b.requests for b in breakers_from_json(sampled["breakers"])] == [4]
     assert breakers_from_json(import_trace(path, "openai-jsonl", breakers_sample=0).trace.metadata
                               .extra["breakers"]) == []
+
+
+def test_stacked_volatile_fields_are_all_reported() -> None:
+    rng = random.Random(9)
+    prompts = [f"session_id: {uuid.UUID(int=rng.getrandbits(128))}\nturn: {i}\nnow: 2026-11-29T10:{i:02d}:00Z\n"
+               f"{CONTEXT}\nuser: q{rng.randrange(10**6)}" for i in range(30)]
+    found = find_breakers(prompts)
+    assert [(b.pattern, b.label, b.requests) for b in found] == [
+        ("uuid", "session_id:", 29), ("counter", "turn:", 29), ("timestamp", "now:", 29)]
+    # each would still cost the whole shared context once the ones above it were moved
+    assert all(b.tokens_lost_mean > len(pieces(CONTEXT)) - 32 for b in found)
