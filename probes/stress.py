@@ -196,13 +196,21 @@ class LongContextProbe(StressProbe):
                                     phase="serve"))
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         async with httpx.AsyncClient(limits=limits, trust_env=False) as http:
-            calibration = haystack.build(CALIBRATION_WORDS, depths=(0.5,), seed=self.seed)
-            probe = await client.chat(http, _ask(calibration, calibration.needles[0], max_tokens=1))
-            if not probe.ok or not probe.prompt_tokens:
-                return Outcome(ProbeStatus.FAILED, f"calibration request failed: {probe.error or 'no usage'}",
-                                evidence=(probe.error,))
-            per_word = probe.prompt_tokens / max(1, calibration.words)
-            words = max(60, int(tokens / per_word * 0.97))
+            # two sizes: tokens per filler word (the slope) apart from the template and question (the intercept)
+            points: list[tuple[int, int]] = []
+            for size in (CALIBRATION_WORDS // 4, CALIBRATION_WORDS * 4):
+                calibration = haystack.build(size, depths=(0.5,), seed=self.seed)
+                probe = await client.chat(http, _ask(calibration, calibration.needles[0], max_tokens=1))
+                bad = classify_replies([probe], budget.hang_s)
+                if bad is not None:
+                    return Outcome(bad.status, f"calibration request: {bad.detail}", bad.failure, bad.evidence)
+                if not probe.prompt_tokens:
+                    return Outcome(ProbeStatus.FAILED, "the server reports no usage.prompt_tokens; the probe cannot "
+                                   "size its prompt", evidence=(f"reply: {probe.text[:80]!r}",))
+                points.append((calibration.words, probe.prompt_tokens))
+            (w0, t0), (w1, t1) = points
+            per_word = max(0.1, (t1 - t0) / max(1, w1 - w0))
+            words = max(60, int(w0 + (tokens - t0) / per_word * 0.99))
             hay = haystack.build(words, depths=self.depths, seed=self.seed)
             background: list[asyncio.Task[Reply]] = []
             slots = server.report.max_running_requests or 1

@@ -5,16 +5,21 @@ vision probe reproduces seed 001's crash, and a healthy candidate passes everyth
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from elsa_probe_sims import BASE, BUDGET, MIB, SimBoots
 
-from elsa_tune.probes.protocol import ProbeStatus
+from elsa_tune.probes.protocol import ProbeBudget, ProbeStatus
+from elsa_tune.probes.quality import knowledge_file
 from elsa_tune.probes.stress import LongContextProbe
 from elsa_tune.probes.suite import ProbeSuite, budget_from_settings, first_failure
 from elsa_tune.probes.vision import VisionProbe
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.protocol import HealthState
+from elsa_tune.runtime.sim.profile import load_profile
+from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ModelSpec, ProbeSettings
 
@@ -42,7 +47,7 @@ def test_a_healthy_candidate_passes_every_probe(boots: SimBoots) -> None:
 
 
 def test_a_crash_mid_run_is_oom_under_load_with_the_log_as_evidence(boots: SimBoots) -> None:
-    server = boots.start(BASE, fault="crash_after_requests=2")
+    server = boots.start(BASE, fault="crash_after_requests=4")
     result = long_context(boots).run(server, BUDGET)
     assert result.status is ProbeStatus.FAILED
     assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
@@ -51,12 +56,13 @@ def test_a_crash_mid_run_is_oom_under_load_with_the_log_as_evidence(boots: SimBo
 
 
 def test_a_hang_with_health_still_answering_is_a_hang(boots: SimBoots) -> None:
-    server = boots.start(BASE, fault="hang_after_requests=1")
+    server = boots.start(BASE, fault="hang_after_requests=3")
     budget = replace(BUDGET, request_timeout_s=6.0, hang_s=3.0, deadline_s=30.0)
     result = long_context(boots).run(server, budget)
     assert result.status is ProbeStatus.FAILED
     assert result.failure is not None and result.failure.kind is FailureKind.HANG
     assert result.seconds < 20.0           # one stalled request is enough, not one per needle
+    assert result.metrics["concurrent_generations"] == 3
     assert "while the server stayed up" in result.detail
     assert boots.runtime.check(server).state is HealthState.HEALTHY   # /health answers all along
 
@@ -111,7 +117,7 @@ def test_the_vision_probe_is_skipped_without_a_vision_model(boots: SimBoots) -> 
 
 
 def test_the_suite_stops_once_the_server_is_dead(boots: SimBoots) -> None:
-    server = boots.start(BASE, fault="crash_after_requests=2")
+    server = boots.start(BASE, fault="crash_after_requests=4")
     suite = ProbeSuite.from_space(load_space("qwen3.6-35b-a3b-nvfp4-rtx5090"), boots.runtime.check,
                                   boots.runtime.gpu, budget=BUDGET, concurrent_output_tokens=256)
     results = suite.run_all(server)
@@ -129,3 +135,29 @@ def test_the_budget_comes_from_the_space_probes_section() -> None:
     defaults = budget_from_settings(ProbeSettings())
     assert defaults.headroom_floor_bytes == 512 * MIB
     assert ModelSpec(path=None).context_target is None     # no target: the probe fills what the server holds
+
+
+@pytest.mark.slow
+def test_seed_000_a_higher_static_fraction_fails_the_200k_stress_test(tmp_path: Path) -> None:
+    """Seed 000: raising mem-fraction-static from 0.88 to 0.90 passed benchmarks and failed a stress test with a
+    200K-token prompt beside seven long sampled generations."""
+    profile = "rtx5090-qwen3.6-35b-a3b-nvfp4"
+    config = load_profile(profile).config("elsa-part-one")
+    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", seed=2, speedup=50.0, boot_timeout_s=120.0,
+                              knowledge=knowledge_file())
+    budget = ProbeBudget(deadline_s=180.0, request_timeout_s=120.0, hang_s=30.0)
+    outcomes = {}
+    for fraction in (0.88, 0.90):
+        server = runtime.start(Candidate(flags={**config.flags, "mem-fraction-static": fraction}, env=dict(config.env)),
+                               tmp_path / f"boot-{fraction}")
+        try:
+            probe = LongContextProbe(runtime.check, runtime.gpu, target_tokens=200_000, concurrent=True)
+            outcomes[fraction] = probe.run(server, budget)
+        finally:
+            runtime.stop(server)
+    passed, failed = outcomes[0.88], outcomes[0.90]
+    assert passed.status is ProbeStatus.PASSED, passed.detail
+    assert passed.metrics["concurrent_generations"] == 7 and passed.metrics["needles_found"] == 3
+    assert 190_000 <= int(str(passed.metrics["prompt_tokens"])) <= 200_000
+    assert failed.status is ProbeStatus.FAILED
+    assert failed.failure is not None and failed.failure.kind is FailureKind.OOM_UNDER_LOAD
