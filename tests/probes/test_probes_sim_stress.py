@@ -12,7 +12,7 @@ from elsa_probe_sims import BASE, BUDGET, MIB, SimBoots
 
 from elsa_tune.probes.protocol import ProbeBudget, ProbeStatus
 from elsa_tune.probes.quality import knowledge_file
-from elsa_tune.probes.stress import LongContextProbe
+from elsa_tune.probes.stress import LoadProbe, LongContextProbe, burst_probe
 from elsa_tune.probes.suite import ProbeSuite, budget_from_settings, first_failure
 from elsa_tune.probes.vision import VisionProbe
 from elsa_tune.runtime.failure import FailureKind
@@ -22,6 +22,8 @@ from elsa_tune.runtime.sim.runtime import SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ModelSpec, ProbeSettings
+from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.workload import synthetic
 
 TARGET = 20_000
 
@@ -161,3 +163,21 @@ def test_seed_000_a_higher_static_fraction_fails_the_200k_stress_test(tmp_path: 
     assert 190_000 <= int(str(passed.metrics["prompt_tokens"])) <= 200_000
     assert failed.status is ProbeStatus.FAILED
     assert failed.failure is not None and failed.failure.kind is FailureKind.OOM_UNDER_LOAD
+
+
+def _burst(boots: SimBoots) -> LoadProbe:
+    workload = synthetic(12, 2000, 64, concurrency=4, block_size=512, tag="probe-burst")
+    return burst_probe(boots.runtime.check, boots.runtime.gpu, workload, PromptSynth(512, seed=1))
+
+
+def test_a_burst_at_the_slot_limit_passes_a_healthy_candidate(boots: SimBoots) -> None:
+    result = _burst(boots).run(boots.start(BASE), BUDGET)
+    assert result.status is ProbeStatus.PASSED, result.detail
+    assert result.metrics["requests"] == 12 and result.metrics["errors"] == 0
+
+
+def test_a_burst_that_kills_the_server_is_classified_from_its_log(boots: SimBoots) -> None:
+    server = boots.start(BASE, fault="crash_after_requests=5")
+    result = _burst(boots).run(server, BUDGET)
+    assert result.status is ProbeStatus.FAILED
+    assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
