@@ -138,9 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     workload = synthetic(4, 512, 128, 1, tag="gate-e2e")
     truth_workload = TruthWorkload(concurrency=1, num_requests=4, input_tokens=(512,), output_tokens=(128,))
     base = GatePolicy(guardrails=GuardrailPolicy(require_quality=False))
-    print("| case | kind | true speed ratio | true KV ratio | verdict | measured ratio (90% CI) | boots | order "
-          "| reason |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| case | kind | true speed ratio | true KV ratio | verdict | measured ratio (90% CI) | boot σ A/B | boots "
+          "| order | reason |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.case or list(CASES):
         case = CASES[name]
         policy = replace(base, kind=case.kind, non_inferiority_margin=0.10) if case.kind == "memory" else base
@@ -160,9 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{look['reason']} -->", flush=True)
         measured = (f"{v.effect:.3f} ({v.ci_low:.3f}–{v.ci_high:.3f})" if v.effect and v.ci_low and v.ci_high
                     else "n/a")
-        print(f"| {name} | {case.kind} | {speed:.3f} | {kv:.3f} | {v.decision.value.upper()} | {measured} | "
+        sd = (f"{v.extra['sd_incumbent']:.1%} / {v.extra['sd_candidate']:.1%}" if "sd_incumbent" in v.extra
+              else "n/a")
+        print(f"| {name} | {case.kind} | {speed:.3f} | {kv:.3f} | {v.decision.value.upper()} | {measured} | {sd} | "
               f"{result.boots} ({elapsed:.0f} s) | {result.schedule.letters()} | {v.reason} |"
-              if speed and kv else f"| {name} | {case.kind} | n/a | n/a | {v.decision.value} | | | | {v.reason} |",
+              if speed and kv else f"| {name} | {case.kind} | n/a | n/a | {v.decision.value} | | | | | {v.reason} |",
               flush=True)
     return 0
 
