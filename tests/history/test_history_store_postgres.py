@@ -2,65 +2,23 @@
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
+from postgres_server import running_postgres  # tests/postgres_server.py, shared with the workers' tests
 
 from elsa_tune.history.store import StudyStore
 
 pytestmark = pytest.mark.slow
 
 
-def _bin(name: str) -> str | None:
-    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return found[-1] if found else shutil.which(name)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _as_postgres(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
-
-
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        pytest.skip("PostgreSQL server binaries are not installed")
-    pytest.importorskip("psycopg2")
-    root = Path(tempfile.mkdtemp(prefix="elsa-pg-", dir="/tmp"))
-    root.chmod(0o755)
-    data, sock = root / "data", root / "sock"
-    sock.mkdir()
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-        shutil.chown(sock, "postgres")
-    port = _free_port()
-    try:
-        subprocess.run(_as_postgres([initdb, "-D", str(data), "-A", "trust", "-U", "postgres"]), check=True,
-                       capture_output=True, timeout=120)
-        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
-                                     "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1", "start"]),
-                       check=True, capture_output=True, timeout=90)
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        if (data / "postmaster.pid").exists():
-            subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "-t", "30", "stop"]),
-                           capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
+    with running_postgres() as url:
+        yield url
 
 
 def test_store_on_postgres_records_trials_and_fails_stale_ones(postgres_url: str, tmp_path: Path) -> None:
