@@ -88,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("elsa-tune: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (`elsa-tune traffic show X --json | head`): not an error of ours
+        _silence_stdout()
+        return 0
     except Exception as exc:  # the one catch-all: an internal bug, reported as such
         if debug:
             raise
@@ -96,6 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               "  remedy: this is a bug in elsa-tune; rerun with --debug and report the traceback",
               file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":
