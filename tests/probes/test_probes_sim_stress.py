@@ -181,3 +181,29 @@ def test_a_burst_that_kills_the_server_is_classified_from_its_log(boots: SimBoot
     result = _burst(boots).run(server, BUDGET)
     assert result.status is ProbeStatus.FAILED
     assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
+
+
+@pytest.mark.slow
+def test_seed_001_a_maximum_size_image_needs_more_than_the_headroom_floor(tmp_path: Path) -> None:
+    """Seed 001: text traffic ran fine; a 29K-token request with a maximum-size image died short of memory. At a
+    static fraction that still leaves ~700 MiB free on the card (above the 512 MiB floor) only the vision probe sees
+    it."""
+    profile = "rtx5090-qwen3.6-35b-a3b-nvfp4"
+    config = load_profile(profile).config("elsa-1.7")
+    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", seed=4, speedup=50.0, boot_timeout_s=120.0)
+    budget = ProbeBudget(deadline_s=120.0, request_timeout_s=90.0, hang_s=30.0)
+    results = {}
+    for fraction in (0.88, 0.94):
+        server = runtime.start(Candidate(flags={**config.flags, "mem-fraction-static": fraction}, env=dict(config.env)),
+                               tmp_path / f"boot-{fraction}")
+        try:
+            results[fraction] = VisionProbe(runtime.check, runtime.gpu, vision=True).run(server, budget)
+        finally:
+            runtime.stop(server)
+    assert results[0.88].status is ProbeStatus.PASSED, results[0.88].detail
+    assert 27_000 <= int(str(results[0.88].metrics["prompt_tokens"])) <= 29_000
+    assert int(str(results[0.88].metrics["image_tokens_estimate"])) >= 16_384
+    crashed = results[0.94]
+    assert crashed.status is ProbeStatus.FAILED
+    assert crashed.failure is not None and crashed.failure.kind is FailureKind.OOM_UNDER_LOAD
+    assert crashed.min_free_bytes is not None and crashed.min_free_bytes > budget.headroom_floor_bytes
