@@ -176,7 +176,7 @@ class LoadGenerator:
             records, workload_id=workload.id, pass_index=pass_index, prompts_id=self.prompts.id,
             started_at=started_at, ended_at=ended_at, slots=self.slots, concurrency_cap=cap,
             requests_unsent=len(workload) - len(records), timed_out=timed_out, notes=notes + workload.notes,
-            max_error_fraction=self.settings.max_error_fraction)
+            max_error_fraction=self.settings.max_error_fraction, server_url=self.base_url, model=run.model)
         log.info("workload %s %s", workload.id, measurement.describe())
         return measurement
 

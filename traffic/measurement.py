@@ -207,13 +207,18 @@ class RunMeasurement:
     errors: ErrorSummary
     timed_out: bool = False            # the run's own deadline ended it
     notes: tuple[str, ...] = ()
+    # Which server and model answered; the GPU and runtime fingerprint is attached by the caller (history),
+    # since traffic/ does not see the runtime.
+    server_url: str = ""
+    model: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord], *, workload_id: str, pass_index: int, prompts_id: str,
                      started_at: float, ended_at: float, slots: int | None, concurrency_cap: int | None,
                      requests_unsent: int = 0, timed_out: bool = False, notes: Sequence[str] = (),
-                     max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION) -> RunMeasurement:
+                     max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION, server_url: str = "",
+                     model: str = "") -> RunMeasurement:
         """Summarise a pass. Raises ``MeasurementFailed`` when nothing usable came back or most requests failed."""
         ok = [r for r in records if r.ok]
         failed = [r for r in records if not r.ok]
@@ -255,7 +260,7 @@ class RunMeasurement:
             prompt_token_mismatches=sum(1 for r in ok if r.prompt_tokens_reported not in (None, r.input_tokens)),
             max_concurrency=max_conc, concurrency_cap=concurrency_cap, slots=slots,
             above_slots=None if slots is None else max_conc > slots,
-            errors=errors, timed_out=timed_out, notes=tuple(notes),
+            errors=errors, timed_out=timed_out, notes=tuple(notes), server_url=server_url, model=model,
         )
 
     def by_kind(self) -> dict[str, KindSummary]:

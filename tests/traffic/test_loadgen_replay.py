@@ -88,6 +88,7 @@ def test_exact_lengths_and_request_fields_on_the_wire(stub: StubServer, kind: st
         assert rec.prompt_tokens_reported == rec.input_tokens
     assert m.prompt_token_mismatches == 0
     assert m.workload_id == workload.id and m.pass_index == 1
+    assert m.model == "stub-model" and m.server_url == stub.url
 
 
 def test_prefix_sharing_is_reproduced_exactly_on_the_wire(stub: StubServer) -> None:
