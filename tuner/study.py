@@ -269,21 +269,22 @@ class Study:
         here = str(self.store.run_dir)     # this study's own entries (a resumed study) are replayed, not skipped
         rejected = {name: e for name, e in self.store.ledger.rejected_for(self.pre.fingerprint).items()
                     if e.evidence.run_dir != here}
-        for index, technique in enumerate(self.space.techniques):
-            self._stop_if_requested()
+        todo: list[tuple[int, Technique]] = []
+        for index, technique in enumerate(self.space.techniques):     # what costs no boot is decided first
             if not technique.screen:
                 log.info("technique %s is not screened automatically: %s", technique.name,
                          technique.rationale.strip())
                 self.notes.append(f"{technique.name}: not screened automatically ({technique.rationale.strip()})")
-                continue
-            if technique.name in rejected:
-                entry = rejected[technique.name]
-                note = self.store.ledger.skip_note(entry)
+            elif technique.name in rejected:
+                note = self.store.ledger.skip_note(rejected[technique.name])
                 log.info("technique %s skipped: %s", technique.name, note)
                 self._decide(DecisionRecord(study=self.name, number=0, phase=Phase.SCREENING, technique=technique.name,
                                             flags_delta=dict(technique.flags), env_delta=dict(technique.env),
                                             skipped=note, decided_at=time.time()))
-                continue
+            else:
+                todo.append((index, technique))
+        for index, technique in todo:
+            self._stop_if_requested()
             if self.budget.allowance("screening") < 2 * self._boot_s():
                 log.warning("screening out of time: %s and later techniques were not tried", technique.name)
                 self.notes.append(f"screening ran out of time before {technique.name}")

@@ -1,0 +1,114 @@
+"""A whole unattended study on the simulated runtime, scored against the simulator's truth.
+
+    python benchmarks/search/study_outcome.py                         # seed 004: Qwen3.8-27B on an RTX 5090, 30 min
+    python benchmarks/search/study_outcome.py --profile rtx5090-qwen3.6-35b-a3b-nvfp4 \
+        --space qwen3.6-35b-a3b-nvfp4-rtx5090 --budget 30m
+
+It runs ``elsa-tune`` (the real study: real simulated server processes, the load generator over HTTP, the
+probes, the gate) with the bundled demo traffic, then prints:
+
+1. the keep/reject table the study wrote, next to the seed's own verdict for each technique (the search
+   space's ``prior``), so a reader can check that each technique was rejected for the right reason;
+2. the true throughput (``runtime/sim/truth.py``, noiseless) of the configuration the study recommends, of the
+   baseline, and of the best configuration the space allows on the same workload (a coordinate sweep over
+   every parameter plus every configuration the study booted), and the recommendation's share of it.
+
+The simulator is calibrated to the seeds' field notes; none of this is a measurement of real hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from elsa_tune.history.run_dir import RunDir
+from elsa_tune.runtime.sim.profile import load_profile
+from elsa_tune.runtime.sim.truth import TruthWorkload
+from elsa_tune.search_spaces.loader import load_space
+from elsa_tune.tuner.preflight import _concurrency, load_traffic, workloads
+from elsa_tune.tuner.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+
+
+def _bench_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("search_bench", HERE / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["search_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="rtx5090-qwen3.8-27b-nvfp4")
+    parser.add_argument("--space", default="qwen3.8-27b-nvfp4-rtx5090")
+    parser.add_argument("--budget", default="30m")
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default: a fresh one under /tmp)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-run", action="store_true", help="score an existing --out without running")
+    args = parser.parse_args(argv)
+    out = args.out or Path(f"/tmp/elsa-outcome-{args.profile}-{int(time.time())}") / "study"
+    cmd = [sys.executable, "-m", "elsa_tune", "--gpu", "sim", "--sim-profile", args.profile, "--space", args.space,
+           "--traffic", "demo", "--budget", args.budget, "--out", str(out), "--no-live", "--seed", str(args.seed)]
+    started = time.monotonic()
+    if not args.skip_run:
+        print("$", " ".join(cmd), flush=True)
+        done = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode not in (0, 130):
+            print(done.stderr[-3000:])
+            return done.returncode
+    elapsed = time.monotonic() - started
+    history = RunDir(out).load()
+    space = load_space(args.space)
+    priors = {t.name: t.prior for t in space.techniques}
+    print(f"\nstudy in {out} ({elapsed / 60:.1f} min wall, {len(history.boots)} boots)\n")
+    print("| technique | study: kept? | study: result | seed's verdict |")
+    print("|---|---|---|---|")
+    decided = set()
+    for d in history.decisions:
+        decided.add(d.technique)
+        prior = priors.get(d.technique)
+        print(f"| {d.technique} | {d.kept.value} | {d.result.replace('|', '/')} | "
+              f"{(prior.verdict + ': ' + prior.reason) if prior else ''} |")
+    for t in space.techniques:
+        if t.name not in decided:
+            why = "not screened automatically" if not t.screen else "not reached within the budget"
+            print(f"| {t.name} | — | {why} | {(t.prior.verdict + ': ' + t.prior.reason) if t.prior else ''} |")
+
+    study = json.loads((out / "study.json").read_text())
+    settings = Settings(**{k: v for k, v in study["extra"]["settings"].items()
+                           if k in Settings.__dataclass_fields__ and k not in ("out", "log_file", "looks")})
+    trace = load_traffic("demo")
+    measured, _ = workloads(trace, settings, _concurrency(space))
+    reqs = measured.requests
+    workload = TruthWorkload(concurrency=measured.concurrency or 1, num_requests=len(reqs),
+                             input_tokens=tuple(r.input_tokens for r in reqs),
+                             output_tokens=tuple(r.output_tokens for r in reqs),
+                             regimes=tuple(r.kind or "chat" for r in reqs))
+    bench_mod = _bench_module()
+    bench = bench_mod.Bench(load_profile(args.profile), space, workload, measured_passes=2)
+    for b in history.boots:
+        bench.worth(b.candidate)
+    best = bench_mod.optimum(bench)
+    from elsa_tune.search_spaces.candidate import Candidate
+
+    winner = bench.worth(Candidate.from_dict(study["incumbent"]))
+    base = bench.worth(space.baseline())
+    print(f"\ntrue output throughput on the study's workload ({len(reqs)} requests, concurrency "
+          f"{workload.concurrency}): baseline {base.value or 0:.2f}, recommended {winner.value or 0:.2f} "
+          f"(KV pool {winner.kv:,}), best the space allows {best:.2f} tok/s")
+    share = (winner.value or 0.0) / best
+    print(f"recommended = {share:.1%} of the best ({'within' if share >= 0.97 else 'NOT within'} 3%); "
+          f"recommended: {study['incumbent']['label']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
