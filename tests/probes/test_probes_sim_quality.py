@@ -3,11 +3,16 @@ for it, with the evidence in the result, and a healthy candidate is not flagged.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from elsa_probe_sims import BUDGET, GATE, SPEC, SimBoots
 
-from elsa_tune.probes.protocol import ProbeStatus
-from elsa_tune.probes.quality import QualitySample
+from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
+from elsa_tune.probes.quality import QualityGate, QualitySample, knowledge_file
+from elsa_tune.runtime.sim.profile import load_profile
+from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 
 def test_the_baseline_reference_is_a_competent_model(reference: QualitySample) -> None:
@@ -62,3 +67,39 @@ def test_wrong_answers_on_any_cache_hit_are_caught(boots: SimBoots, reference: Q
     result = GATE.run(boots.start(SPEC, env={"ELSA_BROKEN_RADIX": "1"}), BUDGET, reference)
     assert result.status is ProbeStatus.REGRESSED
     assert "cached answers differ" in result.detail
+
+
+@pytest.mark.slow
+def test_the_seeds_quality_traps_on_the_calibrated_profile(tmp_path: Path) -> None:
+    """Seeds 000-002 on the Qwen3.6 profile against Elsa part one: FR-Spec collapses acceptance, the fused shared
+    expert answers wrongly, stock host-cache hits answer wrongly; Elsa 1.7 carries the host-cache fix and passes."""
+    profile = load_profile("rtx5090-qwen3.6-35b-a3b-nvfp4")
+    runtime = SimulatedSGLang(profile.source, card_dir=tmp_path / "card", seed=2, speedup=50.0,
+                              boot_timeout_s=120.0, knowledge=knowledge_file())
+    budget = ProbeBudget(deadline_s=300.0, request_timeout_s=120.0, hang_s=30.0)
+    gate = QualityGate()
+
+    def judged(config: str, flags: dict[str, FlagValue], env: dict[str, str],
+               reference: QualitySample | None = None) -> ProbeResult | QualitySample:
+        named = profile.config(config)
+        server = runtime.start(Candidate(flags={**named.flags, **flags}, env={**named.env, **env}),
+                               tmp_path / f"boot-{config}-{len(flags)}-{sorted(flags)}")
+        try:
+            return gate.sample(server, budget) if reference is None else gate.run(server, budget, reference)
+        finally:
+            runtime.stop(server)
+
+    reference = judged("elsa-part-one", {}, {})
+    assert isinstance(reference, QualitySample)
+    cases: list[tuple[str, str, dict[str, FlagValue], dict[str, str]]] = [
+        ("frspec", "elsa-part-one", {"speculative-token-map": "/models/map.pt"}, {"ELSA_HOT_VOCAB_HEAD": "0"}),
+        ("fusion", "elsa-part-one", {"enforce-shared-experts-fusion": True}, {}),
+        ("hicache-stock", "elsa-part-one", {"enable-hierarchical-cache": True}, {}),
+        ("hicache-1.7", "elsa-1.7", {"enable-hierarchical-cache": True}, {}),
+    ]
+    outcomes = {name: judged(config, flags, env, reference) for name, config, flags, env in cases}
+    details = {name: r.detail for name, r in outcomes.items() if isinstance(r, ProbeResult)}
+    assert details["frspec"].startswith("speculative acceptance collapsed")
+    assert "arithmetic accuracy fell" in details["fusion"]
+    assert "cached answers differ from the cold ones" in details["hicache-stock"]
+    assert details["hicache-1.7"] == "answers match the baseline"
