@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -68,6 +70,7 @@ class StressProbe:
 
     def run(self, server: Server, budget: ProbeBudget) -> ProbeResult:
         started = time.monotonic()
+        log_start = _log_size(server)
         watcher = MemoryWatcher(self._gpu) if self._gpu is not None else None
         if watcher is not None:
             watcher.start()
@@ -76,10 +79,16 @@ class StressProbe:
         finally:
             headroom = watcher.stop() if watcher is not None else None
         outcome = self._after(server, outcome, headroom, budget)
+        metrics = dict(outcome.metrics or {})
+        evidence = outcome.evidence
+        retracted, lines = retractions(server.log_path, log_start)
+        if lines:
+            # the pool ran out and requests were pushed back: survivable, but memory pressure worth recording
+            metrics["retracted_requests"] = retracted
+            evidence = (*evidence, *lines[:3])
         return ProbeResult(name=self.name, status=outcome.status, detail=outcome.detail, failure=outcome.failure,
                            min_free_bytes=headroom.min_free_bytes if headroom else None,
-                           seconds=time.monotonic() - started, metrics=outcome.metrics or {},
-                           evidence=outcome.evidence)
+                           seconds=time.monotonic() - started, metrics=metrics, evidence=evidence)
 
     async def _bounded(self, server: Server, budget: ProbeBudget) -> Outcome:
         try:
@@ -136,6 +145,29 @@ class StressProbe:
                                 f"{budget.headroom_floor_bytes / 2**20:.0f} MiB",
                                 None, outcome.evidence, outcome.metrics)
         return outcome
+
+
+_RETRACTED = re.compile(r"Retract requests\. #retracted_reqs: (\d+)")
+
+
+def _log_size(server: Server) -> int:
+    try:
+        return server.log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def retractions(log_path: Path, start: int = 0) -> tuple[int, tuple[str, ...]]:
+    """SGLang's retraction lines (``KV cache pool is full. Retract requests. #retracted_reqs: N``) a server
+    logged since byte ``start``: the requests retracted and the lines themselves."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(start)
+            text = f.read(64 * 1024 * 1024).decode(errors="replace")
+    except OSError:
+        return 0, ()
+    lines = tuple(line.strip() for line in text.splitlines() if _RETRACTED.search(line))
+    return sum(int(m.group(1)) for line in lines if (m := _RETRACTED.search(line))), lines
 
 
 def prompt_budget(server: Server, target_tokens: int) -> int:

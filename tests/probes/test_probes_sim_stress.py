@@ -12,7 +12,7 @@ from elsa_probe_sims import BASE, BUDGET, MIB, SimBoots
 
 from elsa_tune.probes.protocol import ProbeBudget, ProbeStatus
 from elsa_tune.probes.quality import knowledge_file
-from elsa_tune.probes.stress import LoadProbe, LongContextProbe, burst_probe
+from elsa_tune.probes.stress import LoadProbe, LongContextProbe, burst_probe, retractions
 from elsa_tune.probes.suite import ProbeSuite, budget_from_settings, first_failure
 from elsa_tune.probes.vision import VisionProbe
 from elsa_tune.runtime.failure import FailureKind
@@ -207,3 +207,17 @@ def test_seed_001_a_maximum_size_image_needs_more_than_the_headroom_floor(tmp_pa
     assert crashed.status is ProbeStatus.FAILED
     assert crashed.failure is not None and crashed.failure.kind is FailureKind.OOM_UNDER_LOAD
     assert crashed.min_free_bytes is not None and crashed.min_free_bytes > budget.headroom_floor_bytes
+
+
+def test_retractions_are_read_from_the_server_log(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("[2026-11-29 10:00:00] Decode batch. #running-req: 8\n")
+    start = log.stat().st_size
+    with log.open("a") as f:
+        f.write("[2026-11-29 10:00:01] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+                "#new_tokens_gained: 4096, #new_token_ratio: 0.7000 -> 1.0000\n"
+                "[2026-11-29 10:00:02] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+                "#new_tokens_gained: 512, #mamba_num_gained: 1, #new_token_ratio: 0.7000 -> 1.0000\n")
+    count, lines = retractions(log, start)
+    assert count == 3 and len(lines) == 2 and lines[0].endswith("0.7000 -> 1.0000")
+    assert retractions(tmp_path / "missing.log") == (0, ())
