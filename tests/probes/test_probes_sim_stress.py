@@ -12,7 +12,7 @@ from elsa_probe_sims import BASE, BUDGET, MIB, SimBoots
 
 from elsa_tune.probes.protocol import ProbeBudget, ProbeStatus
 from elsa_tune.probes.quality import knowledge_file
-from elsa_tune.probes.stress import LoadProbe, LongContextProbe, burst_probe, retractions
+from elsa_tune.probes.stress import LoadProbe, LongContextProbe, burst_probe, retractions, soak_probe
 from elsa_tune.probes.suite import ProbeSuite, budget_from_settings, first_failure
 from elsa_tune.probes.vision import VisionProbe
 from elsa_tune.runtime.failure import FailureKind
@@ -221,3 +221,11 @@ def test_retractions_are_read_from_the_server_log(tmp_path: Path) -> None:
     count, lines = retractions(log, start)
     assert count == 3 and len(lines) == 2 and lines[0].endswith("0.7000 -> 1.0000")
     assert retractions(tmp_path / "missing.log") == (0, ())
+
+
+def test_a_soak_repeats_mixed_traffic_for_its_duration(boots: SimBoots) -> None:
+    workload = synthetic(6, 800, 32, concurrency=4, block_size=512, tag="probe-soak")
+    probe = soak_probe(boots.runtime.check, boots.runtime.gpu, workload, PromptSynth(512, seed=2), duration_s=1.5)
+    result = probe.run(boots.start(BASE), BUDGET)
+    assert result.status is ProbeStatus.PASSED, result.detail
+    assert int(str(result.metrics["passes"])) >= 2 and result.seconds >= 1.5
