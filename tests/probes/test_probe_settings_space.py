@@ -10,7 +10,7 @@ from elsa_tune.probes.suite import budget_from_settings
 from elsa_tune.search_spaces.loader import parse_space, resolve_space_path
 
 MIB = 1024 * 1024
-SHIPPED = resolve_space_path("qwen3.8-27b-nvfp4-rtx5090").read_text(encoding="utf-8")
+SHIPPED: str = resolve_space_path("qwen3.8-27b-nvfp4-rtx5090").read_text(encoding="utf-8")
 SECTION = "probes:\n  headroom_floor_mib: 512\n  probe_timeout_s: 900\n  hang_s: 120\n  boot_timeout_s: 1800\n"
 
 
