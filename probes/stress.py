@@ -7,9 +7,12 @@
 - ``BurstProbe``: the busiest window of the traffic at the slot limit, through the load generator.
 - ``SoakProbe``: mixed traffic for a configured duration (final confirmation).
 
-Each probe watches GPU memory while it runs and classifies what went wrong with the runtime layer's
-failure classes: a dead server is classified from its log, a stream with no token for ``hang_s``
-seconds is a hang even while ``/health`` answers. Every wait is bounded by the probe budget.
+Each probe (a ``StressProbe``) watches GPU memory while it runs and classifies what went wrong with the
+runtime layer's failure classes: a dead server is classified from its log (after a bounded wait for a dying
+one to be seen dead), a stream with no token for ``hang_s`` seconds is a hang even while ``/health``
+answers, a survivor below the headroom floor is ``LOW_HEADROOM``, and the retractions the server logged
+meanwhile are recorded. Every wait is bounded by the probe budget. ``vision.py`` adds the image probe and
+``suite.py`` builds a first boot's list from the search space.
 """
 
 from __future__ import annotations
