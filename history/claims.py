@@ -43,6 +43,7 @@ SCHEMA_VERSION = 1
 # schema history: 1 — first version (table elsa_work_v1).
 TABLE = "elsa_work_v1"
 _DDL_LOCK = 0x656C7361_0002
+_SETUP_LOCK = 0x656C7361_0003
 STATE_PHASE = "state"          # the phase of shared values (``compare_and_set``), not of work
 
 
@@ -280,6 +281,34 @@ class WorkClaims:
         sql = ("SELECT EXTRACT(EPOCH FROM clock_timestamp())" if self.postgres
                else "SELECT (julianday('now') - 2440587.5) * 86400.0")
         return float(conn.execute(sa.text(sql)).scalar_one())
+
+
+@contextmanager
+def setup_lock(url: str, *, timeout_s: float = 120.0) -> Iterator[None]:
+    """Serialise first-time schema creation between workers starting at once on a fresh PostgreSQL database.
+
+    Optuna's ``RDBStorage`` creates its tables and enum types without a lock; two workers starting together
+    race on ``CREATE TYPE`` and one fails. Hold this (a session advisory lock on its own connection) around
+    opening the storage. SQLite serialises writers itself: a no-op there.
+    """
+    if url.startswith("sqlite"):
+        yield
+        return
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SET lock_timeout = :ms"), {"ms": int(timeout_s * 1000)})
+            conn.execute(sa.text("SELECT pg_advisory_lock(:lock)"), {"lock": _SETUP_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:lock)"), {"lock": _SETUP_LOCK})
+                conn.commit()
+    except SQLAlchemyError as exc:
+        raise HistoryError(f"cannot lock the shared database for setup: {exc}",
+                           remedy="check the database server; another worker may hold the lock") from exc
+    finally:
+        engine.dispose()
 
 
 def _dumps(value: Mapping[str, Any]) -> str:

@@ -49,7 +49,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
 from elsa_tune.errors import StudyError
-from elsa_tune.history.claims import Claim, ClaimState, WorkClaims
+from elsa_tune.history.claims import Claim, ClaimState, WorkClaims, setup_lock
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.pg_ledger import ledger_for
@@ -93,6 +93,7 @@ class WorkerConfig:
     heartbeat_s: int = 5
     grace_s: int = 20
     promote: bool = True
+    promote_margin: float = 1.0       # a trial goes to the A/B gate when it beats the incumbent by this many σ_boot
     max_retries: int = 2
     techniques: tuple[str, ...] = ()
     drain_s: float | None = None      # how long to wait for other workers' running trials at the end
@@ -134,17 +135,19 @@ class Worker:
         self.name = config.worker_name()
         self.gpu_uuid = pre.gpu_state.uuid if pre.gpu_state else None
         run_dir = pre.settings.run_dir
-        self.store = StudyStore(run_dir, storage_url=config.storage_url, name=f"{config.study}@{run_dir.name}",
-                                heartbeat_interval=config.heartbeat_s, grace_period=config.grace_s)
+        with setup_lock(config.storage_url):      # Optuna's schema creation is not safe against a twin
+            self.store = StudyStore(run_dir, storage_url=config.storage_url, name=f"{config.study}@{run_dir.name}",
+                                    heartbeat_interval=config.heartbeat_s, grace_period=config.grace_s)
+            self.claims = WorkClaims(config.storage_url, config.study, self.name, grace_s=float(config.grace_s))
+            self.ledger: Ledger = ledger_for(run_dir, config.storage_url)
         # A trial whose worker died is failed by whichever worker sees its heartbeat stale; this queues its
         # parameters again as a WAITING trial, which the next ask of any worker takes.
+        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # Optuna >= 4.9
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
-            self.store.storage.heartbeat_stale_trial_callback = optuna.storages.RetryFailedTrialCallback(
-                max_retry=config.max_retries)
+            callback = (retry or optuna.storages.RetryFailedTrialCallback)(max_retry=config.max_retries)
+        self.store.storage.heartbeat_stale_trial_callback = callback
         self.store.check_fingerprint(pre.fingerprint)
-        self.claims = WorkClaims(config.storage_url, config.study, self.name, grace_s=float(config.grace_s))
-        self.ledger: Ledger = ledger_for(run_dir, config.storage_url)
         self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
         probe = self.space.probes
         settings = pre.settings
@@ -360,7 +363,7 @@ class Worker:
             # cannot be compared here without mixing cards. The A/B (all on this GPU) settles it if the
             # trial's value beats the incumbent trial's value by the noise.
             reference = _incumbent_value(self.search, incumbent)
-        if reference is None or math.log(tput / reference) <= self.noise.sigma_boot:
+        if reference is None or math.log(tput / reference) <= self.config.promote_margin * self.noise.sigma_boot:
             return
         boots_needed = 2 * self.policy.looks[0]
         if self._left_s() < boots_needed * _median_boot_s(self.store):
@@ -371,8 +374,9 @@ class Worker:
         self.stats.promotions += 1
         inc_candidate = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques),
                                              label=INCUMBENT)
-        log.info("trial %d beats the incumbent on GPU %s by %+.1f%%: A/B on this GPU", number, self.config.gpu,
-                 100 * (tput / reference - 1))
+        log.info("trial %d: %+.1f%% against the incumbent on GPU %s (margin %.1f σ = %.1f%%): A/B on this GPU",
+                 number, 100 * (tput / reference - 1), self.config.gpu, self.config.promote_margin,
+                 100 * self.config.promote_margin * self.noise.sigma_boot)
         with self.claims.holding(claim):
             keep = self._ab(claim, candidate, inc_candidate, number)
         if keep:

@@ -48,6 +48,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="a trial or work item silent this long belongs to a dead worker (s)")
     parser.add_argument("--no-promote", dest="promote", action="store_false",
                         help="no A/B gate for promising trials (search only)")
+    parser.add_argument("--promote-margin", type=float, default=1.0, metavar="K",
+                        help="a trial goes to the A/B gate when its boot beats the incumbent on the same GPU by more "
+                             "than K boot-noise σ (default 1)")
     parser.add_argument("--worker-name", default="", metavar="NAME", help="this worker's name in the claim table")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("--log-file", default=None, type=Path, metavar="FILE")
@@ -89,7 +92,7 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
     pre = run_preflight(settings, card_dir=card_dir)
     config = WorkerConfig(storage_url=storage, study=args.study, gpu=gpu, worker=args.worker_name,
                           max_trials=settings.max_trials, budget_s=settings.budget_s, heartbeat_s=args.heartbeat,
-                          grace_s=args.grace, promote=args.promote,
+                          grace_s=args.grace, promote=args.promote, promote_margin=args.promote_margin,
                           techniques=tuple(t for t in args.techniques.split(",") if t))
     stats = Worker(pre, config).run()
     print(f"worker {stats.worker} (GPU {gpu}): {stats.boots} boots, {stats.trials_told} trials told "
@@ -101,7 +104,7 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
 def _child_argv(args: argparse.Namespace, root: Path, storage: str) -> list[str]:
     """The arguments every per-GPU child gets (the pool adds ``--gpu N``)."""
     argv = ["--storage", storage, "--study", args.study, "--out", str(root), "--heartbeat", str(args.heartbeat),
-            "--grace", str(args.grace)]
+            "--grace", str(args.grace), "--promote-margin", str(args.promote_margin)]
     for flag, value in (("--traffic", args.traffic), ("--space", args.space), ("--model", args.model),
                         ("--runtime", args.runtime), ("--launch", args.launch), ("--image", args.image),
                         ("--sim-profile", args.sim_profile), ("--sim-speedup", args.sim_speedup),
