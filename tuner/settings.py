@@ -98,7 +98,8 @@ class Settings:
     def study_name(self) -> str:
         if self.study:
             return self.study
-        base = Path(self.space).stem if self.space else "study"
+        base = Path(self.space).name if self.space else "study"
+        base = base.rsplit(".", 1)[0] if base.endswith((".yaml", ".yml")) else base
         return f"{base}-sim" if self.runtime == "sim" else base
 
     @property
