@@ -98,13 +98,13 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
     state = gpu.state() if gpu is not None else None
     if state is not None:
         others = [p for p in state.processes if p.pid not in _own_pids()]
-        if others and not settings.simulated:
+        if others:
             names = ", ".join(f"{p.name or 'pid'} {p.pid}" for p in others)
+            hint = (" (a simulated card is shared by every study on it: give a concurrent study its own with "
+                    "ELSA_SIM_CARD_DIR)" if settings.simulated else "")
             raise EnvironmentError_(f"GPU {state.index} ({state.name}) is in use by {names}",
                                     remedy="stop those processes or pick another GPU: measurements next to another "
-                                           "process are noise, and its memory is not the runtime's")
-        if others:
-            problems.append(f"{len(others)} other process(es) hold the simulated card")
+                                           f"process are noise, and its memory is not the runtime's{hint}")
         if state.persistence_mode is False:
             problems.append("persistence mode is off: boots are slower and clocks may settle differently "
                             "(nvidia-smi -pm 1)")

@@ -89,10 +89,11 @@ class Settings:
 
     @property
     def pass_s(self) -> float:
-        """Target length of one measured pass: given, or sized from the budget (8h → ~2 min, 8m → ~2 s)."""
+        """Target length of one measured pass: given, or sized so that ~150 boots of 3 passes (and ~3 s of boot
+        and stop each) fit the budget: 8h → ~1 min, 30m → ~3 s, 8m → the 1 s floor."""
         if self.pass_seconds is not None:
             return self.pass_seconds
-        return min(180.0, max(1.0, self.budget_s / 250.0))
+        return min(180.0, max(1.0, (self.budget_s / 150.0 - 3.0) / 3.0))
 
     @property
     def study_name(self) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     if not args.skip_run:
         print("$", " ".join(cmd), flush=True)
-        done = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env = {**os.environ, "ELSA_SIM_CARD_DIR": str(out.parent / "card")}   # a card of its own
+        done = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         if done.returncode not in (0, 130):
             print(done.stderr[-3000:])
             return done.returncode

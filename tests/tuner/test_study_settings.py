@@ -48,9 +48,9 @@ def test_settings_are_frozen_and_sim_implies_the_sim_runtime() -> None:
 
 
 def test_pass_length_is_sized_from_the_budget() -> None:
-    assert Settings(**SIM, budget_s=8 * 3600).pass_s == pytest.approx(115.2)
-    assert Settings(**SIM, budget_s=480).pass_s == pytest.approx(1.92)
-    assert Settings(**SIM, budget_s=60).pass_s == 1.0
+    assert Settings(**SIM, budget_s=8 * 3600).pass_s == pytest.approx(63.0)
+    assert Settings(**SIM, budget_s=1800).pass_s == pytest.approx(3.0)
+    assert Settings(**SIM, budget_s=480).pass_s == 1.0
     assert Settings(**SIM, budget_s=480, pass_seconds=5).pass_s == 5
 
 
