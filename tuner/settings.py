@@ -75,9 +75,9 @@ class Settings:
                                      "rtx5090-qwen3.8-27b-nvfp4)")
         if self.budget_s <= 0:
             raise ConfigError("the budget must be positive", remedy="pass e.g. --budget 8h")
-        if self.baseline_boots < 2:
-            raise ConfigError("the baseline needs at least 2 boots to measure boot-to-boot noise",
-                              remedy="set baseline_boots to 3 or more")
+        if self.baseline_boots < 3:
+            raise ConfigError("the baseline needs at least 3 boots to measure boot-to-boot noise",
+                              remedy="set --baseline-boots (ELSA_TUNE_BASELINE_BOOTS) to 3 or more")
         if self.measured_passes < 1 or self.warmup_passes < 0:
             raise ConfigError("measured passes must be >= 1 and warm-up passes >= 0",
                               remedy="the first pass after a boot is always warm-up: use 1 warm-up, 2 measured")
