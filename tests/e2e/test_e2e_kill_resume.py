@@ -3,6 +3,7 @@ and the ledger ends with each decision exactly once."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,10 +35,8 @@ def _kill_servers(card_dir: Path) -> None:
         except OSError:
             continue
         if "sim serve" in cmdline and str(card_dir) in cmdline:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def test_sigkill_at_random_points_then_resume(tmp_path: Path, small_trace: Path) -> None:

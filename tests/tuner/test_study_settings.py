@@ -44,7 +44,7 @@ def test_settings_are_frozen_and_sim_implies_the_sim_runtime() -> None:
     s = Settings.resolve(SIM, environ={})
     assert s.runtime == "sim" and s.simulated
     with pytest.raises(AttributeError):
-        s.seed = 3  # type: ignore[misc]
+        s.seed = 3  # type: ignore[misc,unused-ignore]
 
 
 def test_pass_length_is_sized_from_the_budget() -> None:
