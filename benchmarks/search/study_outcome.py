@@ -22,8 +22,10 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,6 +48,15 @@ def _bench_module():  # type: ignore[no-untyped-def]
     return module
 
 
+def _with_context_target(space: str, tokens: int) -> str:
+    """A copy of the space file whose context target (and context-length guardrail) is ``tokens``."""
+    path = Path(load_space(space).path)
+    text = re.sub(r"(?m)^(\s*(?:context_target|min_context_tokens):\s*)\d+", rf"\g<1>{tokens}", path.read_text())
+    copy = Path(tempfile.mkdtemp(prefix="elsa-outcome-space-")) / path.name
+    copy.write_text(text)
+    return str(copy)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="rtx5090-qwen3.8-27b-nvfp4")
@@ -54,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: a fresh one under /tmp)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-run", action="store_true", help="score an existing --out without running")
+    parser.add_argument("--context-target", type=int, default=None,
+                        help="run a copy of the space with this context target (seed 000 stress-tested 200K)")
     args = parser.parse_args(argv)
+    if args.context_target:
+        args.space = _with_context_target(args.space, args.context_target)
     out = args.out or Path(f"/tmp/elsa-outcome-{args.profile}-{int(time.time())}") / "study"
     cmd = [sys.executable, "-m", "elsa_tune", "--gpu", "sim", "--sim-profile", args.profile, "--space", args.space,
            "--traffic", "demo", "--budget", args.budget, "--out", str(out), "--no-live", "--seed", str(args.seed)]
