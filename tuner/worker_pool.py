@@ -4,7 +4,9 @@ Each GPU gets its own ``elsa-tune worker --gpu N`` process (its own runtime, ``G
 so a worker that crashes or is killed takes nothing down with it, and the load generators of two GPUs do
 not share one interpreter. The children join the same shared study (the storage URL); the pool only starts
 them in their own process groups, forwards a stop, waits with a deadline and kills what is left in
-``finally``. A child's exit code is its own; the pool's is the worst of them.
+``finally``. A child's exit code is its own; the pool's is the worst of them. The pool's first SIGINT/SIGTERM
+is forwarded (each worker finishes its boot and writes its outputs); a second stops them now. A worker stops
+its runtime's servers itself (they run in their own sessions): only a SIGKILLed worker leaves one behind.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.tuner.signals import Interrupts
 
 log = logging.getLogger(__name__)
 
@@ -78,35 +81,50 @@ class WorkerPool:
     def _wait(self) -> int:
         deadline = time.monotonic() + self.timeout_s
         codes: dict[str, int] = {}
-        while len(codes) < len(self.workers):
-            for w in self.workers:
-                if w.gpu in codes:
+        with Interrupts() as interrupts:
+            forwarded = False
+            while len(codes) < len(self.workers):
+                if interrupts.requested and not forwarded:   # each worker finishes its boot and writes outputs
+                    forwarded = True
+                    for w in self.workers:
+                        if w.process.poll() is None:
+                            _signal_group(w.pid, signal.SIGTERM)
+                if self._poll(codes):
                     continue
-                code = w.process.poll()
-                if code is not None:
-                    codes[w.gpu] = code
-                    (log.info if code == 0 else log.warning)("worker for GPU %s exited with %d (log %s)", w.gpu,
-                                                             code, w.log_path)
-            if time.monotonic() > deadline:
-                log.warning("workers still running after %.0f s: stopping them", self.timeout_s)
-                return 124
-            time.sleep(0.2)
+                if time.monotonic() > deadline:
+                    log.warning("workers still running after %.0f s: stopping them", self.timeout_s)
+                    return 124
+                time.sleep(0.2)
         return max(codes.values(), key=abs, default=0)
 
+    def _poll(self, codes: dict[str, int]) -> bool:
+        """Collect exit codes; ``True`` when a worker exited just now."""
+        changed = False
+        for w in self.workers:
+            if w.gpu in codes:
+                continue
+            code = w.process.poll()
+            if code is not None:
+                codes[w.gpu] = code
+                changed = True
+                (log.info if code == 0 else log.warning)("worker for GPU %s exited with %d (log %s)", w.gpu, code,
+                                                         w.log_path)
+        return changed
+
     def stop(self) -> None:
-        """SIGTERM every live worker's process group, then SIGKILL what is left after ``stop_grace_s``."""
+        """Stop every live worker: SIGTERM (finish the boot), after ``stop_grace_s`` a second SIGTERM (stop the
+        server now, in the worker's ``finally``), after another ``stop_grace_s`` SIGKILL."""
         live = [w for w in self.workers if w.process.poll() is None]
-        for w in live:
-            _signal_group(w.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace_s
-        for w in live:
-            try:
-                w.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(w.pid, signal.SIGKILL)
-                w.process.wait(timeout=10)
-        for w in self.workers:   # a worker's own children (its runtime's server) live in its group
-            _signal_group(w.pid, signal.SIGKILL)
+        for attempt in (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL):
+            live = [w for w in live if w.process.poll() is None]
+            for w in live:
+                _signal_group(w.pid, attempt)
+            deadline = time.monotonic() + (self.stop_grace_s if attempt is signal.SIGTERM else 10.0)
+            for w in live:
+                try:
+                    w.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    continue
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -69,6 +69,7 @@ from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, Proposal
+from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
 
 log = logging.getLogger(__name__)
@@ -128,8 +129,9 @@ class WorkerStats:
 class Worker:
     """One GPU's worker. Build it from the GPU's own ``Preflight`` (its runtime and ``GpuView``), run it."""
 
-    def __init__(self, pre: Preflight, config: WorkerConfig) -> None:
+    def __init__(self, pre: Preflight, config: WorkerConfig, *, interrupts: Interrupts | None = None) -> None:
         self.pre = pre
+        self.interrupts = interrupts or Interrupts()
         self.config = config
         self.space = pre.space
         self.name = config.worker_name()
@@ -175,10 +177,11 @@ class Worker:
     def run(self) -> WorkerStats:
         status = StudyStatus.FAILED
         try:
-            self.store.reconcile()
-            self._baseline()
-            self._search()
-            status = StudyStatus.FINISHED
+            with self.interrupts:
+                self.store.reconcile()
+                self._baseline()
+                self._search()
+            status = StudyStatus.INTERRUPTED if self.interrupts.requested else StudyStatus.FINISHED
         except KeyboardInterrupt:
             status = StudyStatus.INTERRUPTED
             raise
@@ -203,6 +206,8 @@ class Worker:
         samples = []
         with self.claims.holding(claim) if claim.state is ClaimState.CLAIMED else _nothing(claim):
             for i in range(self.pre.settings.baseline_boots):
+                if self.interrupts.requested:
+                    raise KeyboardInterrupt
                 result = self.booter.boot(BootPlan(tag=f"baseline:{i}", candidate=self.baseline,
                                                    phase=Phase.BASELINE, probes=i == 0))
                 if result.sample.failed is not None:
@@ -251,7 +256,7 @@ class Worker:
         self.search = search
         search.enqueue(self.space.baseline_values())
         drain_until: float | None = None
-        while self._left_s() > 0:
+        while self._left_s() > 0 and not self.interrupts.requested:
             self.store.fail_stale_trials(search.study)       # a dead worker's trial: FAIL, then queued again
             trials = search.study.get_trials(deepcopy=False)
             complete = sum(t.state is TrialState.COMPLETE for t in trials)
