@@ -269,6 +269,10 @@ class Study:
         here = str(self.store.run_dir)     # this study's own entries (a resumed study) are replayed, not skipped
         rejected = {name: e for name, e in self.store.ledger.rejected_for(self.pre.fingerprint).items()
                     if e.evidence.run_dir != here}
+        for name, (entry, changes) in self.store.ledger.reopened_for(self.pre.fingerprint).items():
+            if any(t.name == name for t in self.space.techniques):
+                log.info("technique %s was rejected on another setup (%s); the setup changed (%s): screening it again",
+                         name, entry.reason, "; ".join(changes) or "fingerprint")
         todo: list[tuple[int, Technique]] = []
         for index, technique in enumerate(self.space.techniques):     # what costs no boot is decided first
             if not technique.screen:
