@@ -229,11 +229,11 @@ def render_text(summary: TraceSummary) -> str:
         lines.extend(_recording_lines(s.recording))
     if s.breakers:
         lines.append("prefix-cache breakers (volatile content early in shared prompts):")
-        for b in s.breakers:
-            lines.append(f"  {b.pattern:<9} after {b.label!r:<24} e.g. {b.example!r}: {b.requests:,} requests "
-                         f"({b.share_of_requests:.0%}), ~{b.tokens_lost_mean:,.0f} prompt tokens recomputed each, "
-                         f"at token {b.position_tokens_median:,.0f} of {b.prompt_tokens_median:,.0f}")
-            lines.append(f"            remedy: {b.remedy}")
+        for br in s.breakers:
+            lines.append(f"  {br.pattern:<9} after {br.label!r:<24} e.g. {br.example!r}: {br.requests:,} requests "
+                         f"({br.share_of_requests:.0%}), ~{br.tokens_lost_mean:,.0f} prompt tokens recomputed each, "
+                         f"at token {br.position_tokens_median:,.0f} of {br.prompt_tokens_median:,.0f}")
+            lines.append(f"            remedy: {br.remedy}")
     if s.notes:
         lines.append(f"notes      {s.notes}")
     return "\n".join(lines)

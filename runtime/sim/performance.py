@@ -19,7 +19,8 @@ import random
 from collections.abc import Mapping, Sequence
 
 from elsa_tune.runtime.sim.memory import MemoryPlan
-from elsa_tune.runtime.sim.profile import GIB, SimProfile, TechniqueEffect
+from elsa_tune.runtime.sim.profile import GIB, SimProfile
+from elsa_tune.runtime.sim.technique import TechniqueEffect
 from elsa_tune.search_spaces.candidate import FlagValue
 
 
