@@ -98,12 +98,15 @@ class BootContext:
 class CandidateBooter:
     """Boots ``BootPlan``s through the runtime and records them; reuses finished boots of a resumed study.
 
-    ``on_boot`` is called after every boot (fresh or reused) — the study's live view and clock listen.
+    ``on_boot`` is called after every boot (fresh or reused) — the study's live view and clock listen;
+    ``before_boot`` before every boot, including those the gate asks for — the study stops there.
     """
 
-    def __init__(self, ctx: BootContext, *, on_boot: Callable[[BootResult], None] | None = None) -> None:
+    def __init__(self, ctx: BootContext, *, on_boot: Callable[[BootResult], None] | None = None,
+                 before_boot: Callable[[BootPlan], None] | None = None) -> None:
         self.ctx = ctx
         self.on_boot = on_boot
+        self.before_boot = before_boot
         self._done: dict[str, BootRecord] = {}
         for record in ctx.store.load().boots:
             tag = record.extra.get("tag")
@@ -121,6 +124,9 @@ class CandidateBooter:
         return set(self._done)
 
     def boot(self, plan: BootPlan) -> BootResult:
+        """Boot ``plan`` (or read back its finished record). ``before_boot`` may raise to stop the study first."""
+        if self.before_boot is not None:
+            self.before_boot(plan)
         previous = self._done.get(plan.tag)
         if previous is not None and previous.candidate.key() == plan.candidate.key():
             result = BootResult(previous, _sample_of(previous, plan), reused=True)

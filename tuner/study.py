@@ -141,7 +141,7 @@ class Study:
                           warmup_passes=self.settings.warmup_passes, measured_passes=self.settings.measured_passes,
                           seed=self.settings.seed,
                           quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx, on_boot=self._on_boot)
+        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot)
         self.baseline = self.space.baseline()
         self.incumbent = Incumbent(self.space.baseline_values(), [], self.baseline, None)
         self.noise: NoiseReport | None = None
@@ -561,9 +561,11 @@ class Study:
     # ---- helpers ------------------------------------------------------------------------------------
 
     def _boot(self, plan: BootPlan) -> BootResult:
+        return self.booter.boot(plan)
+
+    def _before_boot(self, plan: BootPlan) -> None:
         self._stop_if_requested()
         self.view.update(candidate=plan.candidate.label or plan.tag, time_left_s=self.budget.left_s)
-        return self.booter.boot(plan)
 
     def _on_boot(self, result: BootResult) -> None:
         if result.reused:
