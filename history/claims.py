@@ -20,6 +20,7 @@ Times are the database server's clock, so workers on hosts whose clocks disagree
 from __future__ import annotations
 
 import enum
+import fcntl
 import json
 import logging
 import threading
@@ -118,7 +119,7 @@ class WorkClaims:
             with self.engine.begin() as conn:
                 if self.postgres:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": _DDL_LOCK})
-                meta.create_all(conn, checkfirst=True)
+                conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))   # atomic on SQLite too
         except SQLAlchemyError as exc:
             raise HistoryError(f"cannot create the work-claim table: {exc}",
                                remedy="give the database user CREATE rights") from exc
@@ -288,11 +289,20 @@ def setup_lock(url: str, *, timeout_s: float = 120.0) -> Iterator[None]:
     """Serialise first-time schema creation between workers starting at once on a fresh PostgreSQL database.
 
     Optuna's ``RDBStorage`` creates its tables and enum types without a lock; two workers starting together
-    race on ``CREATE TYPE`` and one fails. Hold this (a session advisory lock on its own connection) around
-    opening the storage. SQLite serialises writers itself: a no-op there.
+    race on ``CREATE TYPE`` (PostgreSQL) or ``CREATE TABLE`` (SQLite) and one fails. Hold this around opening
+    the storage: a session advisory lock on its own connection, or an ``fcntl`` lock beside the SQLite file.
     """
     if url.startswith("sqlite"):
-        yield
+        database = sa.engine.make_url(url).database
+        if not database or database == ":memory:":
+            yield
+            return
+        with open(f"{database}.setup-lock", "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         return
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:

@@ -139,7 +139,9 @@ class PostgresLedger:
             with self.engine.begin() as conn:
                 if self.postgres:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": _DDL_LOCK})
-                self.table.metadata.create_all(conn, checkfirst=True)
+                conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))   # atomic on SQLite too
+                for index in self.table.indexes:
+                    conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
         except SQLAlchemyError as exc:
             raise HistoryError(f"cannot create the ledger table in {_redact(self.url)}: {exc}",
                                remedy="give the database user CREATE rights, or create the table once as its owner"

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.history.claims import ClaimState, WorkClaims
+from elsa_tune.history.claims import ClaimState, WorkClaims, setup_lock
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.ledger import Evidence, JsonlLedger, Ledger, LedgerEntry
 from elsa_tune.history.pg_ledger import PostgresLedger, ledger_for
+from elsa_tune.history.store import StudyStore
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.tuner.worker_pool import parse_gpus
 
@@ -162,3 +163,28 @@ def test_gpu_lists_name_each_card_once() -> None:
         parse_gpus("0,0")
     with pytest.raises(ConfigError):
         parse_gpus(" , ")
+
+
+def test_workers_opening_a_fresh_sqlite_study_at_once_all_succeed(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def open_all(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            with setup_lock(url):
+                StudyStore(tmp_path / f"gpu{i}", storage_url=url, name=f"s@gpu{i}", heartbeat_interval=1,
+                           grace_period=5)
+                WorkClaims(url, "s", f"w{i}").close()
+                PostgresLedger(url).close()
+        except BaseException as exc:  # collected and asserted below: a thread cannot fail the test itself
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_all, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert (tmp_path / "study.db.setup-lock").exists()
