@@ -118,7 +118,7 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
     elif settings.runtime == "docker":
         problems.append("flags not validated against the image before the study (the first boot will)")
     trace = load_traffic(settings.traffic)
-    concurrency = _concurrency(space)
+    concurrency = measured_concurrency(space)
     workload, burst = workloads(trace, settings, concurrency)
     fingerprint = Fingerprint.build(runtime=runtime_name, runtime_version=version, launch_command=launch,
                                     model_path=space.model.path, gpu=state,
@@ -155,7 +155,7 @@ def workloads(trace: Trace, settings: Settings, concurrency: int) -> tuple[Workl
     return measured, burst
 
 
-def _concurrency(space: SearchSpace) -> int:
+def measured_concurrency(space: SearchSpace) -> int:
     """Clients in flight during a measured pass: the baseline's running slots (the user's deployment today)."""
     value = space.base_flags.get("max-running-requests")
     for p in space.parameters:

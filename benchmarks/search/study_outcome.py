@@ -33,7 +33,7 @@ from elsa_tune.history.run_dir import RunDir
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.truth import TruthWorkload
 from elsa_tune.search_spaces.loader import load_space
-from elsa_tune.tuner.preflight import _concurrency, load_traffic, workloads
+from elsa_tune.tuner.preflight import load_traffic, measured_concurrency, workloads
 from elsa_tune.tuner.settings import Settings
 
 HERE = Path(__file__).resolve().parent
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(**{k: v for k, v in study["extra"]["settings"].items()
                            if k in Settings.__dataclass_fields__ and k not in ("out", "log_file", "looks")})
     trace = load_traffic("demo")
-    measured, _ = workloads(trace, settings, _concurrency(space))
+    measured, _ = workloads(trace, settings, measured_concurrency(space))
     reqs = measured.requests
     workload = TruthWorkload(concurrency=measured.concurrency or 1, num_requests=len(reqs),
                              input_tokens=tuple(r.input_tokens for r in reqs),
