@@ -48,7 +48,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
-from elsa_tune.errors import StudyError
+from elsa_tune.errors import ConfigError, StudyError
 from elsa_tune.history.claims import Claim, ClaimState, WorkClaims, setup_lock
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.ledger import Ledger
@@ -75,6 +75,7 @@ from elsa_tune.tuner.statistics import InsufficientData
 log = logging.getLogger(__name__)
 
 INCUMBENT = "incumbent"
+SPACE, SETUP = "space", "setup"       # shared values every worker of a study must agree on
 SHARED_SUMMARY = "shared-study.json"
 #: Work-item phases of the claim table.
 BASELINE, SEARCH, AB = "baseline", "search", "ab"
@@ -178,6 +179,7 @@ class Worker:
         status = StudyStatus.FAILED
         try:
             with self.interrupts:
+                self._join()
                 self.store.reconcile()
                 self._baseline()
                 self._search()
@@ -191,6 +193,20 @@ class Worker:
             self.write_outputs(status)
             self.claims.close()
         return self.stats
+
+    def _join(self) -> None:
+        """Refuse to join a study searching another space, or measured on another setup (runtime, model, GPU
+        model, driver): its trials' numbers would not be comparable with this worker's."""
+        wanted = {SPACE: (self.space.digest, {"space": self.space.name}),
+                  SETUP: (self.pre.fingerprint.ledger_key(), {"setup": self.pre.fingerprint.describe()})}
+        for name, (key, value) in wanted.items():
+            self.claims.compare_and_set(name, None, key, value)
+            stored_key, stored = self.claims.get(name)
+            if stored_key != key:
+                raise ConfigError(f"study {self.config.study} has another {name}: {dict(stored or {})}, this worker "
+                                  f"has {value}",
+                                  remedy="join with the same search space on the same kind of GPU, runtime and model, "
+                                         "or start another study (--study)")
 
     def _left_s(self) -> float:
         return self.config.budget_s - (time.monotonic() - self.started)
@@ -285,8 +301,8 @@ class Worker:
                 return
             candidate = replace(proposal.candidate, label=f"trial-{number}")
             key = candidate.key()
-            claim = self.claims.wait(SEARCH, key, gpu=self.gpu_uuid,
-                                     timeout_s=max(60.0, 3.0 * self.config.grace_s + self.space.probes.boot_timeout_s))
+            # A live twin finishes its boot (then its result is told here) or dies (then this worker takes over).
+            claim = self.claims.wait(SEARCH, key, gpu=self.gpu_uuid, timeout_s=max(60.0, self._left_s()))
             if claim.state is ClaimState.DONE and claim.result is not None:
                 self.stats.shared_results += 1
                 r = claim.result
