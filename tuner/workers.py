@@ -179,7 +179,7 @@ class Worker:
         status = StudyStatus.FAILED
         try:
             with self.interrupts:
-                self._join()
+                self.join()
                 self.store.reconcile()
                 self._baseline()
                 self._search()
@@ -194,7 +194,7 @@ class Worker:
             self.claims.close()
         return self.stats
 
-    def _join(self) -> None:
+    def join(self) -> None:
         """Refuse to join a study searching another space, or measured on another setup (runtime, model, GPU
         model, driver): its trials' numbers would not be comparable with this worker's."""
         wanted = {SPACE: (self.space.digest, {"space": self.space.name}),
