@@ -17,7 +17,8 @@ Methods (same boot budget, same noise draws per candidate and repeat):
   study's ``MemoryModel`` skipping candidates predicted to miss the context target (no boot spent);
 - ``random``: rule-abiding candidates drawn uniformly (``SearchSpace.sample``);
 - ``grid``: a fixed-order exhaustive grid, 3 points per numeric parameter (vLLM's ``auto_tune.sh`` sweeps its
-  parameter lists this way).
+  parameter lists this way), and the same grid in a shuffled order (a fixed order is lucky or unlucky depending
+  on whether the optimum sits at its first corner).
 
 "The true optimum" is the best true worth among a coordinate sweep around the baseline (every value of each
 parameter, then the best point's neighbourhood again) and every candidate any method evaluated.
@@ -149,8 +150,16 @@ def grid(bench: Bench, seed: int, boots: int) -> Iterator[Candidate | None]:
     yield from bench.space.enumerate_grid(3, limit=boots)
 
 
+def shuffled_grid(bench: Bench, seed: int, boots: int) -> Iterator[Candidate | None]:
+    """The same grid in a random order: what a fixed order is worth when its first corner is not the optimum."""
+    points = list(bench.space.enumerate_grid(3))
+    random.Random(seed).shuffle(points)
+    yield from points[:boots]
+
+
 METHODS: dict[str, Callable[[Bench, int, int], Iterator[Candidate | None]]] = {
-    "elsa (TPE + memory model)": elsa, "random": random_search, "grid (vLLM auto-tune style)": grid}
+    "elsa (TPE + memory model)": elsa, "random": random_search, "grid (vLLM auto-tune style, fixed order)": grid,
+    "grid (same points, shuffled order)": shuffled_grid}
 
 
 def optimum(bench: Bench) -> float:
