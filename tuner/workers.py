@@ -81,6 +81,10 @@ SHARED_SUMMARY = "shared-study.json"
 BASELINE, SEARCH, AB = "baseline", "search", "ab"
 
 
+class StopWorker(Exception):
+    """Raised before a boot when the worker must end now; its outputs are written."""
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """How one worker joins a shared study. ``gpu`` is the label of its GPU (NVML index, or the simulated
@@ -163,7 +167,7 @@ class Worker:
                                                    headroom_floor_bytes=probe.headroom_floor_mib * 2**20),
                           warmup_passes=settings.warmup_passes, measured_passes=settings.measured_passes,
                           seed=settings.seed, quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx)
+        self.booter = CandidateBooter(ctx, before_boot=self._before_boot)
         self.baseline = self.space.candidate(self.space.baseline_values(), list(config.techniques), label="baseline")
         self.memory = MemoryModel(numeric=tuple(p.flag for p in self.space.parameters if p.flag and p.is_numeric))
         self.noise: NoiseReport | None = None
@@ -183,6 +187,9 @@ class Worker:
                 self.store.reconcile()
                 self._baseline()
                 self._search()
+            status = StudyStatus.INTERRUPTED if self.interrupts.requested else StudyStatus.FINISHED
+        except StopWorker as stop:
+            log.warning("worker %s stopped: %s", self.name, stop)
             status = StudyStatus.INTERRUPTED if self.interrupts.requested else StudyStatus.FINISHED
         except KeyboardInterrupt:
             status = StudyStatus.INTERRUPTED
@@ -208,6 +215,14 @@ class Worker:
                                   remedy="join with the same search space on the same kind of GPU, runtime and model, "
                                          "or start another study (--study)")
 
+    def _before_boot(self, plan: BootPlan) -> None:
+        """Stop before a boot when a person asked, or before an A/B boot once the budget is spent (an unfinished
+        comparison keeps the incumbent; its work item is released for another worker)."""
+        if self.interrupts.requested:
+            raise StopWorker("interrupted: the last boot was recorded")
+        if plan.tag.startswith(f"{AB}:") and self._left_s() <= 0:
+            raise StopWorker("the budget ran out during an A/B comparison")
+
     def _left_s(self) -> float:
         return self.config.budget_s - (time.monotonic() - self.started)
 
@@ -222,8 +237,6 @@ class Worker:
         samples = []
         with self.claims.holding(claim) if claim.state is ClaimState.CLAIMED else _nothing(claim):
             for i in range(self.pre.settings.baseline_boots):
-                if self.interrupts.requested:
-                    raise KeyboardInterrupt
                 result = self.booter.boot(BootPlan(tag=f"baseline:{i}", candidate=self.baseline,
                                                    phase=Phase.BASELINE, probes=i == 0))
                 if result.sample.failed is not None:
