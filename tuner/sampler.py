@@ -170,12 +170,16 @@ class CandidateBooter:
             server = None
         if server is not None:
             report = server.report
+            pool = report.max_total_num_tokens
+            short = bool(plan.probes and ctx.context_target and pool is not None and pool < ctx.context_target)
+            if short:
+                note = f"KV pool {pool:,} tokens < context target {ctx.context_target:,}: not probed or measured"
             try:
-                if plan.probes:
+                if plan.probes and not short:
                     failure, quality_passed, note = self._probe(server, plan, probes, extra)
                     if failure is not None or quality_passed is False:
                         outcome = BootOutcome.PROBE_FAILED
-                if failure is None and plan.passes:
+                if failure is None and plan.passes and not short:
                     failure, min_free = self._measure(server, passes, measurements)
                     outcome = BootOutcome.DIED if failure is not None else BootOutcome.MEASURED
                 if failure is None and plan.soak_s > 0:

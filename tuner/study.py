@@ -478,7 +478,9 @@ class Study:
         log.info("trial %d beats the incumbent by more than the boot noise: confirming through the A/B gate", number)
         ab, ids = self._ab(candidate, tag=f"search:{number}", phase=Phase.SEARCH, technique=candidate.label,
                            seed=1000 + number, trial=number)
-        verdict = self.fdr.review(ab.verdict)
+        # Not in the night's false-keep family: a search keep is a step of the search, and the final incumbent
+        # must still beat the original baseline on fresh boots in the confirmation A/B before it is recommended.
+        verdict = ab.verdict
         changed = {k: v for k, v in candidate.flags.items() if self.incumbent.candidate.flags.get(k) != v}
         decision = DecisionRecord(study=self.name, number=0, phase=Phase.SEARCH, technique=f"search trial {number}",
                                   flags_delta=changed, incumbent_key=self.incumbent.candidate.key(),
