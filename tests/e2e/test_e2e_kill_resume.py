@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_SPACE, ledger_lines
+from elsa_e2e_helpers import TINY_SPACE, ledger_lines
 
 pytestmark = pytest.mark.slow
 

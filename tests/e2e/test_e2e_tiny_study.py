@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TINY_SPACE, RunStudy, ledger_lines
+from elsa_e2e_helpers import TINY_SPACE, RunStudy, ledger_lines
 
 from elsa_tune.history.run_dir import RunDir
 from elsa_tune.history.study_record import StudyStatus
