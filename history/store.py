@@ -171,8 +171,11 @@ class StudyStore:
 
     @property
     def ledger(self) -> Ledger:
-        """The ledger shared by the studies of this run directory's parent folder."""
-        return Ledger.for_run_dir(self.files.path)
+        """The ledger shared by the studies: in the database when the store is on a server (PostgreSQL),
+        else ``ledger.jsonl`` in this run directory's parent folder."""
+        from elsa_tune.history.pg_ledger import ledger_for  # sqlalchemy is only needed for a database ledger
+
+        return ledger_for(self.files.path, self.storage_url)
 
     # ---- Optuna -------------------------------------------------------------------------------------
 
