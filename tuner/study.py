@@ -322,7 +322,7 @@ class Study:
             if failed is None or failed.kind not in _RETRIED:
                 break
         assert result is not None
-        boots = (result.record.boot_id,)
+        boots: tuple[str, ...] = (result.record.boot_id,)
         if result.sample.failed is not None:
             self._decide(DecisionRecord(study=self.name, number=0, phase=Phase.SCREENING, technique=technique.name,
                                         failure=_named(result.sample.failed), attempts=attempts, boots_candidate=boots,
@@ -336,6 +336,16 @@ class Study:
                                         ignored=ignored, boots_candidate=boots, decided_at=time.time(), **base))
             return
         immediate = self._immediate_reject(result)
+        if immediate is not None and immediate.extra.get("z") is not None:
+            # A single slow boot may be the host, not the technique: a second boot must be as slow.
+            again = self._boot(BootPlan(tag=f"{tag}:recheck", candidate=candidate, phase=Phase.SCREENING,
+                                        arm=Arm.CANDIDATE, technique=technique.name))
+            boots += (again.record.boot_id,)
+            second = self._immediate_reject(again) if again.sample.failed is None else None
+            immediate = second if second is not None and second.extra.get("z") is not None else None
+            if immediate is not None:
+                immediate = replace(immediate, boots_candidate=2, reason=immediate.reason.replace(
+                    "on its screening boot", "on two screening boots (the second shown)"))
         if immediate is not None:
             self._decide(DecisionRecord(study=self.name, number=0, phase=Phase.SCREENING, technique=technique.name,
                                         verdict=immediate, result=immediate.reason, boots_candidate=boots,
@@ -364,6 +374,7 @@ class Study:
         if not reason and self.context_target and kv is not None and kv < self.context_target:
             reason = f"context drops to {kv:,} tokens, below the {self.context_target:,}-token target"
         tput, incumbent = result.record.throughput_tok_s, self.incumbent.throughput
+        z: float | None = None
         if not reason and tput and incumbent and self.noise is not None:
             # One boot against the incumbent's mean: a drop beyond 3 σ_boot (one-sided p ≈ 0.001) needs no A/B.
             sigma = self.noise.sigma_boot * math.sqrt(1.0 + 1.0 / max(1, self.noise.boots))
@@ -371,10 +382,12 @@ class Study:
             if z < -3.0:
                 reason = (f"{tput / incumbent - 1:+.0%} on its screening boot ({tput:,.1f} vs {incumbent:,.1f} tok/s), "
                           f"{-z:.1f} σ below the incumbent's boot-to-boot noise")
+            else:
+                z = None
         if not reason:
             return None
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1)
+                       boots_incumbent=0, boots_candidate=1, extra={"z": z} if z is not None else {})
 
     def _ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
             seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None
