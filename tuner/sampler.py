@@ -114,6 +114,9 @@ class CandidateBooter:
                 self._done[tag] = record
         self.boots = 0
         self.failed = 0
+        #: the quality gate's outcome per candidate key, from its probed boot: a property of the configuration,
+        #: so the gate's later boots of the same candidate (which skip the probes) carry it too.
+        self.quality: dict[str, bool] = {}
         reference = next((r.extra.get(QUALITY_REFERENCE) for r in self._done.values()
                           if r.extra.get(QUALITY_REFERENCE)), None)
         if reference and ctx.reference is None:
@@ -133,6 +136,8 @@ class CandidateBooter:
         else:
             result = self._fresh(plan)
             self._done[plan.tag] = result.record
+        if result.sample.quality_passed is not None:
+            self.quality[plan.candidate.key()] = result.sample.quality_passed
         self.boots += 1
         self.failed += result.sample.failed is not None
         if self.on_boot is not None:
@@ -327,7 +332,10 @@ class ABSampler:
                         trial_number=self.trial_number)
         result = self.booter.boot(plan)
         self.boot_ids[arm].append(result.record.boot_id)
-        return result.sample
+        sample = result.sample
+        if sample.quality_passed is None and sample.failed is None:
+            sample = replace(sample, quality_passed=self.booter.quality.get(plan.candidate.key()))
+        return sample
 
 
 # ---- helpers --------------------------------------------------------------------------------------
