@@ -31,7 +31,7 @@ from elsa_tune.history.records import Covariates as RecordCovariates
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
 from elsa_tune.probes.quality import QualityGate, QualitySample
-from elsa_tune.probes.stress import LongContextProbe, burst_probe, soak_probe
+from elsa_tune.probes.stress import LongContextProbe, StressProbe, burst_probe, soak_probe
 from elsa_tune.probes.watcher import MemoryWatcher
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.gpu import GpuState, GpuView
@@ -217,7 +217,7 @@ class CandidateBooter:
         ctx = self.ctx
         budget = ctx.probe_budget
         notes: list[str] = []
-        checks = []
+        checks: list[StressProbe] = []
         if ctx.context_target:
             checks.append(LongContextProbe(ctx.runtime.check, ctx.gpu, target_tokens=ctx.context_target,
                                            seed=ctx.seed))

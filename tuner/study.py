@@ -259,7 +259,7 @@ class Study:
     def _looks(self) -> tuple[int, ...]:
         """Blocks per arm at each look, sized so the A/Bs of the techniques fit the screening allowance."""
         boot_s = self._boot_s()
-        screenable = [t for t in self.space.techniques if t.screen] or [None]
+        screenable: list[Technique | None] = [t for t in self.space.techniques if t.screen] or [None]
         per_technique = self.budget.shares["screening"] * self.budget.total_s / len(screenable) / boot_s
         # About half the techniques end at their screening boot; the rest stop at the first or second look. The cap
         # is at least 6 blocks: with fewer boots a real +20% cannot pass the night's false-keep control.
@@ -300,7 +300,7 @@ class Study:
             self._screen(index, technique)
 
     def _screen(self, index: int, technique: Technique) -> None:
-        base = dict(flags_delta=dict(technique.flags), env_delta=dict(technique.env),
+        base: dict[str, Any] = dict(flags_delta=dict(technique.flags), env_delta=dict(technique.env),
                     incumbent_key=self.incumbent.candidate.key())
         try:
             candidate = self.space.candidate(self.incumbent.values, [*self.incumbent.techniques, technique.name],
