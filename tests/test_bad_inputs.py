@@ -157,3 +157,9 @@ def test_unknown_flag_against_the_installed_runtime(tmp_path: Path) -> None:
                                  cwd=tmp_path), code=2,
                          cause="--enable-mixed-chunks, which the runtime does not have",
                          fix="did you mean --enable-mixed-chunk?")
+
+
+def test_several_gpus_on_tune_point_at_the_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--gpu", "0,1", "--traffic", "demo"]) == 2
+    err = capsys.readouterr().err
+    assert "one study runs on one GPU" in err and "elsa-tune worker" in err and "Traceback" not in err

@@ -52,6 +52,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gpu and "," in str(args.gpu):
+        # Several GPUs share one study through workers (numeric search and A/Bs, each A/B on one GPU); the
+        # screening of stacked techniques is sequential and stays in the single-GPU study.
+        raise ConfigError(f"--gpu {args.gpu}: one study runs on one GPU",
+                          remedy=f"run `elsa-tune worker --study NAME --gpu {args.gpu} …` (same --space/--traffic "
+                                 "options) to share a study across these GPUs, or pick one GPU here")
     from elsa_tune.history.study_record import StudyStatus
     from elsa_tune.tuner.console import StudyView, interactive, setup_logging
     from elsa_tune.tuner.preflight import run_preflight
