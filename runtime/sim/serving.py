@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from elsa_tune.runtime.sim.engine import StepResult
 from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash, watchdog_crash
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.noise import ServingNoise
@@ -43,29 +44,6 @@ class JobSpec:
     regime: str
 
 
-@dataclass(frozen=True)
-class Step:
-    """One scheduler iteration, as the serving loop consumes it."""
-
-    duration_s: float
-    kind: str                                  # "prefill" or "decode"
-    emitted: Mapping[str, int]                 # tokens emitted per request this step
-    finished: tuple[str, ...] = ()
-    retracted: tuple[str, ...] = ()
-    cached: Mapping[str, int] = field(default_factory=dict)   # cached prompt tokens of newly admitted requests
-    new_tokens: int = 0                        # prompt tokens computed (prefill)
-    new_seqs: int = 0
-    running: int = 0
-    queued: int = 0
-    used_tokens: int = 0
-    token_capacity: int = 1
-    mamba_used: int = 0
-    mamba_capacity: int = 0
-    verify_calls: int = 0                      # speculative verify forwards this step (0 without spec)
-    accepted_tokens: int = 0                   # tokens emitted by those verifies
-    aborted: Mapping[str, str] = field(default_factory=dict)   # requests the scheduler refused, with SGLang's text
-
-
 class JobRejected(ValueError):
     """The scheduling core refuses a request (HTTP 400); the message is SGLang's."""
 
@@ -86,7 +64,7 @@ class StepSource(Protocol):
 
     def abort(self, rid: str) -> None: ...
 
-    def step(self) -> Step | None:
+    def step(self) -> StepResult | None:
         """The next step, or ``None`` when there is nothing to run; raises ``StepCrash`` when the scheduler dies."""
 
     def flush_cache(self) -> bool: ...
@@ -246,7 +224,7 @@ class Serving:
                 deadline = loop.time()
             self._deliver(step, loop.time())
 
-    def _deliver(self, step: Step, now: float) -> None:
+    def _deliver(self, step: StepResult, now: float) -> None:
         m = self.metrics
         for rid, message in step.aborted.items():
             job = self.jobs.pop(rid, None)
@@ -327,7 +305,7 @@ class Serving:
             self._hung = True
             self._hung_since = time.monotonic()
 
-    def _gauges_and_log(self, step: Step, now: float) -> None:
+    def _gauges_and_log(self, step: StepResult, now: float) -> None:
         usage = round(step.used_tokens / max(1, step.token_capacity), 2)
         mamba_usage = round(step.mamba_used / step.mamba_capacity, 2) if step.mamba_capacity else 0.0
         refresh = step.kind == "prefill"

@@ -1,8 +1,8 @@
 """The adapter from sim-model's scheduling core (``engine.py``) to the serving loop's ``StepSource``.
 
 The engine is a deterministic discrete-event core independent of wall time; the serving loop paces it. This
-module translates between the two vocabularies (``SimRequest``/``StepResult``/``EngineCrash`` on one side,
-``JobSpec``/``Step``/``StepCrash`` on the other) so that neither has to know the other's internals.
+module translates requests and crashes between the two vocabularies (``SimRequest``/``EngineCrash`` on one side,
+``JobSpec``/``StepCrash`` on the other); steps are the engine's ``StepResult`` on both sides.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from elsa_tune.runtime.sim.faults import Crash
 from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash
 from elsa_tune.runtime.sim.performance import PerformanceModel
 from elsa_tune.runtime.sim.profile import SimProfile
-from elsa_tune.runtime.sim.serving import JobRejected, JobSpec, Step, StepCrash
+from elsa_tune.runtime.sim.serving import JobRejected, JobSpec, StepCrash
 from elsa_tune.search_spaces.candidate import FlagValue
 
 #: Prefix-cache granularity of the server's block hashes (tokens per block).
@@ -44,12 +44,11 @@ class EngineSource:
     def flush_cache(self) -> bool:
         return bool(self.engine.flush_cache())
 
-    def step(self) -> Step | None:
+    def step(self) -> StepResult | None:
         try:
-            result = self.engine.step()
+            return self.engine.step()
         except EngineCrash as exc:
             raise StepCrash(crash_of(exc.crash)) from exc
-        return None if result is None else _to_step(result)
 
 
 def engine_source(profile: SimProfile, plan: MemoryPlan, flags: Mapping[str, FlagValue], env: Mapping[str, str],
@@ -67,11 +66,3 @@ def crash_of(sim: SimCrash) -> Crash:
         return Crash(sim.kind, "serve", tuple(sim.lines), plain=True)
     phase = _PHASE_OF_KIND.get(sim.kind, "kv") if sim.phase == "boot" else "serve"
     return Crash(sim.kind, phase, tuple(sim.lines))
-
-
-def _to_step(r: StepResult) -> Step:
-    return Step(duration_s=r.duration_s, kind=r.kind, emitted=r.emitted, finished=r.finished, retracted=r.retracted,
-                aborted=r.aborted, cached=r.cached, new_tokens=r.new_tokens, new_seqs=r.new_seqs, running=r.running,
-                queued=r.queued, used_tokens=r.used_tokens, token_capacity=r.token_capacity,
-                mamba_used=r.mamba_used, mamba_capacity=r.mamba_capacity, verify_calls=r.verify_calls,
-                accepted_tokens=r.accepted_tokens)
