@@ -14,11 +14,12 @@ than ``min_points`` boots it predicts nothing (statistics never fail open: no da
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from elsa_tune.history.records import BootRecord
 from elsa_tune.search_spaces.candidate import FlagValue
 
 SCHEMA_VERSION = 1
@@ -103,6 +104,15 @@ class MemoryModel:
         self.observations.append(observation)
         self._fit()
 
+
+    def add_boots(self, boots: Iterable[BootRecord]) -> None:
+        """Learn from every recorded boot that reported its KV pool (a resumed or shared study's history)."""
+        before = len(self.observations)
+        self.observations.extend(
+            Observation(record.candidate.flags, record.report.max_total_num_tokens, record.report.max_running_requests)
+            for record in boots if record.report and record.report.max_total_num_tokens)
+        if len(self.observations) > before:
+            self._fit()  # once for the whole history, not once per boot
     def error(self) -> float | None:
         """Leave-one-out mean absolute relative error of the pool prediction (``None`` before the fit)."""
         return self._loo

@@ -406,10 +406,7 @@ class Study:
     def _search(self) -> None:
         if not self.space.parameters:
             return
-        for record in self.store.load().boots:
-            if record.report and record.report.max_total_num_tokens:
-                self.memory.add(Observation(record.candidate.flags, record.report.max_total_num_tokens,
-                                            record.report.max_running_requests))
+        self.memory.add_boots(self.store.load().boots)
         search = NumericSearch(self.space, self.store, study_name=self.name, seed=self.settings.seed,
                                techniques=self.incumbent.techniques)
         search.enqueue(self.incumbent.values)

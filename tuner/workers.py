@@ -275,10 +275,7 @@ class Worker:
     def _search(self) -> None:
         if not self.space.parameters:
             return
-        for record in self.store.load().boots:
-            if record.report and record.report.max_total_num_tokens:
-                self.memory.add(Observation(record.candidate.flags, record.report.max_total_num_tokens,
-                                            record.report.max_running_requests))
+        self.memory.add_boots(self.store.load().boots)
         gpu_index = int(self.config.gpu) if self.config.gpu.isdigit() else 0
         search = NumericSearch(self.space, self.store, study_name=self.config.study,
                                seed=self.pre.settings.seed * 101 + gpu_index, techniques=self.config.techniques)
