@@ -32,7 +32,8 @@ from docker.types import DeviceRequest
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.classify import classify, study_stopper
-from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
+from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
+from elsa_tune.runtime.failure import Failure, FailureHints
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process import DEFAULT_LAUNCH, wait_memory_released
@@ -163,7 +164,7 @@ class SGLangDocker:
             base_url = f"http://127.0.0.1:{port}"
             with httpx.Client(trust_env=False) as http:
                 self._wait_ready(boot, http, base_url, log_path)
-                info = self._server_info(http, base_url)
+                info = server_info(http, base_url, self.health_timeout_s)
             report = build_report(tee.text(), candidate, info)
             (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
             ready = True
@@ -212,27 +213,13 @@ class SGLangDocker:
                 failure = classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code),
                                                                  elapsed_s=time.monotonic() - boot.started))
                 raise BootFailed(failure, log_path=str(log_path))
-            if boot.tee.ready.is_set() and self._healthy(http, base_url):
+            if boot.tee.ready.is_set() and healthy(http, base_url, self.health_timeout_s):
                 return
             if time.monotonic() >= deadline:
                 failure = classify(boot.tee.text(), FailureHints(timed_out=True,
                                                                  elapsed_s=time.monotonic() - boot.started))
                 raise BootFailed(failure, log_path=str(log_path))
             boot.tee.ready.wait(timeout=self.poll_interval_s)
-
-    def _healthy(self, http: httpx.Client, base_url: str) -> bool:
-        try:
-            return http.get(f"{base_url}/health", timeout=self.health_timeout_s).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _server_info(self, http: httpx.Client, base_url: str) -> dict[str, Any] | None:
-        try:
-            response = http.get(f"{base_url}/server_info", timeout=self.health_timeout_s)
-            data = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
 
     # ---- check / stop -----------------------------------------------------------------------------
 
@@ -255,14 +242,10 @@ class SGLangDocker:
             with httpx.Client(trust_env=False) as http:
                 status = http.get(f"{server.base_url}/health", timeout=self.health_timeout_s).status_code
         except httpx.HTTPError as exc:
-            return self._unhealthy(boot, f"/health did not answer: {type(exc).__name__}")
+            return unhealthy(boot.tee.text(), f"/health did not answer: {type(exc).__name__}")
         if status == 200:
             return Health(HealthState.HEALTHY, "ok")
-        return self._unhealthy(boot, f"/health answered {status}")
-
-    def _unhealthy(self, boot: _Boot, detail: str) -> Health:
-        failure = classify(boot.tee.text(), FailureHints(became_ready=True, timed_out=True))
-        return Health(HealthState.UNHEALTHY, detail, failure if failure.kind is FailureKind.HANG else None)
+        return unhealthy(boot.tee.text(), f"/health answered {status}")
 
     def _died(self, boot: _Boot, code: int) -> Failure:
         return classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code), became_ready=True,

@@ -26,13 +26,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.classify import classify, study_stopper
+from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.ports import free_port
@@ -172,7 +172,7 @@ class SGLangProcess:
         try:
             with httpx.Client(trust_env=False) as client:
                 self._wait_ready(boot, client, base_url, log_path)
-                info = self._server_info(client, base_url)
+                info = server_info(client, base_url, self.health_timeout_s)
             report = build_report(tee.text(), candidate, info)
             _write_report(boot_dir, report)
             ready = True
@@ -198,7 +198,7 @@ class SGLangProcess:
                     raise stopper
                 failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - boot.started))
                 raise BootFailed(failure, log_path=str(log_path))
-            if boot.tee.ready.is_set() and self._healthy(client, base_url):
+            if boot.tee.ready.is_set() and healthy(client, base_url, self.health_timeout_s):
                 return
             if time.monotonic() >= deadline:
                 self._terminate(boot)
@@ -209,27 +209,6 @@ class SGLangProcess:
             boot.tee.ready.wait(timeout=self.poll_interval_s)
             if boot.tee.ready.is_set():
                 time.sleep(self.poll_interval_s)
-
-    def _healthy(self, client: httpx.Client, base_url: str) -> bool:
-        try:
-            return client.get(f"{base_url}/health", timeout=self.health_timeout_s).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _server_info(self, client: httpx.Client, base_url: str) -> dict[str, Any] | None:
-        for path in ("/server_info", "/get_server_info"):
-            try:
-                response = client.get(f"{base_url}{path}", timeout=self.health_timeout_s)
-            except httpx.HTTPError as exc:
-                log.debug("%s unavailable: %s", path, exc)
-                continue
-            if response.status_code == 200:
-                try:
-                    data = response.json()
-                except ValueError:
-                    return None
-                return data if isinstance(data, dict) else None
-        return None
 
     # ---- check ------------------------------------------------------------------------------------
 
@@ -246,14 +225,10 @@ class SGLangProcess:
             with httpx.Client(trust_env=False) as client:
                 response = client.get(f"{server.base_url}/health", timeout=self.health_timeout_s)
         except httpx.HTTPError as exc:
-            return self._unhealthy(boot, f"/health did not answer: {type(exc).__name__}")
+            return unhealthy(boot.tee.text(), f"/health did not answer: {type(exc).__name__}")
         if response.status_code == 200:
             return Health(HealthState.HEALTHY, "ok")
-        return self._unhealthy(boot, f"/health answered {response.status_code}")
-
-    def _unhealthy(self, boot: _Boot, detail: str) -> Health:
-        failure = classify(boot.tee.text(), FailureHints(became_ready=True, timed_out=True))
-        return Health(HealthState.UNHEALTHY, detail, failure if failure.kind is FailureKind.HANG else None)
+        return unhealthy(boot.tee.text(), f"/health answered {response.status_code}")
 
     def _died(self, boot: _Boot, code: int) -> Failure:
         return classify(boot.tee.text(), FailureHints(exit_code=code, became_ready=True,
