@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.engine import StepResult
 from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash, watchdog_crash
 from elsa_tune.runtime.sim.metrics import SglangMetrics
@@ -203,6 +204,10 @@ class Serving:
             try:
                 step = self.source.step()
             except StepCrash as exc:
+                if exc.crash.kind is FailureKind.HANG:
+                    # a forward that never returns is not a death: the process lives on until the watchdog
+                    self._hung, self._hung_since = True, time.monotonic()
+                    continue
                 self._die(exc.crash)
                 return
             if step is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,19 @@ def test_ab_sampler_tags_boots_by_arm_and_slot(ctx: BootContext) -> None:
     assert sample.arm is Arm.CANDIDATE and sample.failed is None and len(sample.measured) == 2
     assert [r.extra["tag"] for r in ctx.store.load().boots] == ["screening:x:ab:B0.1"]
     assert sampler.boot_ids[Arm.CANDIDATE] and not sampler.boot_ids[Arm.INCUMBENT]
+
+
+def test_a_hang_under_load_is_recorded_as_a_hang_not_as_a_host_oom_kill(ctx: BootContext) -> None:
+    # seed 004: "--max-mamba-cache-size 32 -> server hangs with no error". The server stays up with /health
+    # answering; the probe sees the stall, the booter stops the server itself, and that stop is no crash.
+    ctx.probe_budget = replace(ctx.probe_budget, request_timeout_s=10.0, hang_s=2.0, deadline_s=30.0)
+    plan = BootPlan(tag="screening:slots:probe1", phase=Phase.SCREENING, arm=Arm.CANDIDATE, probes=True,
+                    candidate=Candidate({**BASE, "max-running-requests": 1, "max-mamba-cache-size": 64},
+                                        label="slots-64"))
+    result = CandidateBooter(ctx).boot(plan)
+    record = result.record
+    assert record.outcome is BootOutcome.PROBE_FAILED
+    assert record.failure is not None and record.failure.kind is FailureKind.HANG
+    assert "while the server stayed up" in record.probes[0].detail
+    log = (ctx.store.run_dir / (record.log_path or "x")).read_text()
+    assert "SIGQUIT" not in log and "Shutting down" in log          # it did not die: we stopped it
