@@ -7,6 +7,7 @@ them in their own process groups, forwards a stop, waits with a deadline and kil
 ``finally``. A child's exit code is its own; the pool's is the worst of them. The pool's first SIGINT/SIGTERM
 is forwarded (each worker finishes its boot and writes its outputs); a second stops them now. A worker stops
 its runtime's servers itself (they run in their own sessions): only a SIGKILLed worker leaves one behind.
+A SIGKILLed pool leaves no worker running: each child gets SIGTERM when the pool's process dies.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +54,18 @@ class WorkerPool:
     """Start ``argv_for(gpu)`` for every GPU, wait for all of them (``timeout_s``), clean up in ``finally``."""
 
     def __init__(self, gpus: Sequence[str], argv: Sequence[str], *, log_dir: Path, timeout_s: float,
-                 stop_grace_s: float = 30.0) -> None:
+                 stop_grace_s: float = 30.0, interrupts: Interrupts | None = None,
+                 on_started: Callable[[Sequence[WorkerProcess]], None] | None = None) -> None:
+        """``interrupts``: an ``Interrupts`` the caller already entered (a study running the pool as one of its
+        phases); the pool reads it instead of installing its own handlers. ``on_started`` sees every child once
+        all are started (a study records their pids, to wait for them when it resumes)."""
         self.gpus = list(gpus)
         self.argv = list(argv)
         self.log_dir = Path(log_dir)
         self.timeout_s = timeout_s
         self.stop_grace_s = stop_grace_s
+        self.interrupts = interrupts
+        self.on_started = on_started
         self.workers: list[WorkerProcess] = []
 
     def command(self, gpu: str) -> list[str]:
@@ -71,9 +78,12 @@ class WorkerPool:
                 path = self.log_dir / f"worker-gpu{gpu}.log"
                 with open(path, "ab") as out:
                     proc = subprocess.Popen(self.command(gpu), stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_stop_with_parent)
                 self.workers.append(WorkerProcess(gpu, proc, path))
                 log.info("worker for GPU %s started (pid %d, log %s)", gpu, proc.pid, path)
+            if self.on_started is not None:
+                self.on_started(list(self.workers))
             return self._wait()
         finally:
             self.stop()
@@ -81,7 +91,7 @@ class WorkerPool:
     def _wait(self) -> int:
         deadline = time.monotonic() + self.timeout_s
         codes: dict[str, int] = {}
-        with Interrupts() as interrupts:
+        with (contextlib.nullcontext(self.interrupts) if self.interrupts else Interrupts()) as interrupts:
             forwarded = False
             while len(codes) < len(self.workers):
                 if interrupts.requested and not forwarded:   # each worker finishes its boot and writes outputs
@@ -125,6 +135,17 @@ class WorkerPool:
                     w.process.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     continue
+
+
+def _stop_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the pool's process dies, even by SIGKILL (Linux
+    ``PR_SET_PDEATHSIG``), so a killed pool leaves no worker booting on its GPUs; the worker then finishes
+    its boot, writes its outputs and stops its server like on any SIGTERM."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))   # 1 = PR_SET_PDEATHSIG
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
