@@ -103,6 +103,7 @@ class WorkerConfig:
     max_retries: int = 2
     techniques: tuple[str, ...] = ()
     drain_s: float | None = None      # how long to wait for other workers' running trials at the end
+    ledger: str | None = None         # a JSONL ledger instead of the storage's (tune --gpu 0,1: the study's)
 
     def worker_name(self) -> str:
         import os
@@ -146,7 +147,7 @@ class Worker:
             self.store = StudyStore(run_dir, storage_url=config.storage_url, name=f"{config.study}@{run_dir.name}",
                                     heartbeat_interval=config.heartbeat_s, grace_period=config.grace_s)
             self.claims = WorkClaims(config.storage_url, config.study, self.name, grace_s=float(config.grace_s))
-            self.ledger: Ledger = ledger_for(run_dir, config.storage_url)
+            self.ledger: Ledger = Ledger.at(config.ledger) if config.ledger else ledger_for(run_dir, config.storage_url)
         # A trial whose worker died is failed by whichever worker sees its heartbeat stale; this queues its
         # parameters again as a WAITING trial, which the next ask of any worker takes.
         retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # Optuna >= 4.9

@@ -52,6 +52,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="a trial goes to the A/B gate when its boot beats the incumbent on the same GPU by more "
                              "than K boot-noise σ (default 1)")
     parser.add_argument("--worker-name", default="", metavar="NAME", help="this worker's name in the claim table")
+    parser.add_argument("--ledger", default=None, metavar="FILE",
+                        help="append decisions to this JSONL ledger (default: the storage's, or <out>/ledger.jsonl)")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("--log-file", default=None, type=Path, metavar="FILE")
     parser.set_defaults(func=run)
@@ -93,7 +95,7 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
     config = WorkerConfig(storage_url=storage, study=args.study, gpu=gpu, worker=args.worker_name,
                           max_trials=settings.max_trials, budget_s=settings.budget_s, heartbeat_s=args.heartbeat,
                           grace_s=args.grace, promote=args.promote, promote_margin=args.promote_margin,
-                          techniques=tuple(t for t in args.techniques.split(",") if t))
+                          techniques=tuple(t for t in args.techniques.split(",") if t), ledger=args.ledger)
     stats = Worker(pre, config).run()
     print(f"worker {stats.worker} (GPU {gpu}): {stats.boots} boots, {stats.trials_told} trials told "
           f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
@@ -110,7 +112,8 @@ def _child_argv(args: argparse.Namespace, root: Path, storage: str) -> list[str]
                         ("--sim-profile", args.sim_profile), ("--sim-speedup", args.sim_speedup),
                         ("--budget", args.budget_s), ("--max-trials", args.max_trials),
                         ("--techniques", args.techniques or None), ("--pass-seconds", args.pass_seconds),
-                        ("--baseline-boots", args.baseline_boots), ("--looks", args.looks), ("--seed", args.seed)):
+                        ("--baseline-boots", args.baseline_boots), ("--looks", args.looks), ("--seed", args.seed),
+                        ("--ledger", args.ledger)):
         if value is not None:
             argv += [flag, str(value)]
     if not args.promote:
