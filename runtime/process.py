@@ -7,7 +7,8 @@ output is teed into ``boot_dir/server.log``. Ready means the ready line was prin
 ``GET /health`` answers 200. Any boot failure kills the tree, classifies the log and raises
 ``BootFailed``; nothing is left running. ``stop`` sends SIGTERM to the group, SIGKILL after
 ``stop_timeout_s``, then waits (bounded) through the ``GpuView`` until the memory used falls back to
-the pre-boot level.
+the pre-boot level. Every server has a lease (``runtime/lease.py``) from its start to its stop, so that the
+server of a tuner killed in between is found and stopped later (``reap_orphans``).
 
 The launch command is configurable so a fork's own virtual environment works, e.g.
 ``SGLangProcess(("/opt/fork/bin/python", "-m", "sglang.launch_server"), gpu)``.
@@ -15,12 +16,10 @@ The launch command is configurable so a fork's own virtual environment works, e.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,9 @@ from elsa_tune.runtime.classify import classify, study_stopper
 from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.gpu import GpuView
+from elsa_tune.runtime.lease import LeaseBook, Reaped, ServerLease
 from elsa_tune.runtime.ports import free_port
+from elsa_tune.runtime.process_group import ProcessGroup
 from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
 from elsa_tune.runtime.server_log import LogTee
 from elsa_tune.runtime.startup_log import READY_LINE, build_report
@@ -76,6 +77,7 @@ class _Boot:
     pgid: int
     baseline_used: int | None
     started: float
+    lease: ServerLease | None = None
     exit: Exit | None = None
 
 
@@ -86,7 +88,8 @@ class SGLangProcess:
                  host: str = "127.0.0.1", boot_timeout_s: float = 900.0, stop_timeout_s: float = 30.0,
                  memory_release_timeout_s: float = 60.0, health_timeout_s: float = 20.0,
                  extra_env: Mapping[str, str] | None = None, ready_line: str = READY_LINE,
-                 memory_margin_bytes: int = 512 << 20, poll_interval_s: float = 0.1, port_retries: int = 1) -> None:
+                 memory_margin_bytes: int = 512 << 20, poll_interval_s: float = 0.1, port_retries: int = 1,
+                 leases: LeaseBook | None = None) -> None:
         if not launch:
             raise RuntimeUnavailable("empty launch command",
                                      remedy="pass e.g. ('python3', '-m', 'sglang.launch_server')")
@@ -102,6 +105,9 @@ class SGLangProcess:
         self.memory_margin_bytes = memory_margin_bytes
         self.poll_interval_s = poll_interval_s
         self.port_retries = port_retries
+        self.leases = leases if leases is not None else LeaseBook()
+        #: written into each lease when the GPU is a simulated card (its folder), so a reaper can watch it
+        self.lease_card_dir: Path | None = None
         self._boots: dict[str, _Boot] = {}
 
     # ---- start ------------------------------------------------------------------------------------
@@ -166,7 +172,7 @@ class SGLangProcess:
         stream = popen.stdout
         tee = LogTee(iter(stream.readline, b""), log_path, ready_line=self.ready_line)
         tee.start()
-        boot = _Boot(popen, tee, popen.pid, baseline, started)
+        boot = _Boot(popen, tee, popen.pid, baseline, started, lease=self._lease(popen.pid, port, boot_dir, argv))
         base_url = f"http://{self.host}:{port}"
         ready = False
         try:
@@ -184,6 +190,23 @@ class SGLangProcess:
         return Server(candidate=candidate, base_url=base_url, port=port, boot_dir=boot_dir, log_path=log_path,
                       report=report, started_at=started_wall, ready_at=time.time(), handle=handle,
                       gpu_uuid=self.gpu.uuid if self.gpu else None)
+
+    def _lease(self, pid: int, port: int, boot_dir: Path, argv: Sequence[str]) -> ServerLease | None:
+        lease = ServerLease.for_server(pid, gpu_uuid=self.gpu.uuid if self.gpu else None, port=port,
+                                       run_dir=boot_dir, command=argv, card_dir=self.lease_card_dir)
+        try:
+            self.leases.write(lease)
+        except OSError as exc:   # the boot goes on; only a later reaper would miss this server
+            log.warning("cannot write the server lease into %s: %s (a killed tuner's server would not be found)",
+                        self.leases.directory, exc)
+            return None
+        return lease
+
+    def reap_orphans(self) -> list[Reaped]:
+        """Stop the servers that dead owners (killed tuners or workers) left on this runtime's GPU."""
+        book = LeaseBook(self.leases.directory, stop_timeout_s=self.stop_timeout_s,
+                         memory_release_timeout_s=self.memory_release_timeout_s)
+        return book.reap(gpu=self.gpu) if self.gpu is not None else []
 
     def _wait_ready(self, boot: _Boot, client: httpx.Client, base_url: str, log_path: Path) -> None:
         deadline = boot.started + self.boot_timeout_s
@@ -256,61 +279,14 @@ class SGLangProcess:
         return boot.exit
 
     def _terminate(self, boot: _Boot) -> tuple[int | None, bool]:
-        """SIGTERM the group, SIGKILL after the timeout, reap, and sweep stragglers. Safe to call twice."""
-        killed = False
-        if _group_members(boot.pgid):
-            _signal_group(boot.pgid, signal.SIGTERM)
-        try:
-            boot.popen.wait(timeout=self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(boot.pgid, signal.SIGKILL)
-            killed = True
-            try:
-                boot.popen.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                log.error("process %d survived SIGKILL for 10 s (uninterruptible sleep?)", boot.pgid)
-        # the group got the SIGTERM together with the leader: stragglers get a short grace, then SIGKILL
-        deadline = time.monotonic() + min(5.0, self.stop_timeout_s)
-        while _group_members(boot.pgid):
-            if time.monotonic() >= deadline or killed:
-                _signal_group(boot.pgid, signal.SIGKILL)
-                killed = True
-            if time.monotonic() >= deadline + 10.0:
-                log.error("process group %d still has members after SIGKILL", boot.pgid)
-                break
-            time.sleep(0.05)
+        """Stop the group (``ProcessGroup.stop``), close the log, drop the lease. Safe to call twice."""
+        killed = ProcessGroup(boot.pgid).stop(self.stop_timeout_s, leader=boot.popen)
         boot.tee.closed.wait(timeout=5.0)
         if boot.popen.stdout is not None and boot.tee.closed.is_set():
             boot.popen.stdout.close()
+        if boot.lease is not None:
+            self.leases.remove(boot.lease)
         return boot.popen.returncode, killed
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of the group, read from /proc; falls back to ``killpg(pgid, 0)``."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return []
-        return [pgid]
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
-            members.append(int(entry.name))
-    return members
 
 
 def _write_report(boot_dir: Path, report: BootReport) -> None:

@@ -15,3 +15,11 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is not present beside the checkout")
     return SHARED
+
+
+@pytest.fixture(autouse=True)
+def _own_lease_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own server-lease folder: no test reaps (or leaves) leases in the user's own."""
+    directory = tmp_path_factory.mktemp("leases")
+    monkeypatch.setenv("ELSA_LEASE_DIR", str(directory))
+    return directory

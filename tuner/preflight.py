@@ -1,7 +1,8 @@
 """Preflight: everything that can refuse a study before the night starts, and the facts it runs on.
 
-1. Resolve the GPU (index or UUID → UUID through NVML, or the simulated card) and record its state
-   (clocks, temperature, power cap, persistence, driver); refuse a GPU that other processes use.
+1. Resolve the GPU (index or UUID → UUID through NVML, or the simulated card); stop the servers that killed
+   tuners left on it (their lease's owner is dead: ``runtime/lease.py``); record its state (clocks,
+   temperature, power cap, persistence, driver); refuse a GPU that other processes use.
 2. Ask the installed runtime for its version and its own ``--help`` flag list and validate the search
    space against it (a misspelt flag fails now, at its file and line, not at 3 a.m.).
 3. Load the traffic and derive the workloads: a closed-loop measurement pass sized to a few seconds
@@ -26,6 +27,7 @@ from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.runtime.flags import FlagSet, harvest
 from elsa_tune.runtime.gpu import GpuState, GpuView
+from elsa_tune.runtime.lease import OrphanReaper
 from elsa_tune.runtime.protocol import Runtime
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import SearchSpace
@@ -95,6 +97,9 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
         space = space.with_model(settings.model)
     problems: list[str] = []
     runtime, gpu, launch, runtime_name, version = _runtime(settings, space, card_dir)
+    if isinstance(runtime, OrphanReaper):
+        problems += [f"stopped an orphaned server on this GPU ({r.name}, left by dead {r.owner.describe()}): "
+                     f"{r.detail}" for r in runtime.reap_orphans()]
     state = gpu.state() if gpu is not None else None
     if state is not None:
         others = [p for p in state.processes if p.pid not in _own_pids()]

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from elsa_tune.runtime.lease import LeaseBook
 from elsa_tune.runtime.process import SGLangProcess
 from elsa_tune.runtime.protocol import Server
 from elsa_tune.runtime.sim.answers import ENV_KNOWLEDGE
@@ -46,7 +47,7 @@ class SimulatedSGLang(SGLangProcess):
                  faults: str | None = None, python: str = sys.executable, model_path: str | None = None,
                  boot_timeout_s: float = 600.0, stop_timeout_s: float = 15.0, memory_release_timeout_s: float = 30.0,
                  health_timeout_s: float = 10.0, extra_env: Mapping[str, str] | None = None,
-                 knowledge: Path | None = None) -> None:
+                 knowledge: Path | None = None, leases: LeaseBook | None = None) -> None:
         if faults:
             Faults.parse(faults)   # fail now, on a bad fault name, rather than in the first boot
         self.profile = load_profile(profile)
@@ -68,7 +69,8 @@ class SimulatedSGLang(SGLangProcess):
                                  "--sim-card-dir", str(self.card_dir), "--sim-speedup", repr(float(speedup)))
         super().__init__(launch, gpu, boot_timeout_s=boot_timeout_s, stop_timeout_s=stop_timeout_s,
                          memory_release_timeout_s=memory_release_timeout_s, health_timeout_s=health_timeout_s,
-                         extra_env=env)
+                         extra_env=env, leases=leases)
+        self.lease_card_dir = self.card_dir
 
     def reseed(self, seed: int) -> None:
         """The next boot's seed (then one more per boot): a resumed study replays a boot's drift exactly."""
