@@ -6,7 +6,8 @@ not share one interpreter. The children join the same shared study (the storage 
 them in their own process groups, forwards a stop, waits with a deadline and kills what is left in
 ``finally``. A child's exit code is its own; the pool's is the worst of them. The pool's first SIGINT/SIGTERM
 is forwarded (each worker finishes its boot and writes its outputs); a second stops them now. A worker stops
-its runtime's servers itself (they run in their own sessions): only a SIGKILLed worker leaves one behind.
+its runtime's servers itself (they run in their own sessions); the server of a worker that dies by a signal
+(the OOM killer, ``kill -9``) is found by its lease and stopped by the pool (``runtime/lease.py``).
 A SIGKILLed pool leaves no worker running: each child gets SIGTERM when the pool's process dies.
 """
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.runtime.lease import LeaseBook
 from elsa_tune.tuner.signals import Interrupts
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,7 @@ class WorkerPool:
                 changed = True
                 (log.info if code == 0 else log.warning)("worker for GPU %s exited with %d (log %s)", w.gpu, code,
                                                          w.log_path)
+                _reap_servers_of(w)
         return changed
 
     def stop(self) -> None:
@@ -135,6 +138,15 @@ class WorkerPool:
                     w.process.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     continue
+        for w in self.workers:
+            _reap_servers_of(w)
+
+
+def _reap_servers_of(worker: WorkerProcess) -> None:
+    """A worker that died by a signal had no ``finally``: stop the servers its leases name."""
+    code = worker.process.returncode
+    if code is not None and code < 0:
+        LeaseBook().reap(owner_pid=worker.pid)
 
 
 def _stop_with_parent() -> None:
