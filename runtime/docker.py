@@ -7,6 +7,10 @@ optional, and the container is never privileged. Its log is streamed into ``boot
 ready means the ready line **and** ``GET /health`` 200. A failed boot and ``stop`` remove the
 container; ``stop`` then waits (bounded) through the ``GpuView`` for the memory to come back.
 
+A container carries its owner as labels (``elsa-tune.owner-*``: host, kernel boot, pid and start time of the
+process that started it, see ``runtime/lease.py``), its GPU and the GPU memory used before it booted, so
+``reap_orphans`` can find the containers of a SIGKILLed tuner on this GPU and stop them.
+
 Tested without a Docker engine: the test suite runs a real ``docker.DockerClient(base_url=...)``
 against a fake Docker Engine HTTP API (``tests/runtime/fake_docker_engine.py``) that records every
 request and runs a scripted fake SGLang as the "container", asserting the exact create payload
@@ -35,6 +39,7 @@ from elsa_tune.runtime.classify import classify, study_stopper
 from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints
 from elsa_tune.runtime.gpu import GpuView
+from elsa_tune.runtime.lease import SCHEMA_VERSION, Owner, Reaped
 from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process import DEFAULT_LAUNCH, wait_memory_released
 from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
@@ -48,6 +53,9 @@ CONTAINER_PORT = 30000
 _OWNED_FLAGS = ("host", "port")
 _NO_ENGINE = "start Docker (or set DOCKER_HOST), or use the process runtime"
 _ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
+LEASE_LABEL = "elsa-tune.lease"          # the lease schema version: every container we start has it
+GPU_LABEL = "elsa-tune.gpu"
+BASELINE_LABEL = "elsa-tune.gpu-used-before"
 
 
 @dataclass
@@ -122,14 +130,20 @@ class SGLangDocker:
         flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}
         return [*self.launch, *Candidate(flags=flags).argv(), "--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
 
-    def create_kwargs(self, candidate: Candidate, host_port: int, name: str) -> dict[str, Any]:
-        """Everything ``containers.create`` gets: no privileged mode, one GPU by UUID, port on 127.0.0.1."""
+    def create_kwargs(self, candidate: Candidate, host_port: int, name: str, *,
+                      baseline_used: int | None = None) -> dict[str, Any]:
+        """Everything ``containers.create`` gets: no privileged mode, one GPU by UUID, port on 127.0.0.1.
+
+        Its labels say who owns it (this process), on which GPU, and the memory used there before the boot.
+        """
         kwargs: dict[str, Any] = {
             "image": self.image, "command": self.command(candidate), "name": name, "detach": True,
             "environment": {**self.extra_env, **candidate.env, "PYTHONUNBUFFERED": "1"},
             "ports": {f"{CONTAINER_PORT}/tcp": ("127.0.0.1", host_port)},
             "volumes": self.binds, "shm_size": self.shm_size, "privileged": False,
-            "labels": {"elsa-tune.candidate": candidate.key(), "elsa-tune.label": candidate.label},
+            "labels": {"elsa-tune.candidate": candidate.key(), "elsa-tune.label": candidate.label,
+                       LEASE_LABEL: str(SCHEMA_VERSION), GPU_LABEL: self.gpu.uuid if self.gpu else "",
+                       BASELINE_LABEL: "" if baseline_used is None else str(baseline_used), **Owner.me().labels()},
         }
         if self.gpu is not None:
             kwargs["device_requests"] = [DeviceRequest(device_ids=[self.gpu.uuid], capabilities=[["gpu"]])]
@@ -145,11 +159,11 @@ class SGLangDocker:
         boot_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         name = f"{self.name_prefix}-{candidate.key()}-{port}"
-        kwargs = self.create_kwargs(candidate, port, name)
+        baseline = self.gpu.memory().used if self.gpu is not None else None
+        kwargs = self.create_kwargs(candidate, port, name, baseline_used=baseline)
         (boot_dir / "launch.json").write_text(json.dumps(
             {"image": self.image, "command": kwargs["command"], "env": kwargs["environment"], "port": port,
              "name": name, "gpu_uuid": self.gpu.uuid if self.gpu else None}, indent=2))
-        baseline = self.gpu.memory().used if self.gpu is not None else None
         log_path = boot_dir / "server.log"
         log_path.write_text("")
         started_wall, started = time.time(), time.monotonic()
@@ -269,9 +283,7 @@ class SGLangDocker:
             if code is not None:
                 failure = self._died(boot, code)
             else:
-                boot.container.stop(timeout=int(self.stop_timeout_s))
-                code = int(boot.container.wait(timeout=self.stop_timeout_s + 30).get("StatusCode", -1))
-                killed = code == 137
+                code, killed = self._stop_container(boot.container)
         except _ENGINE_ERRORS as exc:
             log.warning("stopping %s: %s", server.handle[:12], exc)
         self._remove(boot.container)
@@ -281,6 +293,50 @@ class SGLangDocker:
         boot.exit = Exit(returncode=code, killed=killed, gpu_memory_released=released,
                          seconds=round(time.monotonic() - began, 3), failure=failure, detail=detail)
         return boot.exit
+
+    def _stop_container(self, container: Any) -> tuple[int, bool]:
+        """The engine's stop (SIGTERM, SIGKILL after the timeout) and its exit code; ``killed`` if it took a SIGKILL."""
+        container.stop(timeout=int(self.stop_timeout_s))
+        code = int(container.wait(timeout=self.stop_timeout_s + 30).get("StatusCode", -1))
+        return code, code == 137
+
+    def reap_orphans(self) -> list[Reaped]:
+        """Stop and remove the containers on this GPU whose owner (a tuner of this host) is dead.
+
+        A live owner's container, another host's and one of another GPU are left alone. Each stop is logged as
+        a warning naming the container; the GPU memory is then waited for like after ``stop``.
+        """
+        try:
+            containers = self.client().containers.list(all=True, filters={"label": LEASE_LABEL})
+        except _ENGINE_ERRORS as exc:
+            log.warning("cannot list containers to find orphaned servers: %s", exc)
+            return []
+        reaped = []
+        for container in containers:
+            labels: dict[str, str] = container.labels or {}
+            owner = Owner.from_labels(labels)
+            gpu = labels.get(GPU_LABEL) or None
+            if owner is None or not owner.is_dead() or (self.gpu is not None and gpu != self.gpu.uuid):
+                continue
+            reaped.append(self._reap(container, owner, gpu, labels.get(BASELINE_LABEL) or None))
+        return reaped
+
+    def _reap(self, container: Any, owner: Owner, gpu: str | None, baseline: str | None) -> Reaped:
+        began = time.monotonic()
+        code: int | None = None
+        killed = False
+        try:
+            code, killed = self._stop_container(container)
+        except _ENGINE_ERRORS as exc:
+            log.warning("stopping the orphaned container %s: %s", container.name, exc)
+        self._remove(container)
+        released, detail = wait_memory_released(self.gpu, int(baseline) if baseline else None,
+                                                timeout_s=self.memory_release_timeout_s,
+                                                margin_bytes=self.memory_margin_bytes)
+        log.warning("stopped an orphaned server whose owner is dead: container %s (%s) on GPU %s, started by %s; "
+                    "exit %s%s in %.1f s; %s", container.name, container.id[:12], gpu or "?", owner.describe(), code,
+                    " (killed)" if killed else "", time.monotonic() - began, detail)
+        return Reaped(container.name, owner, gpu, (container.id,), killed, released, detail)
 
     def _remove(self, container: Any) -> None:
         with contextlib.suppress(*_ENGINE_ERRORS):

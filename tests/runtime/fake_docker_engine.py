@@ -1,8 +1,8 @@
 """A fake Docker Engine HTTP API for testing ``SGLangDocker`` through the real docker SDK.
 
-It answers the endpoints the SDK calls (create, inspect, start, logs with the multiplexed stream
-framing, wait, stop, kill, remove), records every request (method, path, query, JSON body), and runs a
-"container" as a local process: the image ``fake/sglang:test`` runs ``fake_sglang.py`` with the
+It answers the endpoints the SDK calls (create, list with label filters, inspect, start, logs with the
+multiplexed stream framing, wait, stop, kill, remove), records every request (method, path, query, JSON
+body), and runs a "container" as a local process: the image ``fake/sglang:test`` runs ``fake_sglang.py`` with the
 container's command (its ``python3 -m sglang.launch_server`` replaced, ``--port 30000`` replaced by
 the published host port, ``--host 0.0.0.0`` by ``127.0.0.1``) and the container's ``Env``.
 """
@@ -132,6 +132,8 @@ class FakeDockerEngine:
             return self._json(req, 200, {"ApiVersion": "1.43", "Version": "fake"})
         if method == "POST" and path == "/containers/create":
             return self._create(req, query, body or {})
+        if method == "GET" and path == "/containers/json":
+            return self._json(req, 200, self._list(query))
         if len(parts) >= 2 and parts[0] == "containers":
             container = self.containers.get(parts[1])
             if container is None or (container.removed and method != "DELETE"):
@@ -170,6 +172,21 @@ class FakeDockerEngine:
         container = FakeContainer(uuid.uuid4().hex + uuid.uuid4().hex, query.get("name", [""])[0], spec)
         self.containers[container.id] = container
         self._json(req, 201, {"Id": container.id, "Warnings": []})
+
+    def _list(self, query: dict[str, list[str]]) -> list[dict[str, Any]]:
+        """``GET /containers/json``: running ones, or all with ``all=1``; ``filters={"label": ["k" | "k=v"]}``."""
+        wanted = json.loads(query.get("filters", ["{}"])[0]).get("label", [])
+        every = query.get("all", ["0"])[0] in ("1", "true", "True")
+        found = []
+        for c in self.containers.values():
+            labels = c.spec.get("Labels") or {}
+            if c.removed or not (every or c.status == "running"):
+                continue
+            if all(f.split("=", 1)[0] in labels and ("=" not in f or labels[f.split("=", 1)[0]] == f.split("=", 1)[1])
+                   for f in wanted):
+                found.append({"Id": c.id, "Names": ["/" + c.name], "Image": c.spec.get("Image"), "Labels": labels,
+                              "State": c.status})
+        return found
 
     def _inspect(self, c: FakeContainer) -> dict[str, Any]:
         return {"Id": c.id, "Name": "/" + c.name, "Image": c.spec.get("Image"),
