@@ -60,8 +60,10 @@ def render_html(report: Report, plots: Mapping[str, bytes | None] | None = None)
                       "; ".join(f"{g.name}: {'pass' if g.passed else 'fail' if g.passed is False else 'undecided'}"
                                 for g in r.verdict.guardrails)] for r in report.ab_rows])
     parts += ["<h2>Numeric search</h2>"]
-    parts += _table(["trial", "parameters", "state", "objective", "constraint", "boots"],
-                    [[str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()),
+    gpu_col = ["GPU"] if report.trial_gpus else []
+    parts += _table(["trial", *gpu_col, "parameters", "state", "objective", "constraint", "boots"],
+                    [[str(t.number), *([report.trial_gpus.get(t.number, "")] if gpu_col else []),
+                      " ".join(f"{k}={v}" for k, v in t.params.items()),
                       t.state.value + (f" ({t.failure_kind})" if t.failure_kind else ""),
                       "n/a" if t.values is None or t.state.value != "complete"
                       else ", ".join(f"{v:,.1f}" for v in t.values), f"{t.constraint:g}", units.ids(t.boot_ids)]

@@ -33,8 +33,13 @@ def render_markdown(report: Report) -> str:
                    f"{r.verdict.boots_incumbent}/{r.verdict.boots_candidate}", r.verdict.decision.value]
                   for r in report.ab_rows])
     out += ["## Numeric search", ""]
-    out += table(["trial", "parameters", "state", "objective", "constraint", "boots"],
-                 [[str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()), t.state.value
+    gpu_col = ["GPU"] if report.trial_gpus else []
+    if report.trial_gpus:
+        out += [f"Searched on {len({g.split(' (')[0] for g in report.trial_gpus.values()})} GPUs at once; each "
+                "trial was measured on the GPU shown, and each A/B ran all its boots on one GPU.", ""]
+    out += table(["trial", *gpu_col, "parameters", "state", "objective", "constraint", "boots"],
+                 [[str(t.number), *([report.trial_gpus.get(t.number, "")] if gpu_col else []),
+                   " ".join(f"{k}={v}" for k, v in t.params.items()), t.state.value
                    + (f" ({t.failure_kind})" if t.failure_kind else ""),
                    "n/a" if t.values is None or t.state.value != "complete"
                    else ", ".join(f"{v:,.1f}" for v in t.values),

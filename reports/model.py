@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elsa_tune.history.decision import DecisionRecord, Kept
@@ -140,6 +140,8 @@ class Report:
     trials: tuple[TrialRecord, ...]
     warnings: tuple[str, ...]
     generated_from: str
+    #: A study that searched on several GPUs (``tune --gpu 0,1``): trial number → the GPU that measured it.
+    trial_gpus: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def winner_ratio(self) -> float | None:
@@ -191,6 +193,7 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
         warnings.append(f"{len(history.incomplete_boots)} boot(s) never finished (the study was stopped during "
                         f"them): {', '.join(history.incomplete_boots)}")
     status = study.status.value if study else "unknown (no study.json: stopped before its first decision?)"
+    fleet_trials, trial_gpus = worker_trials(history.run_dir)
     return Report(
         run_dir=history.run_dir, study_name=study.name if study else history.run_dir.name, status=status,
         fingerprint=fingerprint, study=study, noise=noise, boots=tuple(_boot_row(b) for b in history.boots),
@@ -203,7 +206,8 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
         client=_client_numbers(history, winner_c or baseline_c), ledger=ledger_entries, ledger_problems=problems,
         failures=tuple((b.boot_id, _failure_text(b), b.failure.evidence if b.failure else ())
                        for b in history.boots if b.failure is not None),
-        trials=history.trials, warnings=tuple(warnings), generated_from=str(history.run_dir))
+        trials=tuple(sorted([*history.trials, *fleet_trials], key=lambda t: t.number)), trial_gpus=trial_gpus,
+        warnings=tuple(warnings), generated_from=str(history.run_dir))
 
 
 def candidate_changes(old: Candidate, new: Candidate) -> list[str]:
@@ -311,3 +315,39 @@ def _client_numbers(history: History, candidate: Candidate | None) -> ClientNumb
         declared_max_running_requests=int(declared_slots) if isinstance(declared_slots, (int, float, str))
         and str(declared_slots).isdigit() else None,
         boot_ids=tuple(i for i, _ in reports))
+
+
+def worker_trials(run_dir: Path) -> tuple[list[TrialRecord], dict[int, str]]:
+    """The search trials of a study whose search ran on several GPUs: its workers' run folders sit inside its own
+    (``<run_dir>/<host>-gpu<N>/``, each ``study.json`` naming the worker's GPU). Returns the trials (boot ids as
+    ``folder/boot``) and, per trial number, the GPU whose boot measured it ("GPU 1", or "GPU 1 (trial 4's boot)"
+    for a trial told the result of an identical candidate's boot)."""
+    workers: list[tuple[str, str, History]] = []
+    for folder in sorted(p for p in run_dir.iterdir() if p.is_dir() and (p / "study.json").is_file()):
+        history = RunDir(folder).load()
+        worker = history.study.extra.get("worker") if history.study else None
+        if isinstance(worker, Mapping) and worker.get("gpu") is not None:
+            workers.append((folder.name, str(worker["gpu"]), history))
+    boots = {(name, b.boot_id): (gpu, b.trial_number) for name, gpu, h in workers for b in h.boots
+             if b.phase is Phase.SEARCH}
+    trials: dict[int, TrialRecord] = {}
+    gpus: dict[int, str] = {}
+    for name, gpu, history in workers:
+        for t in history.trials:
+            if t.number in trials:
+                continue
+            own = [b for b in t.boot_ids if boots.get((name, b), ("", None))[1] == t.number]
+            measured = [(folder, b) for b in t.boot_ids for (folder, boot_id) in boots
+                        if boot_id == b and folder != name] if not own else []
+            if own:
+                trials[t.number] = replace(t, boot_ids=tuple(f"{name}/{b}" for b in t.boot_ids))
+                gpus[t.number] = f"GPU {gpu}"
+            elif measured:
+                other, boot = measured[0]
+                other_gpu, other_trial = boots[(other, boot)]
+                trials[t.number] = replace(t, boot_ids=tuple(f"{other}/{b}" for b in t.boot_ids))
+                gpus[t.number] = f"GPU {other_gpu} (trial {other_trial}'s boot)"
+            else:
+                trials[t.number] = t
+                gpus[t.number] = f"GPU {gpu} (no boot)" if not t.boot_ids else f"GPU {gpu}"
+    return list(trials.values()), gpus

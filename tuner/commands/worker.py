@@ -35,6 +35,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-speedup", type=float, default=None, metavar="X")
     parser.add_argument("--budget", dest="budget_s", default=None, metavar="DURATION",
                         help="this worker's wall time, e.g. 8h (default 8h)")
+    parser.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
+                        help="also stop by this wall-clock time (Unix seconds): a study's search phase ends then")
     parser.add_argument("--max-trials", type=int, default=None, metavar="N",
                         help="completed trials of the shared study after which workers stop (default 200)")
     parser.add_argument("--techniques", default="", metavar="A,B",
@@ -92,8 +94,13 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
     settings = Settings.resolve(cli)
     card_dir = root.resolve() / "sim-cards" / f"gpu{gpu}" if settings.simulated else None
     pre = run_preflight(settings, card_dir=card_dir)
+    budget_s = settings.budget_s
+    if args.deadline is not None:      # counted from here: the preflight's seconds are already spent
+        import time
+
+        budget_s = max(0.0, min(budget_s, args.deadline - time.time()))
     config = WorkerConfig(storage_url=storage, study=args.study, gpu=gpu, worker=args.worker_name,
-                          max_trials=settings.max_trials, budget_s=settings.budget_s, heartbeat_s=args.heartbeat,
+                          max_trials=settings.max_trials, budget_s=budget_s, heartbeat_s=args.heartbeat,
                           grace_s=args.grace, promote=args.promote, promote_margin=args.promote_margin,
                           techniques=tuple(t for t in args.techniques.split(",") if t), ledger=args.ledger)
     stats = Worker(pre, config).run()
@@ -113,7 +120,7 @@ def _child_argv(args: argparse.Namespace, root: Path, storage: str) -> list[str]
                         ("--budget", args.budget_s), ("--max-trials", args.max_trials),
                         ("--techniques", args.techniques or None), ("--pass-seconds", args.pass_seconds),
                         ("--baseline-boots", args.baseline_boots), ("--looks", args.looks), ("--seed", args.seed),
-                        ("--ledger", args.ledger)):
+                        ("--ledger", args.ledger), ("--deadline", args.deadline)):
         if value is not None:
             argv += [flag, str(value)]
     if not args.promote:
