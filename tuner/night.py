@@ -1,0 +1,209 @@
+"""``Night``: what the phases of one study share — the incumbent, the booter, the gate's policy, the decisions.
+
+``Study`` (``tuner/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
+the policy, screening (``tuner/screening.py``) and the search (``tuner/trials.py``) boot candidates through its
+booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
+stores it, adds it to the ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from elsa_tune.history.decision import DecisionRecord
+from elsa_tune.history.records import Phase
+from elsa_tune.history.store import StudyStore
+from elsa_tune.probes.protocol import ProbeBudget
+from elsa_tune.probes.quality import QualityGate
+from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.console import StudyView
+from elsa_tune.tuner.dimensioning import NoiseReport
+from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
+from elsa_tune.tuner.memory_model import MemoryModel
+from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
+from elsa_tune.tuner.preflight import Preflight
+from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.schedule import Arm
+from elsa_tune.tuner.signals import Interrupts
+
+log = logging.getLogger(__name__)
+
+
+class StopStudy(Exception):
+    """Raised between boots when the study must end now; outputs are written.
+
+    ``interrupted``: a person asked (Ctrl-C, SIGTERM) — the study is INTERRUPTED and resumable. Otherwise the
+    whole budget is spent, which is how a night normally ends: the study is FINISHED with what it decided.
+    """
+
+    def __init__(self, reason: str, *, interrupted: bool) -> None:
+        super().__init__(reason)
+        self.interrupted = interrupted
+
+
+class PhaseOver(Exception):
+    """Raised between boots when the current phase's allowance is spent: the phase ends, the next one starts."""
+
+
+class StudyClock:
+    """Monotonic seconds since the study began; a boot reused on resume advances it by the boot's recorded time,
+    so a replayed study spends its budget as the original did."""
+
+    def __init__(self) -> None:
+        self._origin = time.monotonic()
+        self._offset = 0.0
+
+    def now(self) -> float:
+        return time.monotonic() - self._origin + self._offset
+
+    def advance(self, seconds: float) -> None:
+        self._offset += max(0.0, seconds)
+
+
+@dataclass
+class Incumbent:
+    """The configuration to beat: its numeric values, the techniques stacked into it, and its candidate."""
+
+    values: dict[str, Any]
+    techniques: list[str]
+    candidate: Candidate
+    throughput: float | None      # mean per-boot throughput of its measured boots (screening scale)
+
+
+class Night:
+    """The state one study's phases share, and the three things every phase does: boot, A/B, decide.
+
+    ``on_decision`` is called after every recorded decision (the study rewrites its outputs there).
+    """
+
+    def __init__(self, pre: Preflight, *, store: StudyStore, budget: Budget, clock: StudyClock, view: StudyView,
+                 interrupts: Interrupts, on_decision: Callable[[], None]) -> None:
+        self.pre = pre
+        self.settings = pre.settings
+        self.space = pre.space
+        self.name = self.settings.study_name
+        self.store = store
+        self.budget = budget
+        self.clock = clock
+        self.view = view
+        self.interrupts = interrupts
+        self.on_decision = on_decision
+        self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
+        probe = self.space.probes
+        ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=store, study=self.name,
+                          fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
+                          prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
+                          probe_budget=_probe_budget(probe.probe_timeout_s, probe.hang_s, probe.headroom_floor_mib),
+                          warmup_passes=self.settings.warmup_passes, measured_passes=self.settings.measured_passes,
+                          seed=self.settings.seed,
+                          quality=QualityGate() if self.space.guardrails.quality_gate else None)
+        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot)
+        self.baseline = self.space.baseline()
+        self.incumbent = Incumbent(self.space.baseline_values(), [], self.baseline, None)
+        self.noise: NoiseReport | None = None
+        self.policy: GatePolicy | None = None
+        # About half the screened techniques end at their screening boot (crash, OOM, ignored flag) and never
+        # reach the gate; the search adds a few promotions. The online level is spread over that many tests.
+        screenable = sum(t.screen for t in self.space.techniques)
+        self.fdr = OnlineFalseKeepControl(expected_tests=max(4, screenable // 2 + 2))
+        self.decision_number = 0
+        self.boot_seconds: list[float] = []
+        self.memory = MemoryModel(numeric=tuple(p.flag for p in self.space.parameters if p.flag and p.is_numeric))
+        self.memory_errors: list[float] = []
+        self.skipped_by_model = 0
+        self.notes: list[str] = []
+
+    # ---- what every phase does ------------------------------------------------------------------------
+
+    def boot(self, plan: BootPlan) -> BootResult:
+        return self.booter.boot(plan)
+
+    def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
+           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None
+           ) -> tuple[ABResult, dict[Arm, list[str]]]:
+        """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm."""
+        assert self.policy is not None
+        sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
+                            phase=phase, tag=f"{tag}:ab", technique=technique, trial_number=trial)
+        policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
+        result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
+                        context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
+        log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)
+        return result, sampler.boot_ids
+
+    def decide(self, decision: DecisionRecord, *, trials: Sequence[int] = ()) -> DecisionRecord:
+        """Number, store and ledger one decision, show it, and have the outputs rewritten; returns it numbered."""
+        self.decision_number += 1
+        decision = dataclasses.replace(decision, number=self.decision_number)
+        self.store.record_decision(decision)
+        self.store.ledger.record(decision, self.pre.fingerprint, run_dir=self.store.run_dir, trials=trials)
+        line = f"{decision.technique}: {decision.kept.value} — {decision.result}"
+        log.info("decision %d %s", decision.number, line)
+        self.view.update(decisions=(*self.view.status.decisions, line), last_event=line)
+        self.on_decision()
+        return decision
+
+    def check(self) -> None:
+        """Raise ``StopStudy`` when interrupted or out of budget, ``PhaseOver`` when the phase's allowance is spent."""
+        if self.interrupts.requested:
+            raise StopStudy("interrupted: the last boot was recorded", interrupted=True)
+        if self.budget.expired():
+            raise StopStudy(f"the {self.budget.total_s / 60:.0f}-minute budget is spent", interrupted=False)
+        phase = self.budget.phase
+        if phase is not None and phase != "baseline" and self.budget.allowance(phase) <= 0:
+            raise PhaseOver("its time allowance is spent (an unfinished comparison keeps the incumbent)")
+
+    def boot_s(self) -> float:
+        """The typical seconds of one boot this night (60 s before any boot finished)."""
+        good = [s for s in self.boot_seconds if s > 0]
+        return statistics.median(good) if good else 60.0
+
+    def first_look_boots(self) -> int:
+        """Boots the gate needs to reach its first look (both arms)."""
+        return 2 * (self.policy.looks[0] if self.policy else 4)
+
+    # ---- the booter's hooks ---------------------------------------------------------------------------
+
+    def _before_boot(self, plan: BootPlan) -> None:
+        self.check()
+        self.view.update(candidate=plan.candidate.label or plan.tag, time_left_s=self.budget.left_s)
+
+    def _on_boot(self, result: BootResult) -> None:
+        if result.reused:
+            self.clock.advance(result.record.seconds)
+        self.boot_seconds.append(result.record.seconds)
+        best = self.incumbent.throughput
+        self.view.update(boots=self.booter.boots, failed_boots=self.booter.failed, best=self.incumbent.candidate.label,
+                         best_throughput=best, time_left_s=self.budget.left_s)
+
+
+def _probe_budget(timeout_s: float, hang_s: float, floor_mib: int) -> ProbeBudget:
+    return ProbeBudget(deadline_s=timeout_s, request_timeout_s=min(timeout_s, 300.0), hang_s=hang_s,
+                       headroom_floor_bytes=floor_mib * 2**20)
+
+
+def boot_mean(passes: Sequence[Any]) -> float | None:
+    """Mean output throughput of a boot's measured (not warm-up) passes."""
+    values = [p.output_throughput_tok_s for p in passes if not p.warmup]
+    return statistics.fmean(values) if values else None
+
+
+def geo(values: Sequence[float]) -> float | None:
+    """Geometric mean of the positive, finite values (None when there are none)."""
+    good = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(statistics.fmean(math.log(v) for v in good)) if good else None
+
+
+def arm_mean(result: ABResult, arm: Arm) -> float | None:
+    """Geometric mean of one arm's per-boot throughput in an A/B (its failed boots left out)."""
+    return geo([m for m in (boot_mean(s.passes) for s in result.samples if s.arm is arm and s.failed is None)
+                if m is not None])

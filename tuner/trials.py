@@ -1,0 +1,157 @@
+"""The numeric search phase: Optuna trials around the incumbent, and promotion of a winner through the A/B gate.
+
+``SearchBackend`` is the seam: ``run(night, incumbent)`` searches around ``incumbent`` and returns the incumbent
+it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: an ask/tell loop of
+``NumericSearch`` whose ``MemoryModel`` skips candidates predicted to miss the context target without a boot;
+failures are constraints; a candidate whose screening boot beats the incumbent by more than the boot noise goes
+through the A/B gate, and a keep becomes the incumbent for the trials after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from elsa_tune.history.decision import DecisionRecord, Kept
+from elsa_tune.history.records import Phase
+from elsa_tune.runtime.failure import Failure
+from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.memory_model import Observation
+from elsa_tune.tuner.night import Incumbent, Night, arm_mean
+from elsa_tune.tuner.sampler import BootPlan, BootResult
+from elsa_tune.tuner.schedule import Arm
+from elsa_tune.tuner.search import NumericSearch, proposal_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a search phase ended with: the incumbent, the decisions it recorded (numbered), trials it finished."""
+
+    incumbent: Incumbent
+    decisions: tuple[DecisionRecord, ...]
+    trials: int
+
+
+class SearchBackend(Protocol):
+    """Runs the numeric search phase of one night around ``incumbent``.
+
+    A backend boots through ``night.boot``/``night.ab``, records every decision through ``night.decide``, calls
+    ``night.check()`` between boots (it raises ``StopStudy``/``PhaseOver``, which a backend lets through), and
+    keeps ``night.incumbent`` current as it promotes, so a phase cut short leaves the night's incumbent right.
+    """
+
+    def run(self, night: Night, incumbent: Incumbent) -> SearchOutcome: ...
+
+
+class LocalSearch:
+    """The single-GPU search: one ask → boot → tell loop on this study's own Optuna study."""
+
+    def run(self, night: Night, incumbent: Incumbent) -> SearchOutcome:
+        night.incumbent = incumbent
+        decisions: list[DecisionRecord] = []
+        if not night.space.parameters:
+            return SearchOutcome(night.incumbent, (), 0)
+        night.memory.add_boots(night.store.load().boots)
+        search = NumericSearch(night.space, night.store, study_name=night.name, seed=night.settings.seed,
+                               techniques=night.incumbent.techniques)
+        search.enqueue(night.incumbent.values)
+        measured: dict[str, list[float] | None] = {}
+        sigma = night.noise.sigma_boot if night.noise else 0.1
+        while search.trials_done() < night.settings.max_trials:
+            night.check()
+            if night.budget.allowance("search") < night.boot_s():
+                log.info("search: allowance spent after %d trials", search.trials_done())
+                break
+            proposal = search.ask()
+            number = proposal.trial.number
+            if proposal.candidate is None:
+                log.info("trial %d refused by a coherence rule (no boot): %s", number, proposal.refused)
+                search.tell(proposal, None, constraint=1.0)
+                continue
+            candidate = replace(proposal.candidate, label=f"trial-{number}")
+            key = proposal_key(proposal.values)
+            if key in measured:
+                values = measured[key]
+                search.tell(proposal, values, constraint=0.0 if values else 1.0)
+                continue
+            prediction = night.memory.predict(candidate.flags)
+            if prediction.misses(night.context_target):
+                night.skipped_by_model += 1
+                log.info("trial %d skipped without a boot: predicted KV pool %s < target %s (model error %.1f%%)",
+                         number, f"{prediction.kv_tokens:,.0f}", f"{night.context_target:,}",
+                         100 * (prediction.relative_error or 0.0))
+                gap = (night.context_target or 0) - (prediction.kv_tokens or 0)
+                search.tell(proposal, None, constraint=max(1e-3, gap / max(1, night.context_target or 1)))
+                continue
+            result = night.boot(BootPlan(tag=f"search:{number}", candidate=candidate, phase=Phase.SEARCH,
+                                         arm=Arm.CANDIDATE, trial_number=number, probes=True,
+                                         technique=None))
+            report = result.record.report
+            if report and report.max_total_num_tokens:
+                if prediction.kv_tokens is not None:
+                    night.memory_errors.append(abs(prediction.kv_tokens - report.max_total_num_tokens)
+                                               / report.max_total_num_tokens)
+                night.memory.add(Observation(candidate.flags, report.max_total_num_tokens,
+                                             report.max_running_requests))
+            values, constraint, failure = trial_values(night, result)
+            measured[key] = values
+            search.tell(proposal, values, constraint=constraint, failure=failure,
+                        boot_ids=(result.record.boot_id,))
+            tput = result.record.throughput_tok_s
+            if (values and tput and night.incumbent.throughput
+                    and math.log(tput / night.incumbent.throughput) > sigma
+                    and night.budget.allowance("search") > night.first_look_boots() * night.boot_s()):
+                decisions.append(promote(night, candidate, proposal.values, number))
+        return SearchOutcome(night.incumbent, tuple(decisions), search.trials_done())
+
+
+def trial_values(night: Night, result: BootResult) -> tuple[list[float] | None, float, Failure | None]:
+    """A search boot's objective values (None when infeasible), its constraint value and its failure."""
+    sample, record = result.sample, result.record
+    if sample.failed is not None:
+        return None, 1.0, sample.failed
+    if sample.quality_passed is False:
+        return None, 1.0, None
+    kv = sample.kv_pool_tokens
+    if night.context_target and kv is not None and kv < night.context_target:
+        return None, (night.context_target - kv) / night.context_target, None
+    if record.throughput_tok_s is None:
+        return None, 1.0, None
+    values = []
+    for objective in night.space.objectives or ():
+        metric = objective.metric
+        if metric.startswith("ttft"):
+            ttft = record.ttft_p50_s()
+            values.append(ttft if ttft is not None else 1e9)
+        elif metric in ("kv_pool_tokens", "max_total_num_tokens"):
+            values.append(float(kv or 0))
+        else:
+            values.append(record.throughput_tok_s)
+    return values or [record.throughput_tok_s], 0.0, None
+
+
+def promote(night: Night, candidate: Candidate, values: Mapping[str, Any], number: int) -> DecisionRecord:
+    """A/B a search trial that beat the incumbent's boot noise; a keep becomes the night's incumbent."""
+    log.info("trial %d beats the incumbent by more than the boot noise: confirming through the A/B gate", number)
+    ab, ids = night.ab(candidate, tag=f"search:{number}", phase=Phase.SEARCH, technique=candidate.label,
+                       seed=1000 + number, trial=number)
+    # Not in the night's false-keep family: a search keep is a step of the search, and the final incumbent
+    # must still beat the original baseline on fresh boots in the confirmation A/B before it is recommended.
+    verdict = ab.verdict
+    changed = {k: v for k, v in candidate.flags.items() if night.incumbent.candidate.flags.get(k) != v}
+    decision = DecisionRecord(study=night.name, number=0, phase=Phase.SEARCH, technique=f"search trial {number}",
+                              flags_delta=changed, incumbent_key=night.incumbent.candidate.key(),
+                              candidate_key=candidate.key(), verdict=verdict, ab_result=ab.to_dict(),
+                              boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                              boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())
+    recorded = night.decide(decision, trials=(number,))
+    if recorded.kept is Kept.YES:
+        night.incumbent = Incumbent(dict(values), list(night.incumbent.techniques), candidate,
+                                    arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+    return recorded
