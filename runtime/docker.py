@@ -40,8 +40,9 @@ from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import SCHEMA_VERSION, Owner, Reaped
+from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot, wait_memory_released
 from elsa_tune.runtime.ports import free_port
-from elsa_tune.runtime.process import DEFAULT_LAUNCH, wait_memory_released
+from elsa_tune.runtime.process import DEFAULT_LAUNCH
 from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
 from elsa_tune.runtime.server_log import LogTee
 from elsa_tune.runtime.startup_log import build_report
@@ -58,13 +59,9 @@ GPU_LABEL = "elsa-tune.gpu"
 BASELINE_LABEL = "elsa-tune.gpu-used-before"
 
 
-@dataclass
-class _Boot:
+@dataclass(kw_only=True)
+class _Boot(LiveBoot):
     container: Any
-    tee: LogTee
-    baseline_used: int | None
-    started: float
-    exit: Exit | None = None
 
 
 def _exit_code(container: Any) -> int | None:
@@ -174,7 +171,7 @@ class SGLangDocker:
             container.start()
             tee = LogTee(self._log_stream(container), log_path)
             tee.start()
-            boot = _Boot(container, tee, baseline, started)
+            boot = _Boot(container=container, tee=tee, baseline_used=baseline, started=started)
             base_url = f"http://127.0.0.1:{port}"
             with httpx.Client(trust_env=False) as http:
                 self._wait_ready(boot, http, base_url, log_path)
@@ -251,7 +248,7 @@ class SGLangDocker:
         code = _exit_code(boot.container)
         if code is not None:
             boot.tee.closed.wait(timeout=5.0)
-            return Health(HealthState.DEAD, f"the container exited with {code}", self._died(boot, code))
+            return Health(HealthState.DEAD, f"the container exited with {code}", boot.died(_as_signal_code(code)))
         try:
             with httpx.Client(trust_env=False) as http:
                 status = http.get(f"{server.base_url}/health", timeout=self.health_timeout_s).status_code
@@ -261,38 +258,31 @@ class SGLangDocker:
             return Health(HealthState.HEALTHY, "ok")
         return unhealthy(boot.tee.text(), f"/health answered {status}")
 
-    def _died(self, boot: _Boot, code: int) -> Failure:
-        return classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code), became_ready=True,
-                                                      elapsed_s=time.monotonic() - boot.started))
-
     def stop(self, server: Server) -> Exit:
         """Stop (SIGTERM, then SIGKILL after the timeout) and remove the container, then wait for the GPU."""
         boot = self._boots.get(server.handle)
         if boot is None:
-            return Exit(returncode=None, killed=False, gpu_memory_released=True, seconds=0.0,
-                        detail="not started by this runtime (nothing to stop)")
-        if boot.exit is not None:
-            return boot.exit
-        began = time.monotonic()
-        failure: Failure | None = None
-        code: int | None = None
-        killed = False
-        try:
-            boot.container.reload()
-            code = _exit_code(boot.container)
-            if code is not None:
-                failure = self._died(boot, code)
-            else:
-                code, killed = self._stop_container(boot.container)
-        except _ENGINE_ERRORS as exc:
-            log.warning("stopping %s: %s", server.handle[:12], exc)
-        self._remove(boot.container)
-        boot.tee.closed.wait(timeout=5.0)
-        released, detail = wait_memory_released(self.gpu, boot.baseline_used, timeout_s=self.memory_release_timeout_s,
-                                                margin_bytes=self.memory_margin_bytes)
-        boot.exit = Exit(returncode=code, killed=killed, gpu_memory_released=released,
-                         seconds=round(time.monotonic() - began, 3), failure=failure, detail=detail)
-        return boot.exit
+            return NOTHING_TO_STOP
+
+        def halt() -> tuple[int | None, bool, Failure | None]:
+            failure: Failure | None = None
+            code: int | None = None
+            killed = False
+            try:
+                boot.container.reload()
+                code = _exit_code(boot.container)
+                if code is not None:
+                    failure = boot.died(_as_signal_code(code))
+                else:
+                    code, killed = self._stop_container(boot.container)
+            except _ENGINE_ERRORS as exc:
+                log.warning("stopping %s: %s", server.handle[:12], exc)
+            self._remove(boot.container)
+            boot.tee.closed.wait(timeout=5.0)
+            return code, killed, failure
+
+        return boot.finish(halt, self.gpu, memory_release_timeout_s=self.memory_release_timeout_s,
+                           margin_bytes=self.memory_margin_bytes)
 
     def _stop_container(self, container: Any) -> tuple[int, bool]:
         """The engine's stop (SIGTERM, SIGKILL after the timeout) and its exit code; ``killed`` if it took a SIGKILL."""

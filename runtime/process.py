@@ -35,6 +35,8 @@ from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import LeaseBook, Reaped, ServerLease
+from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot
+from elsa_tune.runtime.live_boot import wait_memory_released as wait_memory_released  # re-exported (was defined here)
 from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process_group import ProcessGroup
 from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
@@ -48,37 +50,11 @@ DEFAULT_LAUNCH: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
 _OWNED_FLAGS = ("host", "port")
 
 
-def wait_memory_released(gpu: GpuView | None, baseline_used: int | None, *, timeout_s: float,
-                         margin_bytes: int = 512 << 20, poll_s: float = 0.2) -> tuple[bool, str]:
-    """Wait until ``gpu`` uses no more than ``baseline_used + margin_bytes``; ``(released, detail)``.
-
-    Bounded by ``timeout_s``. Without a GPU view there is nothing to wait for: ``(True, reason)``.
-    """
-    if gpu is None or baseline_used is None:
-        return True, "no GPU view: memory release not watched"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            used = gpu.memory().used
-        except Exception as exc:  # NVML can fail mid-study (driver reset); report, never hang
-            return False, f"GPU memory could not be read: {exc}"
-        if used <= baseline_used + margin_bytes:
-            return True, f"GPU memory back to {used / 2**20:.0f} MiB (pre-boot {baseline_used / 2**20:.0f} MiB)"
-        if time.monotonic() >= deadline:
-            return False, (f"GPU memory still {used / 2**20:.0f} MiB after {timeout_s:.0f} s "
-                           f"(pre-boot {baseline_used / 2**20:.0f} MiB): another process may hold it")
-        time.sleep(poll_s)
-
-
-@dataclass
-class _Boot:
+@dataclass(kw_only=True)
+class _Boot(LiveBoot):
     popen: subprocess.Popen[bytes]
-    tee: LogTee
     pgid: int
-    baseline_used: int | None
-    started: float
     lease: ServerLease | None = None
-    exit: Exit | None = None
 
 
 class SGLangProcess:
@@ -172,7 +148,8 @@ class SGLangProcess:
         stream = popen.stdout
         tee = LogTee(iter(stream.readline, b""), log_path, ready_line=self.ready_line)
         tee.start()
-        boot = _Boot(popen, tee, popen.pid, baseline, started, lease=self._lease(popen.pid, port, boot_dir, argv))
+        boot = _Boot(popen=popen, tee=tee, pgid=popen.pid, baseline_used=baseline, started=started,
+                     lease=self._lease(popen.pid, port, boot_dir, argv))
         base_url = f"http://{self.host}:{port}"
         ready = False
         try:
@@ -243,7 +220,7 @@ class SGLangProcess:
         code = boot.popen.poll()
         if code is not None:
             boot.tee.closed.wait(timeout=5.0)
-            return Health(HealthState.DEAD, f"the server process exited with {code}", self._died(boot, code))
+            return Health(HealthState.DEAD, f"the server process exited with {code}", boot.died(code))
         try:
             with httpx.Client(trust_env=False) as client:
                 response = client.get(f"{server.base_url}/health", timeout=self.health_timeout_s)
@@ -253,30 +230,22 @@ class SGLangProcess:
             return Health(HealthState.HEALTHY, "ok")
         return unhealthy(boot.tee.text(), f"/health answered {response.status_code}")
 
-    def _died(self, boot: _Boot, code: int) -> Failure:
-        return classify(boot.tee.text(), FailureHints(exit_code=code, became_ready=True,
-                                                      elapsed_s=time.monotonic() - boot.started))
-
     # ---- stop -------------------------------------------------------------------------------------
 
     def stop(self, server: Server) -> Exit:
         """Kill the tree, wait for it, wait for the GPU memory. Idempotent; never raises for a dead server."""
         boot = self._boots.get(server.handle)
         if boot is None:
-            return Exit(returncode=None, killed=False, gpu_memory_released=True, seconds=0.0,
-                        detail="not started by this runtime (nothing to stop)")
-        if boot.exit is not None:
-            return boot.exit
-        began = time.monotonic()
-        code = boot.popen.poll()
-        failure = self._died(boot, code) if code is not None else None
-        returncode, killed = self._terminate(boot)
-        released, detail = wait_memory_released(self.gpu, boot.baseline_used,
-                                                timeout_s=self.memory_release_timeout_s,
-                                                margin_bytes=self.memory_margin_bytes)
-        boot.exit = Exit(returncode=returncode, killed=killed, gpu_memory_released=released,
-                         seconds=round(time.monotonic() - began, 3), failure=failure, detail=detail)
-        return boot.exit
+            return NOTHING_TO_STOP
+
+        def halt() -> tuple[int | None, bool, Failure | None]:
+            code = boot.popen.poll()
+            failure = boot.died(code) if code is not None else None
+            returncode, killed = self._terminate(boot)
+            return returncode, killed, failure
+
+        return boot.finish(halt, self.gpu, memory_release_timeout_s=self.memory_release_timeout_s,
+                           margin_bytes=self.memory_margin_bytes)
 
     def _terminate(self, boot: _Boot) -> tuple[int | None, bool]:
         """Stop the group (``ProcessGroup.stop``), close the log, drop the lease. Safe to call twice."""
