@@ -140,6 +140,25 @@ def test_a_killed_tuners_server_is_reaped_and_the_next_preflight_proceeds(
         ProcessGroup(pid).signal(signal.SIGKILL)
 
 
+def test_a_card_busy_with_a_process_that_is_not_ours_is_still_refused(sleeper: subprocess.Popen[bytes],
+                                                                     tmp_path: Path) -> None:
+    from elsa_tune.errors import EnvironmentError_
+    from elsa_tune.runtime.sim.card import CardLease, card_uuid
+    from elsa_tune.tuner.preflight import run_preflight
+    from elsa_tune.tuner.settings import Settings
+
+    card = tmp_path / "card"
+    CardLease(card, pid=sleeper.pid).set_used(1 << 30)   # someone else's process on the card, with no lease
+    book = LeaseBook()
+    live_owners = replace(lease_of(sleeper, tmp_path, Owner.me()), gpu_uuid=card_uuid(card))
+    book.write(live_owners)                                # ... or a live owner's server: never ours to stop
+    space = Path(__file__).resolve().parents[2] / "benchmarks" / "workers" / "tiny-space.yaml"
+    with pytest.raises(EnvironmentError_, match=f"in use by .*{sleeper.pid}"):
+        run_preflight(Settings(gpu="sim", runtime="sim", sim_profile=PROFILE, space=str(space), traffic="demo"),
+                      card_dir=card, harvest_flags=False)
+    assert sleeper.poll() is None and len(book.leases()) == 1
+
+
 def test_a_live_owners_lease_is_left_alone(sleeper: subprocess.Popen[bytes], tmp_path: Path) -> None:
     book = LeaseBook(tmp_path / "leases")
     book.write(lease_of(sleeper, tmp_path, Owner.me()))
