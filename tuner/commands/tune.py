@@ -2,6 +2,8 @@
 
 Thin shell: arguments → ``Settings`` (defaults < ``ELSA_TUNE_*`` < these flags) → preflight → ``Study.run``.
 Rerunning the same command with the same ``--out`` resumes the study; nothing finished is measured twice.
+``--gpu 0,1``: one study; the first GPU runs baseline, screening and confirmation, and the numeric search runs on
+every listed GPU at once (``tuner/fleet.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", default=None, metavar="N|UUID|sim",
-                        help="the GPU to tune on (NVML index or UUID), or 'sim' for the simulated card")
+    parser.add_argument("--gpu", default=None, metavar="N[,N…]|UUID|sim",
+                        help="the GPU to tune on (NVML index or UUID), or 'sim' for the simulated card; several "
+                             "(0,1) run the numeric search on all of them at once, one worker per GPU "
+                             "(with --runtime sim: simulated cards 0, 1, …)")
     parser.add_argument("--traffic", default=None, metavar="FILE|demo",
                         help="recorded traffic (elsa-tune Parquet trace), or 'demo' for the bundled window")
     parser.add_argument("--space", default=None, metavar="NAME|PATH", help="the search space (elsa-tune space list)")
@@ -52,32 +56,41 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.gpu and "," in str(args.gpu):
-        # Several GPUs share one study through workers (numeric search and A/Bs, each A/B on one GPU); the
-        # screening of stacked techniques is sequential and stays in the single-GPU study.
-        raise ConfigError(f"--gpu {args.gpu}: one study runs on one GPU",
-                          remedy=f"run `elsa-tune worker --study NAME --gpu {args.gpu} …` (same --space/--traffic "
-                                 "options) to share a study across these GPUs, or pick one GPU here")
     from elsa_tune.history.study_record import StudyStatus
     from elsa_tune.tuner.console import StudyView, interactive, setup_logging
     from elsa_tune.tuner.preflight import run_preflight
     from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.signals import Interrupts
     from elsa_tune.tuner.study import Study
+    from elsa_tune.tuner.worker_pool import parse_gpus
 
     cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "verbose", "quiet")}
     cli["verbosity"] = int(args.verbose) - int(args.quiet) or None
+    # --gpu 0,1: the lead owns the first GPU (baseline, screening, confirmation); the search runs on all of them.
+    gpus = parse_gpus(str(args.gpu)) if args.gpu and "," in str(args.gpu) else []
+    if gpus:
+        cli["gpu"] = gpus[0]
     settings = Settings.resolve(cli)
     if settings.resume and not (settings.run_dir / "study.json").exists():
         raise ConfigError(f"--resume: {settings.run_dir} holds no study",
                           remedy="drop --resume to start a new study there, or point --out at the study's folder")
+    if gpus and settings.runtime == "sim" and "sim" in gpus:
+        raise ConfigError(f"--gpu {args.gpu}: simulated GPUs are numbered",
+                          remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     live = interactive() if settings.live is None else settings.live
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(settings.run_dir / "study.log")
-    pre = run_preflight(settings)
+    # The lead's simulated card is the first worker's (``elsa-tune worker`` maps GPU N to <out>/sim-cards/gpuN).
+    card_dir = settings.run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
+    pre = run_preflight(settings, card_dir=card_dir)
+    search = None
+    if gpus:
+        from elsa_tune.tuner.fleet import FleetSearch
+
+        search = FleetSearch(gpus, verbose=int(args.verbose))
     with StudyView(live=live) as view:
-        outcome = Study(pre, view=view, interrupts=Interrupts()).run()
+        outcome = Study(pre, view=view, interrupts=Interrupts(), search=search).run()
     print(f"study {settings.study_name}: {outcome.status.value}; recommended: {outcome.incumbent.label} "
           f"({' '.join(outcome.incumbent.argv())})")
     print(f"  {outcome.boots} boots, {outcome.decisions} decisions; report: {Path(outcome.run_dir) / 'report.md'}")
