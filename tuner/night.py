@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.probes.quality import QualityGate
@@ -121,6 +121,7 @@ class Night:
         self.memory_errors: list[float] = []
         self.skipped_by_model = 0
         self.notes: list[str] = []
+        self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
 
     # ---- what every phase does ------------------------------------------------------------------------
 
@@ -152,6 +153,25 @@ class Night:
         self.on_decision()
         return decision
 
+    def charge_recorded(self, phase: Phase) -> float:
+        """Charge the clock, once, with every finished boot of ``phase`` a killed run recorded; returns the seconds.
+
+        On resume, a phase that is not replayed tag by tag (the search: its finished Optuna trials are not asked
+        again) would never charge the boots those trials made; a resumed study must spend its budget as the
+        original did. A recorded boot charged here and replayed later is not charged a second time.
+        """
+        seconds = 0.0
+        for record in self.store.load().boots:
+            if (record.phase is phase and isinstance(record.extra.get("tag"), str)
+                    and record.outcome is not BootOutcome.INTERRUPTED and record.boot_id not in self._charged):
+                self._charged.add(record.boot_id)
+                seconds += max(0.0, record.seconds)
+        if seconds > 0:
+            self.clock.advance(seconds)
+            log.info("resume: %s boots recorded before the restart charged %.0f s to the budget", phase.value,
+                     seconds)
+        return seconds
+
     def check(self) -> None:
         """Raise ``StopStudy`` when interrupted or out of budget, ``PhaseOver`` when the phase's allowance is spent."""
         if self.interrupts.requested:
@@ -178,7 +198,7 @@ class Night:
         self.view.update(candidate=plan.candidate.label or plan.tag, time_left_s=self.budget.left_s)
 
     def _on_boot(self, result: BootResult) -> None:
-        if result.reused:
+        if result.reused and result.record.boot_id not in self._charged:
             self.clock.advance(result.record.seconds)
         self.boot_seconds.append(result.record.seconds)
         best = self.incumbent.throughput

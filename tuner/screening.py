@@ -3,25 +3,27 @@
 Every technique the ledger has not rejected for this fingerprint is booted once with the probes and the
 quality gate (an OOM or hang gets a second and third attempt). A crash, OOM, hang, quality regression, a pool
 below the context target or an adjustment showing a technique flag was silently ignored or clamped rejects it
-at once, with that reason; so does a screening boot more than 3 σ slower than the incumbent, twice. Otherwise
-the sequential A/B gate decides against the incumbent, under online false-keep control across the night; kept
-techniques stack into the incumbent.
+at once, with that reason; so does a memory technique whose KV pool is no larger than the incumbent's, and a
+screening boot more than 3 σ slower than the incumbent, twice. Otherwise the sequential A/B gate decides
+against the incumbent, under online false-keep control across the night; kept techniques stack into the incumbent.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from dataclasses import replace
 from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord, Kept
+from elsa_tune.history.reasons import pct
 from elsa_tune.history.records import Phase
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
-from elsa_tune.search_spaces.space import Technique
+from elsa_tune.search_spaces.space import Technique, TechniqueKind
 from elsa_tune.tuner.night import Incumbent, Night, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
@@ -108,6 +110,9 @@ class Screening:
                                         ignored=ignored, boots_candidate=boots, decided_at=time.time(), **base))
             return
         immediate = self.immediate_reject(result)
+        if immediate is None or immediate.extra.get("z") is not None:
+            # A pool is a fact of the configuration, one boot shows it; a slow boot may be the host (rechecked).
+            immediate = self.no_memory_gain(technique, result) or immediate
         if immediate is not None and immediate.extra.get("z") is not None:
             # A single slow boot may be the host, not the technique: a second boot must be as slow.
             again = night.boot(BootPlan(tag=f"{tag}:recheck", candidate=candidate, phase=Phase.SCREENING,
@@ -135,6 +140,31 @@ class Screening:
         if decision.kept is Kept.YES:
             night.incumbent = Incumbent(dict(night.incumbent.values), [*night.incumbent.techniques, technique.name],
                                         candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+
+    def no_memory_gain(self, technique: Technique, result: BootResult) -> Verdict | None:
+        """A memory technique whose KV pool is no larger than the incumbent's: rejected without an A/B.
+
+        A memory technique is there to buy KV pool (seed 004: int8 Mamba checkpoints, "−20% KV pool, no gain");
+        the pool is a property of the configuration, so one boot shows it. Without a recorded pool on either
+        side there is nothing to compare and the A/B decides.
+        """
+        if technique.kind is not TechniqueKind.MEMORY:
+            return None
+        report = result.record.report
+        pool = report.max_total_num_tokens if report else None
+        before = self.incumbent_pool()
+        if not pool or not before or pool > before:
+            return None
+        reason = f"{pct(pool / before)} KV pool ({pool:,} vs {before:,} tokens), no memory gain"
+        return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
+                       boots_incumbent=0, boots_candidate=1, extra={"kv_pool": pool, "incumbent_kv_pool": before})
+
+    def incumbent_pool(self) -> int | None:
+        """The incumbent's KV pool (``max_total_num_tokens``), the median over its recorded boots."""
+        key = self.night.incumbent.candidate.key()
+        pools = [b.report.max_total_num_tokens for b in self.night.store.load().boots
+                 if b.candidate.key() == key and b.report is not None and b.report.max_total_num_tokens]
+        return int(statistics.median_low(pools)) if pools else None
 
     def immediate_reject(self, result: BootResult) -> Verdict | None:
         """A quality regression or a pool below the context target: rejected without an A/B."""

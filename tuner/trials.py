@@ -42,8 +42,9 @@ class SearchBackend(Protocol):
     """Runs the numeric search phase of one night around ``incumbent``.
 
     A backend boots through ``night.boot``/``night.ab``, records every decision through ``night.decide``, calls
-    ``night.check()`` between boots (it raises ``StopStudy``/``PhaseOver``, which a backend lets through), and
-    keeps ``night.incumbent`` current as it promotes, so a phase cut short leaves the night's incumbent right.
+    ``night.check()`` between boots (it raises ``StopStudy``/``PhaseOver``, which a backend lets through),
+    keeps ``night.incumbent`` current as it promotes, so a phase cut short leaves the night's incumbent right,
+    and on resume charges the budget with recorded boots it will not replay (``night.charge_recorded``).
     """
 
     def run(self, night: Night, incumbent: Incumbent) -> SearchOutcome: ...
@@ -57,6 +58,8 @@ class LocalSearch:
         decisions: list[DecisionRecord] = []
         if not night.space.parameters:
             return SearchOutcome(night.incumbent, (), 0)
+        # Finished trials are not asked again on resume, so their boots are never replayed: charge them now.
+        night.charge_recorded(Phase.SEARCH)
         night.memory.add_boots(night.store.load().boots)
         search = NumericSearch(night.space, night.store, study_name=night.name, seed=night.settings.seed,
                                techniques=night.incumbent.techniques)

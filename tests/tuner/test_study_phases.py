@@ -1,0 +1,125 @@
+"""The phases of a study on the tiny simulated card: a resumed search spends the budget the killed run spent, and a
+memory technique that buys no KV pool is rejected at its screening boot without an A/B."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from elsa_tune.history.decision import DecisionRecord, Kept
+from elsa_tune.history.reasons import pct
+from elsa_tune.history.records import Phase
+from elsa_tune.history.store import StudyStore
+from elsa_tune.search_spaces.space import TechniqueKind
+from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.console import StudyView
+from elsa_tune.tuner.night import Night, StudyClock
+from elsa_tune.tuner.preflight import Preflight, run_preflight
+from elsa_tune.tuner.sampler import BootPlan
+from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.trials import LocalSearch
+
+TINY_SPACE = Path(__file__).parents[1] / "e2e" / "data" / "tiny-space.yaml"
+
+MEMORY_TECHNIQUES = """
+  smaller-static-pool:
+    kind: memory
+    rationale: a memory technique that gives KV pool back instead of buying it
+    flags: {mem-fraction-static: 0.65}
+  larger-static-pool:
+    kind: memory
+    rationale: a memory technique that buys KV pool
+    flags: {mem-fraction-static: 0.7}
+"""
+
+
+def _preflight(tmp_path: Path, space: Path, **overrides: object) -> Preflight:
+    values: dict[str, object] = {"gpu": "sim", "sim_profile": "tiny-test", "space": str(space), "traffic": "demo",
+                                 "budget_s": 600.0, "out": tmp_path / "runs" / "study", "sim_speedup": 60.0,
+                                 "baseline_boots": 3, "seed": 1}
+    values.update(overrides)
+    return run_preflight(Settings(**values), card_dir=tmp_path / "card")  # type: ignore[arg-type,unused-ignore]
+
+
+def _night(pre: Preflight) -> Night:
+    """A night as ``Study`` builds it (a fresh store, clock and budget over the same run folder)."""
+    clock = StudyClock()
+    store = StudyStore(pre.settings.run_dir, name=pre.settings.study_name, heartbeat_interval=None)
+    store.reconcile()
+    return Night(pre, store=store, budget=Budget(pre.settings.budget_s, clock=clock.now), clock=clock,
+                 view=StudyView(live=False), interrupts=Interrupts(), on_decision=lambda: None)
+
+
+def test_a_resumed_search_charges_the_trials_the_killed_run_finished(tmp_path: Path) -> None:
+    pre = _preflight(tmp_path, TINY_SPACE, max_trials=1)
+    first = _night(pre)
+    first.budget.begin("search")
+    done = LocalSearch().run(first, first.incumbent)
+    assert done.trials == 1 and not done.decisions
+    recorded = [b for b in first.store.load().boots if b.phase is Phase.SEARCH]
+    assert len(recorded) == 1
+    spent = sum(b.seconds for b in recorded)
+    assert spent > 0
+
+    resumed = _night(pre)            # the killed study restarts: its trial is finished, not asked again
+    resumed.budget.begin("search")
+    again = LocalSearch().run(resumed, resumed.incumbent)
+    assert again.trials == 1 and resumed.booter.boots == 0
+    assert resumed.budget.elapsed_s >= spent
+    assert resumed.budget.elapsed_s < spent + 10.0      # charged once, not per phase or per look-up
+    # A recorded boot charged up front and replayed later is not charged twice.
+    before = resumed.clock.now()
+    replay = resumed.boot(BootPlan(tag="search:0", candidate=recorded[0].candidate, phase=Phase.SEARCH,
+                                   trial_number=0, probes=True))
+    assert replay.reused
+    assert resumed.clock.now() - before < recorded[0].seconds
+
+
+@pytest.fixture()
+def memory_space(tmp_path: Path) -> Path:
+    text = TINY_SPACE.read_text().replace("\nobjectives:", MEMORY_TECHNIQUES.rstrip("\n") + "\n\nobjectives:", 1)
+    path = tmp_path / "tiny-memory.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_memory_technique_without_memory_gain_is_rejected_at_its_screening_boot(tmp_path: Path,
+                                                                                   memory_space: Path) -> None:
+    # The incumbent runs at mem-fraction-static 0.7; the technique at 0.65 gives KV pool back.
+    pre = _preflight(tmp_path, memory_space)
+    night = _night(pre)
+    values = {**night.incumbent.values, "mem-fraction-static": 0.7}
+    night.incumbent.values = values
+    night.incumbent.candidate = night.space.candidate(values, [], label="incumbent")
+    incumbent_boot = night.boot(BootPlan(tag="baseline:0", candidate=night.incumbent.candidate,
+                                         phase=Phase.BASELINE, probes=True))
+    decisions: list[DecisionRecord] = []
+    night.on_decision = lambda: decisions.append(night.store.load().decisions[-1])
+    screening = Screening(night)
+    techniques = {t.name: (i, t) for i, t in enumerate(night.space.techniques)}
+    index, smaller = techniques["smaller-static-pool"]
+    assert smaller.kind is TechniqueKind.MEMORY
+
+    screening.screen(index, smaller)
+    assert len(decisions) == 1 and night.booter.boots == 2         # the incumbent's boot, one screening boot
+    decision = decisions[0]
+    assert decision.kept is Kept.NO and decision.verdict is not None and decision.ab_result is None, decision
+    pool, before = decision.verdict.extra["kv_pool"], decision.verdict.extra["incumbent_kv_pool"]
+    assert pool < before
+    assert decision.result == f"{pct(pool / before)} KV pool ({pool:,} vs {before:,} tokens), no memory gain"
+    assert decision.result.startswith("−")
+
+    # Against the smaller pool (now the incumbent, its pool read from its recorded boot) 0.7 is a memory gain:
+    # the A/B decides, and speed techniques are never asked about the pool.
+    smaller_candidate = night.space.candidate(values, ["smaller-static-pool"], label="smaller")
+    night.incumbent.candidate = smaller_candidate
+    assert screening.incumbent_pool() == pool
+    _, larger = techniques["larger-static-pool"]
+    assert screening.no_memory_gain(larger, incumbent_boot) is None
+    speed = next(t for t in night.space.techniques if t.kind is TechniqueKind.SPEED)
+    night.incumbent.candidate = night.space.candidate(values, [], label="incumbent")
+    assert screening.no_memory_gain(speed, incumbent_boot) is None
+    assert screening.no_memory_gain(larger, incumbent_boot) is not None     # equal pools: no gain either
