@@ -1,0 +1,45 @@
+"""``elsa-tune leases [--reap]``: the servers elsa-tune started on this host, and whose owner is gone.
+
+Every server a runtime starts is leased to the tuner or worker that started it (``runtime/lease.py``); the lease
+is removed when the server is stopped. A lease left behind by a killed tuner names a server that may still hold
+its GPU. Preflight stops those on its own GPU before a study; ``--reap`` stops them on every GPU now (SIGTERM,
+SIGKILL after the timeout, then a wait for the GPU memory). A live owner's server is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "leases"
+HELP = "list the servers elsa-tune started on this host; --reap stops those whose tuner was killed"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reap", action="store_true",
+                        help="stop the servers whose owner is dead (a killed tuner or worker), on every GPU")
+    parser.add_argument("--dir", default=None, type=Path, metavar="DIR",
+                        help="the lease folder (default $ELSA_LEASE_DIR, $XDG_RUNTIME_DIR/elsa-tune/leases or "
+                             "~/.cache/elsa-tune/leases)")
+    parser.add_argument("--stop-timeout", default=30.0, type=float, metavar="S",
+                        help="seconds between SIGTERM and SIGKILL when reaping (default 30)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from elsa_tune.runtime.lease import LeaseBook
+
+    book = LeaseBook(args.dir, stop_timeout_s=args.stop_timeout)
+    leases = book.leases()
+    print(f"{len(leases)} lease(s) in {book.directory}")
+    for lease in leases:
+        owner = "owner dead" if lease.owner.is_dead() else (
+            "owner alive" if lease.owner.on_this_host() else f"owner on {lease.owner.host}")
+        print(f"  {lease.describe()} [{owner}]")
+    if args.reap:
+        reaped = book.reap()
+        for r in reaped:
+            print(f"reaped {r.name}: {'stopped ' + ', '.join(r.stopped) if r.stopped else 'nothing running'}"
+                  f"{' (killed)' if r.killed else ''}; {r.detail}")
+        print(f"{len(reaped)} orphaned lease(s) reaped")
+    return 0
