@@ -154,8 +154,8 @@ class FleetSearch:
             night.clock.advance(charged)
             log.info("search on %d GPUs: %.0f s spent by earlier starts of the workers charged to the budget",
                      len(self.gpus), charged)
-        if not fleet.finished:
-            night.check()
+        # What earlier starts decided is adopted even when no time is left to start again.
+        if not fleet.finished and not night.interrupts.requested:
             alive = fleet.wait_for_children(2 * self.stop_grace_s + 10.0)
             if alive:
                 log.warning("search: workers of an earlier start (pids %s) still run; starting anyway",
