@@ -9,6 +9,7 @@ every listed GPU at once (``tuner/fleet.py``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
@@ -66,16 +67,16 @@ def run(args: argparse.Namespace) -> int:
 
     cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "verbose", "quiet")}
     cli["verbosity"] = int(args.verbose) - int(args.quiet) or None
-    # --gpu 0,1: the lead owns the first GPU (baseline, screening, confirmation); the search runs on all of them.
-    gpus = parse_gpus(str(args.gpu)) if args.gpu and "," in str(args.gpu) else []
-    if gpus:
-        cli["gpu"] = gpus[0]
     settings = Settings.resolve(cli)
+    # --gpu 0,1: the lead owns the first GPU (baseline, screening, confirmation); the search runs on all of them.
+    gpus = parse_gpus(settings.gpu) if "," in settings.gpu else []
+    if gpus:
+        settings = dataclasses.replace(settings, gpu=gpus[0])
     if settings.resume and not (settings.run_dir / "study.json").exists():
         raise ConfigError(f"--resume: {settings.run_dir} holds no study",
                           remedy="drop --resume to start a new study there, or point --out at the study's folder")
-    if gpus and settings.runtime == "sim" and "sim" in gpus:
-        raise ConfigError(f"--gpu {args.gpu}: simulated GPUs are numbered",
+    if gpus and "sim" in gpus:
+        raise ConfigError(f"--gpu {','.join(gpus)}: simulated GPUs are numbered",
                           remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     live = interactive() if settings.live is None else settings.live
