@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elsa_tune.history.reasons import reason_from_adjustment, reason_from_failure, reason_from_verdict
+from elsa_tune.history.reasons import reason_category, reason_from_adjustment, reason_from_failure, reason_from_verdict
 from elsa_tune.history.records import Phase
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import FlagValue
+from elsa_tune.search_spaces.space import ReasonCategory
 
 SCHEMA_VERSION = 1
 # schema history: 1 — first version.
@@ -68,6 +69,13 @@ class DecisionRecord:
             return Kept.INCONCLUSIVE
         return {Decision.KEEP: Kept.YES, Decision.REJECT: Kept.NO,
                 Decision.INCONCLUSIVE: Kept.INCONCLUSIVE}[self.verdict.decision]
+
+    @property
+    def category(self) -> ReasonCategory | None:
+        """Why it was (not) kept in the seeds' words (``history/reasons.py``); ``None`` when skipped."""
+        if self.skipped:
+            return None
+        return reason_category(self.verdict, self.failure, self.ignored)
 
     def delta_text(self) -> str:
         """The delta as command-line text: ``--enable-mixed-chunk --page-size 32 SGLANG_X=1``."""

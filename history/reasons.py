@@ -3,16 +3,22 @@
 The sentences follow the field notes: "−20% at short prompts, −30% at 63K", "crashes: 'HybridLinearKVPool'
 object has no attribute 'layer_num'", "accepted and silently ignored: server_args shows False",
 "no demonstrated benefit: +1.2% [−4%, +7%] over 12 boots". A missing number is said, never shown as 0.
+
+``reason_category`` files the same outcome under one of the tables' few words (crash, oom, hang, ignored,
+context drop, memory loss, wrong answers, slower, no gain, kept), so a study's table can be checked row by row
+against a seed's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.search_spaces.space import ReasonCategory
 
 MINUS = "−"
 
@@ -96,6 +102,81 @@ def reason_from_adjustment(adjustment: Adjustment) -> str:
         shown = "server_args shows False" if adjustment.effective is False else (where or "no effect in the log")
         return f"accepted and silently ignored: {shown}"
     return f"silently clamped: --{adjustment.flag} {adjustment.requested} → {adjustment.effective}"
+
+
+_FAILURE_CATEGORY: Mapping[FailureKind, ReasonCategory] = {
+    FailureKind.BAD_FLAG: ReasonCategory.CRASH,
+    FailureKind.WEIGHTS_OOM: ReasonCategory.OOM,
+    FailureKind.NO_ROOM_FOR_KV: ReasonCategory.OOM,
+    FailureKind.MAMBA_POOL_TOO_SMALL: ReasonCategory.OOM,
+    FailureKind.CUDA_GRAPH_FAILED: ReasonCategory.CRASH,     # an OOM when the evidence says so (below)
+    FailureKind.OOM_UNDER_LOAD: ReasonCategory.OOM,
+    FailureKind.HOST_OOM_KILLED: ReasonCategory.OOM,
+    FailureKind.HANG: ReasonCategory.HANG,
+    FailureKind.BOOT_TIMEOUT: ReasonCategory.HANG,
+    FailureKind.PORT_IN_USE: ReasonCategory.CRASH,
+    FailureKind.TECHNIQUE_CRASH: ReasonCategory.CRASH,
+    FailureKind.UNKNOWN_CRASH: ReasonCategory.CRASH,
+}
+_GUARDRAIL_REJECT = re.compile(r"guardrail (?P<name>\w+) failed")
+_BELOW_NOISE = "below the incumbent's boot-to-boot noise"
+#: "A difference is real only above ~9% (2.8σ)" (seed 004's protocol): a rejected estimate this far down is
+#: "slower" even when its interval still reaches zero; closer to zero it is "no gain".
+SLOWER_BELOW = 0.91
+
+
+def failure_category(failure: Failure) -> ReasonCategory:
+    """The category of a failed boot: a CUDA-graph capture that ran out of memory is an OOM, else a crash."""
+    if failure.kind is FailureKind.CUDA_GRAPH_FAILED and any(
+            "out of memory" in line.lower() for line in (failure.summary, *failure.evidence)):
+        return ReasonCategory.OOM
+    return _FAILURE_CATEGORY.get(failure.kind, ReasonCategory.CRASH)
+
+
+def reason_category(verdict: Verdict | None, failure: Failure | None = None,
+                    ignored: Sequence[Adjustment] = ()) -> ReasonCategory | None:
+    """Why a technique was (not) kept, in one ``ReasonCategory``; ``None`` when nothing was decided.
+
+    Read from what the study recorded: the failure's kind, a silent ignore, the verdict's guardrails and
+    effect, and the facts a screening shortcut stores in ``verdict.extra`` (``context_target``: the pool fell
+    below the target; ``incumbent_kv_pool``: a memory technique bought no pool; ``z``: a screening boot far
+    below the incumbent; ``quality_failed``). An INCONCLUSIVE verdict is "no gain": no demonstrated benefit.
+    """
+    if failure is not None:
+        return failure_category(failure)
+    if ignored:
+        return ReasonCategory.IGNORED
+    if verdict is None:
+        return None
+    if verdict.decision is Decision.KEEP:
+        return ReasonCategory.KEPT
+    extra = verdict.extra if isinstance(verdict.extra, Mapping) else {}
+    gate_failure = extra.get("failure")
+    if isinstance(gate_failure, Mapping) and verdict.decision is Decision.REJECT:
+        return failure_category(Failure.from_dict(gate_failure))
+    # records written before the screening shortcuts stored their facts are recognised by their sentence
+    if "context_target" in extra or verdict.reason.startswith("context drops to"):
+        return ReasonCategory.CONTEXT_DROP
+    if extra.get("quality_failed") or verdict.reason.startswith(("answers regressed", "failed the quality gate",
+                                                                  "the candidate failed the quality gate")):
+        return ReasonCategory.WRONG_ANSWERS
+    if "incumbent_kv_pool" in extra:
+        return ReasonCategory.MEMORY_LOSS
+    # a guardrail only rejects when confidently worse (``failed_guardrail``); passed=False alone is "not shown"
+    match = _GUARDRAIL_REJECT.match(verdict.reason)
+    guardrail = extra.get("failed_guardrail") or (match["name"] if match else None)
+    memory = next((g for g in verdict.guardrails if g.name == "memory_gain"), None)
+    if verdict.decision is Decision.REJECT and (guardrail == "kv_pool_tokens" or (
+            memory is not None and memory.passed is False)):
+        return ReasonCategory.MEMORY_LOSS
+    if verdict.decision is not Decision.REJECT:
+        return ReasonCategory.NO_GAIN
+    if extra.get("z") is not None or guardrail in ("ttft_p50", "ttft_p99") or _BELOW_NOISE in verdict.reason:
+        return ReasonCategory.SLOWER
+    effect, high = verdict.effect, verdict.ci_high
+    if effect is not None and (effect <= SLOWER_BELOW or (high is not None and high < 1.0)):
+        return ReasonCategory.SLOWER
+    return ReasonCategory.NO_GAIN
 
 
 def mde_ratio(mde: float) -> float:

@@ -49,6 +49,7 @@ from elsa_tune.search_spaces.space import (
     Objective,
     PriorVerdict,
     ProbeSettings,
+    ReasonCategory,
     RuntimeSpec,
     SearchSpace,
     Technique,
@@ -310,13 +311,13 @@ class _Parser:
         prior = None
         if "prior" in spec:
             p = mapping(spec, "prior")
-            keys(p, ("verdict", "reason", "source"))
+            keys(p, ("verdict", "reason", "source", "category"))
             verdict = string(p, "verdict", required=True)
             if verdict not in ("keep", "reject", "inconclusive"):
                 fail(f"technique {name!r}: prior verdict {verdict!r} is not keep, reject or inconclusive", p,
                       "verdict")
             prior = PriorVerdict(verdict=verdict, reason=string(p, "reason", required=True),
-                                 source=string(p, "source") or "")
+                                 source=string(p, "source") or "", categories=_categories(name, p))
         return Technique(name=name, kind=kind, rationale=string(spec, "rationale", required=True), flags=flags, env=env,
                          requires=requires, screen=screen, prior=prior, line=line,
                          flag_lines=dict(flags_map.key_lines))
@@ -379,6 +380,22 @@ class _Parser:
         keys(b, ("hours", "max_boots", "boots_per_arm"))
         return Budget(hours=number(b, "hours", None, low=0.01), max_boots=integer(b, "max_boots", None, low=1),
                       boots_per_arm=integer(b, "boots_per_arm", None, low=2))
+
+
+def _categories(technique: str, prior: LineMap) -> tuple[ReasonCategory, ...]:
+    """A prior's ``category``: one ``ReasonCategory`` value or a list of them (optional)."""
+    raw = prior.get("category")
+    if raw is None:
+        return ()
+    items = raw if isinstance(raw, list) else [raw]
+    out = []
+    for item in items:
+        try:
+            out.append(ReasonCategory(str(item)))
+        except ValueError:
+            fail(f"technique {technique!r}: prior category {item!r} is not one of "
+                 f"{', '.join(c.value for c in ReasonCategory)}", prior, "category")
+    return tuple(out)
 
 
 def _check_flag_name(flag: str, line: int | None) -> None:

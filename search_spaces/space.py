@@ -32,13 +32,35 @@ class TechniqueKind(StrEnum):
     MEMORY = "memory"  # kept on non-inferiority of the objective plus a memory gain
 
 
+class ReasonCategory(StrEnum):
+    """Why a technique was (not) kept, in the few words of the seeds' "measured and rejected" tables.
+
+    A study's decision maps to one (``history/reasons.py``); a prior names the ones that agree with it.
+    """
+
+    KEPT = "kept"
+    CRASH = "crash"                # a code path crashed, an unsupported kernel, a refused flag
+    OOM = "oom"                    # out of GPU (or host) memory at boot or under load
+    HANG = "hang"                  # the server stopped producing tokens (or never became ready)
+    IGNORED = "ignored"            # accepted and silently ignored or clamped
+    CONTEXT_DROP = "context drop"  # the KV pool fell below the context target
+    MEMORY_LOSS = "memory loss"    # a memory technique that bought no KV pool (or a speed one that lost it)
+    WRONG_ANSWERS = "wrong answers"  # the quality gate failed
+    SLOWER = "slower"              # measured slower (or its latency guardrail failed)
+    NO_GAIN = "no gain"            # no demonstrated benefit: futile, inconclusive, within the noise
+
+
 @dataclass(frozen=True)
 class PriorVerdict:
-    """What an earlier study (e.g. a seed's field notes) concluded about a technique on this stack."""
+    """What an earlier study (e.g. a seed's field notes) concluded about a technique on this stack.
+
+    ``categories`` are the ``ReasonCategory`` values that agree with the prior's reason (empty: not declared).
+    """
 
     verdict: str  # keep | reject | inconclusive
     reason: str
     source: str = ""
+    categories: tuple[ReasonCategory, ...] = ()
 
 
 @dataclass(frozen=True)

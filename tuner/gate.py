@@ -213,7 +213,8 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                                                   "compare, the incumbent stays", final=True,
                            extra={"failure": failed_a[0].to_dict()})
     if policy.guardrails.require_quality and any(s.quality_passed is False for s in samples_b):
-        return ctx.verdict(Decision.REJECT, "the candidate failed the quality gate", final=True)
+        return ctx.verdict(Decision.REJECT, "the candidate failed the quality gate", final=True,
+                           extra={"quality_failed": True})
 
     sa = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
                     sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_a]
@@ -246,7 +247,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
 
     if worse:
         return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed: {worse[0].detail}", final=True,
-                           p_value=p_adj, mde=mde)
+                           p_value=p_adj, mde=mde, extra={"failed_guardrail": worse[0].name})
 
     gain = comparison.ratio - 1.0
     crosses = bounds.crosses(look, comparison.p_one_sided)

@@ -170,12 +170,15 @@ class Screening:
         """A quality regression or a pool below the context target: rejected without an A/B."""
         night = self.night
         reason = ""
+        facts: dict[str, object] = {}     # what ``history.reasons.reason_category`` reads back
         if result.sample.quality_passed is False:
             detail = next((p.detail for p in result.record.probes if not p.passed), "")
             reason = f"answers regressed against the baseline: {detail}" if detail else "failed the quality gate"
+            facts = {"quality_failed": True}
         kv = result.sample.kv_pool_tokens
         if not reason and night.context_target and kv is not None and kv < night.context_target:
             reason = f"context drops to {kv:,} tokens, below the {night.context_target:,}-token target"
+            facts = {"kv_pool": kv, "context_target": night.context_target}
         tput, incumbent = result.record.throughput_tok_s, night.incumbent.throughput
         z: float | None = None
         if not reason and tput and incumbent and night.noise is not None:
@@ -189,8 +192,10 @@ class Screening:
                 z = None
         if not reason:
             return None
+        if z is not None:
+            facts = {"z": z}
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1, extra={"z": z} if z is not None else {})
+                       boots_incumbent=0, boots_candidate=1, extra=facts)
 
 
 def _named(failure: Failure) -> Failure:

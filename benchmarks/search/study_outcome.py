@@ -1,6 +1,7 @@
 """A whole unattended study on the simulated runtime, scored against the simulator's truth.
 
     python benchmarks/search/study_outcome.py                         # seed 004: Qwen3.8-27B on an RTX 5090, 30 min
+    python benchmarks/search/study_outcome.py --skip-run --out DIR                 # score an existing run
     python benchmarks/search/study_outcome.py --profile rtx5090-qwen3.6-35b-a3b-nvfp4 \
         --space qwen3.6-35b-a3b-nvfp4-rtx5090 --budget 30m
 
@@ -8,8 +9,12 @@ It runs ``elsa-tune`` (the real study: real simulated server processes, the load
 probes, the gate) with the bundled demo traffic, then prints:
 
 1. the keep/reject table the study wrote, next to the seed's own verdict for each technique (the search
-   space's ``prior``), so a reader can check that each technique was rejected for the right reason;
-2. the true throughput (``runtime/sim/truth.py``, noiseless) of the configuration the study recommends, of the
+   space's ``prior``);
+2. "right reason?" per screened technique: the category of the study's recorded reason (crash, oom, hang,
+   ignored, context drop, memory loss, wrong answers, slower, no gain, kept: ``history/reasons.py``) against
+   the categories the prior declares (``category:`` in the space), "N of M right" and the mismatches; where
+   the simulator's truth on the study's workload says a reject prior does not hold there, ``kept`` is expected;
+3. the true throughput (``runtime/sim/truth.py``, noiseless) of the configuration the study recommends, of the
    baseline, and of the best configuration the space allows on the same workload (a coordinate sweep over
    every parameter plus every configuration the study booted), and the recommendation's share of it.
 
@@ -27,16 +32,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from elsa_tune.history.run_dir import RunDir
+from elsa_tune.history.records import Phase
+from elsa_tune.history.run_dir import History, RunDir
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.truth import TruthWorkload
 from elsa_tune.search_spaces.loader import load_space
+from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
 from elsa_tune.tuner.preflight import load_traffic, measured_concurrency, workloads
 from elsa_tune.tuner.settings import Settings
 
 HERE = Path(__file__).resolve().parent
+#: the gate's defaults (``tuner/gate.py`` ``GatePolicy``): a speed technique is worth keeping from +3%, a memory
+#: one when no more than 2% slower with a pool at least 2% larger
+MIN_EFFECT = 0.03
+MEMORY_MARGIN = 0.02
+MEMORY_MIN_GAIN = 0.02
 
 
 def _bench_module():  # type: ignore[no-untyped-def]
@@ -55,6 +69,83 @@ def _with_context_target(space: str, tokens: int) -> str:
     copy = Path(tempfile.mkdtemp(prefix="elsa-outcome-space-")) / path.name
     copy.write_text(text)
     return str(copy)
+
+
+@dataclass(frozen=True)
+class ReasonScore:
+    """One screened technique: the category its decision recorded against the ones its prior accepts."""
+
+    technique: str
+    got: ReasonCategory | None
+    expected: tuple[ReasonCategory, ...]
+    result: str
+    truth_ratio: float | None      # the simulator's noiseless candidate/incumbent throughput on the study's workload
+    note: str = ""
+
+    @property
+    def right(self) -> bool:
+        return self.got is not None and self.got in self.expected
+
+
+def score_reasons(history: History, space: SearchSpace, bench: Any) -> list[ReasonScore]:
+    """Score each screening decision's reason category against its prior's (``category:`` in the space).
+
+    Where the simulator's truth on this workload contradicts a reject prior — the technique is really worth
+    keeping here (faster by the gate's minimum effect, or, for a memory technique, no slower with a larger
+    pool, above the context target) — the expected answer is ``kept`` and the note says why: the seed
+    measured another regime.
+    """
+    techniques = {t.name: t for t in space.techniques}
+    boots = {b.boot_id: b for b in history.boots}
+    scores: list[ReasonScore] = []
+    for d in history.decisions:
+        technique = techniques.get(d.technique)
+        if d.phase is not Phase.SCREENING or d.skipped or technique is None or technique.prior is None:
+            continue
+        expected = technique.prior.categories
+        if not expected:
+            continue
+        ratio, note = None, ""
+        booted = next((boots[b].candidate for b in d.boots_candidate if b in boots), None)
+        incumbent = next((b.candidate for b in history.boots if b.candidate.key() == d.incumbent_key), None)
+        if booted is not None:
+            cand = bench.worth(booted)
+            inc = bench.worth(incumbent or space.baseline())
+            if cand.value is not None and inc.value:
+                ratio = cand.value / inc.value
+                if technique.prior.verdict == "reject" and _worth_keeping(technique.kind, ratio, cand.kv, inc.kv,
+                                                                          bench.target):
+                    expected = (ReasonCategory.KEPT,)
+                    note = (f"the seed's verdict does not hold on this workload: truth ×{ratio:.2f}, KV pool "
+                            f"{inc.kv:,} → {cand.kv:,} tokens")
+        scores.append(ReasonScore(d.technique, d.category, expected, d.result, ratio, note))
+    return scores
+
+
+def _worth_keeping(kind: TechniqueKind, ratio: float, kv: int, incumbent_kv: int, target: int) -> bool:
+    if kv < target:
+        return False
+    if kind is TechniqueKind.MEMORY:
+        return ratio >= 1.0 - MEMORY_MARGIN and kv >= incumbent_kv * (1.0 + MEMORY_MIN_GAIN)
+    return ratio >= 1.0 + MIN_EFFECT
+
+
+def print_reasons(scores: list[ReasonScore]) -> None:
+    print("\n| technique | study's reason | expected (the prior's; kept where the truth disagrees) | "
+          "truth on this workload | right reason? |")
+    print("|---|---|---|---|---|")
+    for s in scores:
+        truth = f"×{s.truth_ratio:.2f}" if s.truth_ratio is not None else "crashes"
+        print(f"| {s.technique} | {s.got.value if s.got else '—'} | {' / '.join(c.value for c in s.expected)} | "
+              f"{truth} | {'yes' if s.right else 'NO'} |")
+    right = sum(s.right for s in scores)
+    print(f"\nright reason: {right} of {len(scores)}")
+    for s in scores:
+        if not s.right:
+            print(f"  - {s.technique}: recorded {s.got.value if s.got else 'nothing'}, expected "
+                  f"{' or '.join(c.value for c in s.expected)} — {s.result}" + (f" ({s.note})" if s.note else ""))
+        elif s.note:
+            print(f"  - {s.technique}: {s.note}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     best = bench_mod.optimum(bench)
     from elsa_tune.search_spaces.candidate import Candidate
 
+    print_reasons(score_reasons(history, space, bench))
     winner = bench.worth(Candidate.from_dict(study["incumbent"]))
     base = bench.worth(space.baseline())
     print(f"\ntrue output throughput on the study's workload ({len(reqs)} requests, concurrency "

@@ -7,7 +7,7 @@ import pytest
 
 from elsa_tune.errors import SpaceError
 from elsa_tune.search_spaces import list_shipped_spaces, load_space
-from elsa_tune.search_spaces.space import TechniqueKind
+from elsa_tune.search_spaces.space import ReasonCategory, TechniqueKind
 
 VALID = """\
 name: tiny
@@ -100,6 +100,36 @@ def test_seed_004_space_carries_every_rejected_technique() -> None:
     assert baseline.flags["max-mamba-cache-size"] == 8
     assert baseline.flags["mem-fraction-static"] == 0.97
     assert space.guardrails.min_context_tokens == 63000
+
+
+def test_seed_004_priors_name_the_category_of_their_reason() -> None:
+    space = load_space("qwen3.8-27b-nvfp4-rtx5090")
+    screened = [t for t in space.techniques if t.screen]
+    assert all(t.prior is not None and t.prior.categories for t in screened)
+    category = {t.name: t.prior.categories for t in screened if t.prior is not None}
+    assert category["mamba-cache-32"] == (ReasonCategory.HANG,)
+    assert category["mamba-track-interval-64"] == (ReasonCategory.NO_GAIN,)
+    assert category["mixed-chunk"] == (ReasonCategory.IGNORED,)
+    assert category["speculative-attention-decode"] == (ReasonCategory.NO_GAIN, ReasonCategory.SLOWER)
+
+
+def test_prior_category_is_optional_one_or_a_list_and_checked(tmp_path: Path) -> None:
+    prior = "    prior: {verdict: reject, reason: zero gain, source: seed 004"
+    plain = VALID + prior + "}\n"
+    one = VALID + prior + ", category: no gain}\n"
+    two = VALID + prior + ", category: [no gain, slower]}\n"
+
+    def categories(text: str, name: str) -> tuple[ReasonCategory, ...]:
+        found = load_space(write(tmp_path, text, name)).technique("fp8-kv").prior
+        assert found is not None
+        return found.categories
+
+    assert categories(plain, "a.yaml") == ()
+    assert categories(one, "b.yaml") == (ReasonCategory.NO_GAIN,)
+    assert categories(two, "c.yaml") == (ReasonCategory.NO_GAIN, ReasonCategory.SLOWER)
+    bad = VALID + prior + ", category: meh}\n"
+    err = error_of(tmp_path, bad)
+    assert "prior category 'meh'" in err.message and "no gain" in err.message
 
 
 def test_seed_000_space_marks_the_fp8_draft_head_as_memory() -> None:

@@ -1,0 +1,93 @@
+"""A decision's reason filed under the seeds' few words: crash, oom, hang, ignored, context drop, slower …"""
+
+from __future__ import annotations
+
+import pytest
+
+from elsa_tune.history.decision import DecisionRecord
+from elsa_tune.history.reasons import reason_category
+from elsa_tune.history.records import Phase
+from elsa_tune.history.verdict import Decision, GuardrailResult, Verdict
+from elsa_tune.runtime.boot_report import Adjustment
+from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.search_spaces.space import ReasonCategory as C
+
+
+def _verdict(decision: Decision, reason: str = "gate", effect: float | None = None, high: float | None = None,
+             guardrails: tuple[GuardrailResult, ...] = (), **extra: object) -> Verdict:
+    return Verdict(decision=decision, reason=reason, effect=effect, ci_low=None if effect is None else effect - 0.1,
+                   ci_high=high, p_value=None, boots_incumbent=6, boots_candidate=6, guardrails=guardrails,
+                   extra=extra)
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    (FailureKind.HANG, C.HANG), (FailureKind.BOOT_TIMEOUT, C.HANG), (FailureKind.OOM_UNDER_LOAD, C.OOM),
+    (FailureKind.HOST_OOM_KILLED, C.OOM), (FailureKind.WEIGHTS_OOM, C.OOM), (FailureKind.TECHNIQUE_CRASH, C.CRASH),
+    (FailureKind.UNKNOWN_CRASH, C.CRASH), (FailureKind.BAD_FLAG, C.CRASH), (FailureKind.CUDA_GRAPH_FAILED, C.CRASH),
+])
+def test_a_failed_boot_is_filed_by_its_kind(kind: FailureKind, expected: C) -> None:
+    assert reason_category(None, Failure(kind, "it failed", "fix it")) is expected
+
+
+def test_a_cuda_graph_capture_that_ran_out_of_memory_is_an_oom() -> None:
+    failure = Failure(FailureKind.CUDA_GRAPH_FAILED, "CUDA-graph capture failed at boot", "lower it",
+                      evidence=("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 544 MiB",))
+    assert reason_category(None, failure) is C.OOM
+
+
+def test_ignored_kept_and_no_decision() -> None:
+    ignored = Adjustment(flag="enable-mixed-chunk", requested=True, effective=False, reason="ignored",
+                         evidence="server_args shows False")
+    assert reason_category(None, None, (ignored,)) is C.IGNORED
+    assert reason_category(_verdict(Decision.KEEP, effect=1.2, high=1.3)) is C.KEPT
+    assert reason_category(None) is None
+
+
+def test_inconclusive_is_no_gain_whatever_the_estimate() -> None:
+    # seed 004's "nothing measurable": the gate's "no demonstrated benefit: +0.4% [−3%, +4%] over 12 boots"
+    assert reason_category(_verdict(Decision.INCONCLUSIVE, effect=1.004, high=1.04)) is C.NO_GAIN
+    assert reason_category(_verdict(Decision.INCONCLUSIVE, effect=1.14, high=1.33)) is C.NO_GAIN
+
+
+def test_screening_shortcuts_are_read_from_their_facts_or_their_sentence() -> None:
+    context = _verdict(Decision.REJECT, "context drops to 12,256 tokens, below the 63,000-token target",
+                       kv_pool=12256, context_target=63000)
+    assert reason_category(context) is C.CONTEXT_DROP
+    assert reason_category(_verdict(Decision.REJECT, "context drops to 12,256 tokens, below the target")) \
+        is C.CONTEXT_DROP                                            # a record from before the facts were stored
+    slow = _verdict(Decision.REJECT, "−70% on its screening boot (540 vs 1,826 tok/s)", z=-11.0)
+    assert reason_category(slow) is C.SLOWER
+    assert reason_category(_verdict(Decision.REJECT, "−70% on its screening boot (540.0 vs 1,826.2 tok/s), 11.0 σ "
+                                    "below the incumbent's boot-to-boot noise")) is C.SLOWER
+    pool = _verdict(Decision.REJECT, "−20% KV pool (107,328 vs 134,144 tokens), no memory gain", kv_pool=107328,
+                    incumbent_kv_pool=134144)
+    assert reason_category(pool) is C.MEMORY_LOSS
+    assert reason_category(_verdict(Decision.REJECT, "failed the quality gate", quality_failed=True)) \
+        is C.WRONG_ANSWERS
+
+
+def test_gate_rejections_by_failure_guardrail_and_effect() -> None:
+    crashed = _verdict(Decision.REJECT, "a candidate boot failed: hang: no token",
+                       failure=Failure(FailureKind.HANG, "no token for 120 s", "drop it").to_dict())
+    assert reason_category(crashed) is C.HANG
+    memory = GuardrailResult("memory_gain", False, 0.8, 0.8, 0.8, 1.02, "KV pool ratio 0.800")
+    assert reason_category(_verdict(Decision.REJECT, "a memory technique must grow the KV pool",
+                                    guardrails=(memory,))) is C.MEMORY_LOSS
+    ttft = GuardrailResult("ttft_p99", False, 1.54, 1.2, 1.95, 1.2, "confidently worse")
+    assert reason_category(_verdict(Decision.REJECT, "guardrail ttft_p99 failed: ratio 1.542", effect=1.01,
+                                    high=1.2, guardrails=(ttft,), failed_guardrail="ttft_p99")) is C.SLOWER
+    # a guardrail merely not shown non-inferior does not make a futility stop "slower"
+    pending = GuardrailResult("ttft_p50", False, 1.02, 0.9, 1.15, 1.1, "not shown")
+    assert reason_category(_verdict(Decision.REJECT, "futile at look 1: estimate −1.9%", effect=0.981, high=1.58,
+                                    guardrails=(pending,))) is C.NO_GAIN
+    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.64, high=1.6)) is C.SLOWER   # −36%
+    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.95, high=0.99)) is C.SLOWER  # shown slower
+    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.95, high=1.05)) is C.NO_GAIN
+
+
+def test_a_decision_carries_its_category_and_a_skipped_one_none() -> None:
+    hung = DecisionRecord(study="s", number=1, phase=Phase.SCREENING, technique="mamba-cache-32",
+                          failure=Failure(FailureKind.HANG, "no token for 120 s while the server stayed up", "drop"))
+    assert hung.category is C.HANG and hung.result.startswith("server hangs with no error")
+    skipped = DecisionRecord(study="s", number=2, phase=Phase.SCREENING, technique="x", skipped="rejected before")
+    assert skipped.category is None
