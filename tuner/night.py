@@ -20,7 +20,6 @@ from typing import Any
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.probes.quality import QualityGate
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
@@ -98,11 +97,10 @@ class Night:
         self.interrupts = interrupts
         self.on_decision = on_decision
         self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
-        probe = self.space.probes
         ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=store, study=self.name,
                           fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
                           prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
-                          probe_budget=_probe_budget(probe.probe_timeout_s, probe.hang_s, probe.headroom_floor_mib),
+                          probe_budget=pre.probe_budget(),
                           warmup_passes=self.settings.warmup_passes, measured_passes=self.settings.measured_passes,
                           seed=self.settings.seed,
                           quality=QualityGate() if self.space.guardrails.quality_gate else None)
@@ -204,11 +202,6 @@ class Night:
         best = self.incumbent.throughput
         self.view.update(boots=self.booter.boots, failed_boots=self.booter.failed, best=self.incumbent.candidate.label,
                          best_throughput=best, time_left_s=self.budget.left_s)
-
-
-def _probe_budget(timeout_s: float, hang_s: float, floor_mib: int) -> ProbeBudget:
-    return ProbeBudget(deadline_s=timeout_s, request_timeout_s=min(timeout_s, 300.0), hang_s=hang_s,
-                       headroom_floor_bytes=floor_mib * 2**20)
 
 
 def boot_mean(passes: Sequence[Any]) -> float | None:

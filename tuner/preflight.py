@@ -25,6 +25,7 @@ from pathlib import Path
 
 from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
 from elsa_tune.history.fingerprint import Fingerprint
+from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.runtime.flags import FlagSet, harvest
 from elsa_tune.runtime.gpu import GpuState, GpuView
 from elsa_tune.runtime.lease import OrphanReaper
@@ -41,6 +42,9 @@ DEMO_TRACE = "demo"
 #: A single stream delivers ~60 output tok/s end to end and prefills ~4K tok/s: a first guess to size passes.
 _DECODE_TOK_S = 60.0
 _PREFILL_TOK_S = 4000.0
+#: wall-second floors of the probes' stall and first-token limits on the (sped-up) simulator
+SIM_HANG_FLOOR_S = 10.0
+SIM_REQUEST_FLOOR_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,20 @@ class Preflight:
     fingerprint: Fingerprint
     launch: tuple[str, ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
+
+    def probe_budget(self) -> ProbeBudget:
+        """The probes' limits from the space. On the simulator a stall and a first token are judged in its own
+        sped-up time (a 120 s stall is 3 s at 40×, as every boot and pass is), never below a floor of wall
+        seconds so that a loaded host's pause is not called a hang."""
+        probe = self.space.probes
+        request = min(probe.probe_timeout_s, 300.0)
+        hang = probe.hang_s
+        if self.settings.simulated:
+            speed = self.settings.sim_speedup
+            hang = max(min(hang, SIM_HANG_FLOOR_S), hang / speed)
+            request = max(min(request, SIM_REQUEST_FLOOR_S), request / speed)
+        return ProbeBudget(deadline_s=probe.probe_timeout_s, request_timeout_s=max(hang, request), hang_s=hang,
+                           headroom_floor_bytes=probe.headroom_floor_mib * 2**20)
 
     def lines(self) -> list[str]:
         """What ``elsa-tune check`` prints: the GPU state that affects measurements and the validation."""

@@ -57,7 +57,6 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import NoiseReport as StoredNoise
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
-from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.probes.quality import QualityGate
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
@@ -157,15 +156,11 @@ class Worker:
         self.store.storage.heartbeat_stale_trial_callback = callback
         self.store.check_fingerprint(pre.fingerprint)
         self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
-        probe = self.space.probes
         settings = pre.settings
         ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=self.store, study=config.study,
                           fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
                           prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
-                          probe_budget=ProbeBudget(deadline_s=probe.probe_timeout_s,
-                                                   request_timeout_s=min(probe.probe_timeout_s, 300.0),
-                                                   hang_s=probe.hang_s,
-                                                   headroom_floor_bytes=probe.headroom_floor_mib * 2**20),
+                          probe_budget=pre.probe_budget(),
                           warmup_passes=settings.warmup_passes, measured_passes=settings.measured_passes,
                           seed=settings.seed, quality=QualityGate() if self.space.guardrails.quality_gate else None)
         self.booter = CandidateBooter(ctx, before_boot=self._before_boot)

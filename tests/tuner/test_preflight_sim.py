@@ -8,7 +8,7 @@ import pytest
 
 from elsa_tune.errors import ConfigError, SpaceError
 from elsa_tune.tuner.cli import main
-from elsa_tune.tuner.preflight import run_preflight
+from elsa_tune.tuner.preflight import SIM_HANG_FLOOR_S, SIM_REQUEST_FLOOR_S, run_preflight
 from elsa_tune.tuner.settings import Settings
 
 SPACE = "qwen3.8-27b-nvfp4-rtx5090"
@@ -25,6 +25,19 @@ def test_preflight_reports_what_affects_measurements(tmp_path: Path) -> None:
     assert pre.workload.concurrency == 1                      # the baseline's single running slot
     assert 4 <= len(pre.workload) <= len(pre.trace)
     assert pre.fingerprint.gpu_uuid == pre.gpu_state.uuid
+
+
+def test_on_the_simulator_the_probes_judge_a_stall_in_its_sped_up_time(tmp_path: Path) -> None:
+    # the space: hang_s 120, probe_timeout_s 900; at 40x a 120 s stall is 3 s of wall time, floored at 10 s
+    pre = run_preflight(Settings(gpu="sim", sim_profile=PROFILE, space=SPACE, budget_s=480, sim_speedup=40.0),
+                        card_dir=tmp_path)
+    budget = pre.probe_budget()
+    assert budget.hang_s == SIM_HANG_FLOOR_S and budget.request_timeout_s == SIM_REQUEST_FLOOR_S
+    assert budget.deadline_s == pre.space.probes.probe_timeout_s == 900
+    assert budget.headroom_floor_bytes == pre.space.probes.headroom_floor_mib * 2**20
+    slow = run_preflight(Settings(gpu="sim", sim_profile=PROFILE, space=SPACE, budget_s=480, sim_speedup=2.0),
+                         card_dir=tmp_path)
+    assert slow.probe_budget().hang_s == 60.0 and slow.probe_budget().request_timeout_s == 150.0
 
 
 def test_a_flag_the_runtime_does_not_have_fails_before_the_night(tmp_path: Path) -> None:
