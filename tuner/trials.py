@@ -16,8 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from optuna.trial import TrialState
+
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.records import Phase
+from elsa_tune.history.store import constraint_values
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.memory_model import Observation
@@ -65,6 +68,7 @@ class LocalSearch:
                                techniques=night.incumbent.techniques)
         search.enqueue(night.incumbent.values)
         measured: dict[str, list[float] | None] = {}
+        decisions.extend(replay_finished(night, search, measured))
         sigma = night.noise.sigma_boot if night.noise else 0.1
         while search.trials_done() < night.settings.max_trials:
             night.check()
@@ -112,6 +116,31 @@ class LocalSearch:
                     and night.budget.allowance("search") > night.first_look_boots() * night.boot_s()):
                 decisions.append(promote(night, candidate, proposal.values, number))
         return SearchOutcome(night.incumbent, tuple(decisions), search.trials_done())
+
+
+def replay_finished(night: Night, search: NumericSearch, measured: dict[str, list[float] | None]
+                    ) -> list[DecisionRecord]:
+    """On resume: what the trials a killed run finished had decided, since Optuna does not ask them again.
+
+    Each booted trial's result goes into ``measured`` (a later proposal repeating it is told without a boot), and
+    a trial the killed run promoted (its A/B has recorded boots) is promoted again: the A/B replays its boots by
+    tag and finishes if the kill cut it short, and a keep becomes the incumbent again, as it was before the kill.
+    """
+    boots = {b.extra.get("tag"): b for b in night.store.load().boots if b.phase is Phase.SEARCH}
+    tags = [t for t in boots if isinstance(t, str)]
+    decisions = []
+    for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        record = boots.get(f"search:{trial.number}")
+        if record is None or trial.values is None:
+            continue
+        values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
+        feasible = all(c <= 0 for c in constraint_values(trial)) and not trial.user_attrs.get("penalty_values")
+        measured[proposal_key(values)] = list(trial.values) if feasible else None
+        if feasible and any(t.startswith(f"search:{trial.number}:ab:") for t in tags):
+            log.info("trial %d was promoted before the restart: replaying its A/B", trial.number)
+            candidate = replace(record.candidate, label=f"trial-{trial.number}")
+            decisions.append(promote(night, candidate, values, trial.number))
+    return decisions
 
 
 def trial_values(night: Night, result: BootResult) -> tuple[list[float] | None, float, Failure | None]:

@@ -1,5 +1,6 @@
-"""The phases of a study on the tiny simulated card: a resumed search spends the budget the killed run spent, and a
-memory technique that buys no KV pool is rejected at its screening boot without an A/B."""
+"""The phases of a study on the tiny simulated card: a resumed search spends the budget the killed run spent and
+replays the promotions its finished trials made; a memory technique that buys no KV pool is rejected at its
+screening boot without an A/B."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from elsa_tune.history.store import StudyStore
 from elsa_tune.search_spaces.space import TechniqueKind
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
+from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.night import Night, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.sampler import BootPlan
@@ -123,3 +125,32 @@ def test_a_memory_technique_without_memory_gain_is_rejected_at_its_screening_boo
     night.incumbent.candidate = night.space.candidate(values, [], label="incumbent")
     assert screening.no_memory_gain(speed, incumbent_boot) is None
     assert screening.no_memory_gain(larger, incumbent_boot) is not None     # equal pools: no gain either
+
+
+@pytest.mark.slow
+def test_a_resumed_search_replays_the_promotion_a_finished_trial_made(tmp_path: Path) -> None:
+    pre = _preflight(tmp_path, TINY_SPACE, max_trials=1)
+    policy = GatePolicy(looks=(2, 3), replicates=2000)
+
+    def night() -> Night:
+        n = _night(pre)
+        n.policy = policy
+        n.incumbent.throughput = 1.0          # any measured trial beats it: trial 0 goes through the A/B gate
+        n.budget.begin("search")
+        return n
+
+    first = night()
+    done = LocalSearch().run(first, first.incumbent)
+    assert len(done.decisions) == 1 and done.decisions[0].technique == "search trial 0"
+    booted = {b.boot_id for b in first.store.load().boots}
+    ab = [b for b in first.store.load().boots if str(b.extra.get("tag", "")).startswith("search:0:ab:")]
+    assert len(ab) >= 4
+
+    resumed = night()                        # the restart: trial 0 is finished and not asked again
+    again = LocalSearch().run(resumed, resumed.incumbent)
+    assert {b.boot_id for b in resumed.store.load().boots} == booted          # every A/B boot replayed, none new
+    assert len(again.decisions) == 1
+    before, after = done.decisions[0], again.decisions[0]
+    assert after.number == before.number and after.kept is before.kept and after.result == before.result
+    assert after.boots_incumbent == before.boots_incumbent and after.boots_candidate == before.boots_candidate
+    assert again.incumbent.candidate.key() == done.incumbent.candidate.key()
