@@ -310,5 +310,7 @@ class Ledger:
         return reopened
 
     def skip_note(self, entry: LedgerEntry) -> str:
-        """How a study says it skipped a technique: "rejected 2026-11-28 (study s1): crashes: …"."""
-        return f"rejected {entry.date[:10]} (study {entry.evidence.study}): {entry.reason}"
+        """How a study says it skipped a technique: "rejected 2026-11-28 (study s1): crashes: …", or "not kept
+        2026-11-28 (study s1): no demonstrated benefit: …" for an inconclusive one (nothing measurable)."""
+        how = "rejected" if entry.decision is Decision.REJECT else "not kept"
+        return f"{how} {entry.date[:10]} (study {entry.evidence.study}): {entry.reason}"

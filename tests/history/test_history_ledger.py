@@ -51,6 +51,9 @@ def test_rejected_for_same_fingerprint_and_reopened_for_a_new_one(history: Histo
     rejected = ledger.rejected_for(h.fp)
     assert set(rejected) == {"hicache", "mixed-chunk", "attention-backend triton", "fused-qk-norm-rope"}
     assert ledger.skip_note(rejected["hicache"]).startswith("rejected 2026-")
+    # an inconclusive entry is skipped too, and says it was not kept rather than rejected (nothing measurable)
+    assert ledger.skip_note(rejected["fused-qk-norm-rope"]).startswith("not kept 2026-")
+    assert "no demonstrated benefit" in ledger.skip_note(rejected["fused-qk-norm-rope"])
     other_card = Fingerprint.from_dict({**h.fp.to_dict(), "gpu_uuid": "GPU-other", "power_limit_w": 575.0})
     assert set(ledger.rejected_for(other_card)) == set(rejected)
     new_driver = fingerprint(h.root / "models" / "qwen", driver="625.01")
