@@ -65,6 +65,7 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: Path) -> No
     server = runtime.start(CANDIDATE, tmp_path / "b")
     ended = runtime.stop(server)
     assert ended.killed and ended.returncode == -9
+    assert ended.failure is None          # our own SIGKILL is no crash, and no host OOM kill
     assert ended.gpu_memory_released
     assert leftover_pids(tmp_path) == []
 
