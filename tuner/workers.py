@@ -28,6 +28,8 @@ Shared with the single-GPU study (``tuner/study.py``): ``run_preflight``, ``Cand
 and the final confirmation are a sequential chain of decisions (kept techniques stack), so they stay in
 the single-GPU study; workers search around the baseline plus ``techniques`` (e.g. those a single-GPU
 study kept). The budget is per worker; ``max_trials`` counts the shared study's completed trials.
+``elsa-tune --gpu 0,1`` does exactly that within one study: its first GPU screens, then one worker per GPU
+runs its search phase (``tuner/fleet.py``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ def test_two_simulated_gpus_run_one_study(tmp_path: Path, small_trace: Path) -> 
             "--no-live", "--sim-speedup", "20", "--seed", "2", "--baseline-boots", "3"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "boots on GPU 0" in done.stdout and "boots on GPU 1" in done.stdout
 
     study = json.loads((run_dir / "study.json").read_text())
     assert study["status"] == "finished"

@@ -95,6 +95,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"study {settings.study_name}: {outcome.status.value}; recommended: {outcome.incumbent.label} "
           f"({' '.join(outcome.incumbent.argv())})")
     print(f"  {outcome.boots} boots, {outcome.decisions} decisions; report: {Path(outcome.run_dir) / 'report.md'}")
+    if gpus:
+        from elsa_tune.tuner.workers import local_run_dir
+
+        folders = [local_run_dir(Path(outcome.run_dir), gpu) for gpu in gpus]
+        counts = [len(list(f.glob("boots/*/boot.json"))) for f in folders]
+        print(f"  search on GPUs {', '.join(gpus)}: " + ", ".join(f"{n} boots on GPU {gpu} ({f.name}/)"
+                                                              for gpu, n, f in zip(gpus, counts, folders, strict=True)))
     return 0 if outcome.status is StudyStatus.FINISHED else 130
 
 
