@@ -85,6 +85,10 @@ def reason_from_verdict(verdict: Verdict) -> str:
                 + (f" ({g.detail})" if g.detail else ""))
     if verdict.decision is Decision.REJECT and verdict.effect is not None and verdict.effect >= 1.0:
         return f"no demonstrated benefit: {effect_text(verdict)}"
+    if (verdict.decision is Decision.REJECT and not failed and verdict.ci_high is not None
+            and verdict.ci_high >= 1.0 and verdict.reason.startswith("futile")):
+        # stopped for futility with an interval that still reaches a gain: not shown slower, only not better
+        return f"no demonstrated benefit (stopped early, futile): {effect_text(verdict)}"
     return effect_text(verdict)
 
 
@@ -121,7 +125,8 @@ _FAILURE_CATEGORY: Mapping[FailureKind, ReasonCategory] = {
 _GUARDRAIL_REJECT = re.compile(r"guardrail (?P<name>\w+) failed")
 _BELOW_NOISE = "below the incumbent's boot-to-boot noise"
 #: "A difference is real only above ~9% (2.8σ)" (seed 004's protocol): a rejected estimate this far down is
-#: "slower" even when its interval still reaches zero; closer to zero it is "no gain".
+#: "slower" even when its interval still reaches zero, as long as the interval is informative (it does not reach
+#: a gain of the same size); closer to zero, or with an interval that allows a real gain, it is "no gain".
 SLOWER_BELOW = 0.91
 
 
@@ -174,7 +179,9 @@ def reason_category(verdict: Verdict | None, failure: Failure | None = None,
     if extra.get("z") is not None or guardrail in ("ttft_p50", "ttft_p99") or _BELOW_NOISE in verdict.reason:
         return ReasonCategory.SLOWER
     effect, high = verdict.effect, verdict.ci_high
-    if effect is not None and (effect <= SLOWER_BELOW or (high is not None and high < 1.0)):
+    if high is not None and high < 1.0:
+        return ReasonCategory.SLOWER
+    if effect is not None and effect <= SLOWER_BELOW and (high is None or high <= 1.0 + (1.0 - SLOWER_BELOW)):
         return ReasonCategory.SLOWER
     return ReasonCategory.NO_GAIN
 

@@ -80,7 +80,9 @@ def test_gate_rejections_by_failure_guardrail_and_effect() -> None:
     pending = GuardrailResult("ttft_p50", False, 1.02, 0.9, 1.15, 1.1, "not shown")
     assert reason_category(_verdict(Decision.REJECT, "futile at look 1: estimate −1.9%", effect=0.981, high=1.58,
                                     guardrails=(pending,))) is C.NO_GAIN
-    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.64, high=1.6)) is C.SLOWER   # −36%
+    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.85, high=1.05)) is C.SLOWER   # −15%
+    # −36% with an interval that still allows +60%: four noisy boots show no gain, not a slowdown
+    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.64, high=1.6)) is C.NO_GAIN
     assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.95, high=0.99)) is C.SLOWER  # shown slower
     assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.95, high=1.05)) is C.NO_GAIN
 
@@ -91,3 +93,12 @@ def test_a_decision_carries_its_category_and_a_skipped_one_none() -> None:
     assert hung.category is C.HANG and hung.result.startswith("server hangs with no error")
     skipped = DecisionRecord(study="s", number=2, phase=Phase.SCREENING, technique="x", skipped="rejected before")
     assert skipped.category is None
+
+
+def test_a_futile_stop_whose_interval_reaches_a_gain_is_said_as_no_benefit_not_as_a_slowdown() -> None:
+    from elsa_tune.history.reasons import reason_from_verdict
+
+    wide = _verdict(Decision.REJECT, "futile at look 1: estimate −8.7% is not above +3.0%", effect=0.913, high=2.25)
+    assert reason_from_verdict(wide).startswith("no demonstrated benefit (stopped early, futile): −8.7% [")
+    shown = _verdict(Decision.REJECT, "futile at look 2: estimate −22% is not above +3.0%", effect=0.78, high=0.9)
+    assert reason_from_verdict(shown).startswith("−22% [")     # an interval below zero: a measured slowdown
