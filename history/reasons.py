@@ -125,8 +125,9 @@ _FAILURE_CATEGORY: Mapping[FailureKind, ReasonCategory] = {
 _GUARDRAIL_REJECT = re.compile(r"guardrail (?P<name>\w+) failed")
 _BELOW_NOISE = "below the incumbent's boot-to-boot noise"
 #: "A difference is real only above ~9% (2.8σ)" (seed 004's protocol): a rejected estimate this far down is
-#: "slower" even when its interval still reaches zero, as long as the interval is informative (it does not reach
-#: a gain of the same size); closer to zero, or with an interval that allows a real gain, it is "no gain".
+#: "slower" even when its interval still reaches zero, as long as the interval reaches less far into gains than
+#: the estimate is into losses (the estimate is over half the interval's half-width below zero: one-sided p of
+#: roughly 0.1 or less); closer to zero, or with an interval that allows a larger gain, it is "no gain".
 SLOWER_BELOW = 0.91
 
 
@@ -181,7 +182,7 @@ def reason_category(verdict: Verdict | None, failure: Failure | None = None,
     effect, high = verdict.effect, verdict.ci_high
     if high is not None and high < 1.0:
         return ReasonCategory.SLOWER
-    if effect is not None and effect <= SLOWER_BELOW and (high is None or high <= 1.0 + (1.0 - SLOWER_BELOW)):
+    if effect is not None and effect <= SLOWER_BELOW and (high is None or math.log(high) < -math.log(effect)):
         return ReasonCategory.SLOWER
     return ReasonCategory.NO_GAIN
 
