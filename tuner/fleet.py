@@ -167,7 +167,7 @@ class FleetSearch:
                 night.notes.append(f"search on GPUs {', '.join(self.gpus)} not started: {allowance:.0f} s left")
             else:
                 self._run_pool(night, fleet, run_dir, allowance)
-        outcome = self.adopt(night, run_dir)
+        outcome = self.adopt(night, run_dir, earlier=[g for start in fleet.starts for g in start.gpus])
         night.check()        # interrupted during the pool: StopStudy after the adoption, like after a boot
         return outcome
 
@@ -207,9 +207,10 @@ class FleetSearch:
 
     # ---- what the workers did becomes the study's ------------------------------------------------------
 
-    def adopt(self, night: Night, run_dir: Path) -> SearchOutcome:
-        """The shared incumbent becomes the night's; every worker decision is recorded in the study's history."""
-        folders = [(gpu, local_run_dir(run_dir, gpu)) for gpu in self.gpus]
+    def adopt(self, night: Night, run_dir: Path, *, earlier: Sequence[str] = ()) -> SearchOutcome:
+        """The shared incumbent becomes the night's; every worker decision is recorded in the study's history,
+        also those of GPUs an earlier start had that this one does not (``earlier``)."""
+        folders = [(gpu, local_run_dir(run_dir, gpu)) for gpu in dict.fromkeys([*self.gpus, *earlier])]
         found: list[tuple[float, int, int, str, DecisionRecord]] = []
         trials = 0
         for index, (gpu, folder) in enumerate(folders):
