@@ -74,6 +74,10 @@ def effect_text(verdict: Verdict) -> str:
 def reason_from_verdict(verdict: Verdict) -> str:
     """The ledger/report sentence for an A/B verdict."""
     failed = [g for g in verdict.guardrails if g.passed is False]
+    boot_failure = verdict.extra.get("failure") if isinstance(verdict.extra, Mapping) else None
+    if verdict.decision is Decision.REJECT and isinstance(boot_failure, Mapping) and verdict.effect is None:
+        # an A/B boot of the candidate failed before any estimate: that failure is the reason
+        return f"an A/B boot failed: {reason_from_failure(Failure.from_dict(boot_failure))}"
     if verdict.decision is Decision.INCONCLUSIVE:
         text = f"no demonstrated benefit: {effect_text(verdict)}"
         if verdict.mde is not None:

@@ -32,6 +32,7 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import NoiseReport as StoredNoise
 from elsa_tune.history.study_record import PhaseSpan, StudyRecord, StudyStatus
+from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.tuner.budget import Budget
@@ -216,16 +217,26 @@ class Study:
             log.info("confirmation: nothing beat the baseline; the baseline stays")
             night.notes.append("no candidate beat the baseline: the baseline is the recommendation")
         elif self.budget.allowance("confirmation") >= night.first_look_boots() * night.boot_s():
+            if not self._probe_winner(final):
+                return
             ab, ids = night.ab(final, tag="confirmation", phase=Phase.CONFIRMATION, technique="confirmation",
                                incumbent=baseline, seed=99)
-            night.decide(DecisionRecord(study=self.name, number=0, phase=Phase.CONFIRMATION,
-                                        technique="final vs baseline",
-                                        flags_delta={k: v for k, v in final.flags.items()
-                                                     if baseline.flags.get(k) != v},
-                                        incumbent_key=baseline.key(), candidate_key=final.key(),
-                                        verdict=ab.verdict, ab_result=ab.to_dict(), decided_at=time.time(),
-                                        boots_incumbent=tuple(ids[Arm.INCUMBENT]),
-                                        boots_candidate=tuple(ids[Arm.CANDIDATE])))
+            decision = DecisionRecord(study=self.name, number=0, phase=Phase.CONFIRMATION,
+                                      technique="final vs baseline",
+                                      flags_delta={k: v for k, v in final.flags.items() if baseline.flags.get(k) != v},
+                                      incumbent_key=baseline.key(), candidate_key=final.key(),
+                                      verdict=ab.verdict, ab_result=ab.to_dict(), decided_at=time.time(),
+                                      boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                                      boots_candidate=tuple(ids[Arm.CANDIDATE]))
+            night.decide(decision)
+            if decision.verdict is not None and decision.verdict.decision is Decision.REJECT:
+                # On fresh boots the winner is not better than the baseline (or a guardrail is confidently worse):
+                # the chain of keeps that led to it does not survive, and the baseline is the safe recommendation.
+                night.notes.append(f"the winner was rejected against the baseline on fresh boots ({decision.result}): "
+                                   "the baseline is recommended")
+                log.warning("confirmation rejected the winner (%s): the baseline is recommended", decision.result)
+                night.incumbent = Incumbent(self.space.baseline_values(), [], baseline, None)
+                return
         else:
             night.notes.append("confirmation skipped: the budget was spent")
             return
@@ -239,6 +250,28 @@ class Study:
                 night.notes.append(f"the winner failed its soak: {f.kind.value}: {f.summary}")
                 log.warning("the final configuration failed the soak (%s): the baseline is recommended", f.summary)
                 night.incumbent = Incumbent(self.space.baseline_values(), [], baseline, None)
+
+    def _probe_winner(self, final: Candidate) -> bool:
+        """The winner's stress probes and quality gate on this GPU, unless this study already ran them here.
+
+        A winner found by another GPU's worker (``--gpu 0,1``), or one whose probed boot was before a resume, has
+        no probed boot in this process: the confirmation A/B's quality guardrail needs one, and a configuration
+        proven on one card must also survive worst-case load on the card it is confirmed on. ``False`` when it
+        does not (the baseline is then recommended).
+        """
+        night = self.night
+        if night.booter.quality.get(final.key()) is not None:
+            return True
+        result = night.boot(BootPlan(tag="confirmation:probe", candidate=final, phase=Phase.CONFIRMATION,
+                                     arm=Arm.CANDIDATE, probes=True))
+        failed, quality = result.sample.failed, result.sample.quality_passed
+        if failed is None and quality is not False:
+            return True
+        why = f"{failed.kind.value}: {failed.summary}" if failed is not None else "its answers regressed"
+        night.notes.append(f"the winner failed its probes on the confirmation GPU ({why}): the baseline is recommended")
+        log.warning("the final configuration failed its probes here (%s): the baseline is recommended", why)
+        night.incumbent = Incumbent(self.space.baseline_values(), [], night.baseline, None)
+        return False
 
     # ---- outputs ------------------------------------------------------------------------------------
 

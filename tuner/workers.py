@@ -408,24 +408,46 @@ class Worker:
                  100 * self.config.promote_margin * self.noise.sigma_boot)
         with self.claims.holding(claim):
             keep = self._ab(claim, candidate, inc_candidate, number)
-        if keep:
+        for _ in range(3):     # a keep must beat the incumbent it replaces: another GPU may have replaced it meanwhile
+            if not keep:
+                return
             swapped = self.claims.compare_and_set(INCUMBENT, incumbent_key, candidate.key(),
                                                   {"values": dict(values), "trial": number, "worker": self.name,
                                                    "gpu": self.gpu_uuid})
-            self.stats.keeps += int(swapped)
-            if not swapped:
-                log.info("trial %d kept, but the incumbent changed meanwhile; it stays a kept trial only", number)
+            if swapped:
+                self.stats.keeps += 1
+                return
+            incumbent_key, incumbent = self.claims.get(INCUMBENT)
+            if incumbent_key is None or incumbent is None or incumbent_key == candidate.key():
+                return
+            if self._left_s() < boots_needed * _median_boot_s(self.store):
+                log.info("trial %d kept, but the incumbent changed meanwhile and no time is left to compare it "
+                         "with the new one; it stays a kept trial only", number)
+                return
+            claim = self.claims.claim(AB, f"{candidate.key()}>{incumbent_key}", gpu=self.gpu_uuid)
+            if claim.state is not ClaimState.CLAIMED:
+                return
+            log.info("trial %d kept, but the incumbent changed meanwhile (trial %s): A/B against the new one on GPU %s",
+                     number, incumbent.get("trial"), self.config.gpu)
+            inc_candidate = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques),
+                                                 label=INCUMBENT)
+            with self.claims.holding(claim):
+                keep = self._ab(claim, candidate, inc_candidate, number,
+                                against=f"trial {incumbent.get('trial')}" if incumbent.get("trial") is not None
+                                else "the new incumbent")
 
-    def _ab(self, claim: Claim, candidate: Candidate, incumbent: Candidate, number: int) -> bool:
+    def _ab(self, claim: Claim, candidate: Candidate, incumbent: Candidate, number: int, *,
+            against: str | None = None) -> bool:
         assert self.policy is not None
+        technique = f"search trial {number}" + (f" vs {against}" if against else "")
         sampler = ABSampler(self.booter, incumbent=incumbent, candidate=candidate, phase=Phase.SEARCH,
-                            tag=f"ab:{claim.item}", technique=f"search trial {number}", trial_number=number)
+                            tag=f"ab:{claim.item}", technique=technique, trial_number=number)
         ab = run_ab(sampler, self.policy, rng_seed=self.pre.settings.seed * 7919 + 1000 + number,
                     context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name,
                              "gpu": self.gpu_uuid or self.config.gpu})
         ids = sampler.boot_ids
         decision = DecisionRecord(study=self.config.study, number=self.store.next_decision_number(),
-                                  phase=Phase.SEARCH, technique=f"search trial {number}",
+                                  phase=Phase.SEARCH, technique=technique,
                                   flags_delta={k: v for k, v in candidate.flags.items()
                                                if incumbent.flags.get(k) != v},
                                   incumbent_key=incumbent.key(), candidate_key=candidate.key(), verdict=ab.verdict,

@@ -103,3 +103,15 @@ def test_a_futile_stop_whose_interval_reaches_a_gain_is_said_as_no_benefit_not_a
     assert reason_from_verdict(wide).startswith("no demonstrated benefit (stopped early, futile): −8.7% [")
     shown = _verdict(Decision.REJECT, "futile at look 2: estimate −22% is not above +3.0%", effect=0.78, high=0.9)
     assert reason_from_verdict(shown).startswith("−22% [")     # an interval below zero: a measured slowdown
+
+
+def test_an_ab_whose_candidate_boot_failed_says_that_failure() -> None:
+    from elsa_tune.history.reasons import reason_from_verdict
+
+    failure = Failure(FailureKind.UNKNOWN_CRASH, "pass 0 failed 25.0% of its requests (limit 0.5%)", "read the log",
+                      phase="serve")
+    failed = Verdict(decision=Decision.REJECT, reason="a candidate boot failed", effect=None, ci_low=None,
+                     ci_high=None, p_value=None, boots_incumbent=0, boots_candidate=1,
+                     extra={"failure": failure.to_dict()})
+    assert reason_from_verdict(failed) == ("an A/B boot failed: crashes: pass 0 failed 25.0% of its requests "
+                                           "(limit 0.5%)")

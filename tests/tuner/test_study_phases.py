@@ -154,3 +154,23 @@ def test_a_resumed_search_replays_the_promotion_a_finished_trial_made(tmp_path: 
     assert after.number == before.number and after.kept is before.kept and after.result == before.result
     assert after.boots_incumbent == before.boots_incumbent and after.boots_candidate == before.boots_candidate
     assert again.incumbent.candidate.key() == done.incumbent.candidate.key()
+
+
+def test_a_winner_never_probed_here_is_probed_before_its_confirmation(tmp_path: Path) -> None:
+    """A winner another GPU's worker found (``--gpu 0,1``) has no probed boot in the lead's process: the lead runs
+    its probes and quality gate on its own card before the confirmation A/B, and a winner that fails them there
+    leaves the baseline as the recommendation."""
+    from elsa_tune.tuner.study import Study
+
+    pre = _preflight(tmp_path, TINY_SPACE)
+    study = Study(pre, with_plots=False)
+    night = study.night
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    winner = pre.space.candidate({**pre.space.baseline_values(), "max-running-requests": 3}, [], label="trial-7")
+    assert night.booter.quality.get(winner.key()) is None
+    assert study._probe_winner(winner)
+    assert night.booter.quality[winner.key()] is True
+    probed = [b for b in study.store.load().boots if b.extra.get("tag") == "confirmation:probe"]
+    assert len(probed) == 1 and probed[0].probes and probed[0].candidate.key() == winner.key()
+    assert study._probe_winner(winner)                        # probed once: not booted again
+    assert len([b for b in study.store.load().boots if b.extra.get("tag") == "confirmation:probe"]) == 1
