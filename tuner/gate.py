@@ -375,6 +375,8 @@ def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: Ga
             continue
         detail = (f"ratio {ni.ratio:.3f}, upper bound {ni.ci_high:.3f} vs margin {margin:.2f}"
                   + ("; confidently worse than the margin" if ni.confidently_worse else ""))
+        if attr == "log_ttft_p99":
+            detail += _tail_note([s for s in (*sa, *sb) if not s.unusable])
         out.append(GuardrailResult(name=name, passed=ni.passed, ratio=ni.ratio, ci_low=ni.ci_low,
                                    ci_high=ni.ci_high, margin=margin, detail=detail))
         if ni.confidently_worse:
@@ -390,6 +392,17 @@ def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: Ga
                                    detail="every candidate boot passed the quality gate" if missing == 0
                                    else f"{missing} candidate boot(s) have no quality result"))
     return tuple(out), worse
+
+
+def _tail_note(summaries: Sequence[BootSummary]) -> str:
+    """Say when the TTFT tail was judged below p99 because the boots had too few requests to estimate it."""
+    low = [s for s in summaries if s.tail_quantile < 0.99]
+    if not low:
+        return ""
+    counts = sorted(s.tail_requests for s in low if s.tail_requests is not None)
+    few = f"{counts[0]}–{counts[-1]}" if counts and counts[0] != counts[-1] else (str(counts[0]) if counts else "few")
+    return (f"; judged at p{round(100 * min(s.tail_quantile for s in low))}: {few} requests per boot cannot "
+            "estimate a p99")
 
 
 def _memory_check(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy) -> GuardrailResult:

@@ -27,6 +27,11 @@ SCHEMA_VERSION = 1
 DEFAULT_MAX_ERROR_FRACTION = 0.005
 
 
+#: Fewer measured requests per boot than this cannot estimate a p99 (it would be their maximum): the TTFT tail
+#: guardrail then uses the boot's p90.
+TAIL_MIN_REQUESTS = 100
+
+
 @dataclass(frozen=True)
 class PassMeasurement:
     """One pass of the workload inside a boot. ``warmup`` passes are recorded but never compared."""
@@ -37,6 +42,8 @@ class PassMeasurement:
     warmup: bool = False
     error_fraction: float = 0.0
     duration_s: float | None = None
+    ttft_p90_s: float | None = None
+    requests_ok: int | None = None       # the requests behind the TTFT quantiles (``None``: not recorded)
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,8 @@ class BootSummary:
     measured_passes: int
     unusable: str = ""
     unsteady: bool = False
+    tail_quantile: float = 0.99          # the quantile ``log_ttft_p99`` holds (0.9 when the boot had too few requests)
+    tail_requests: int | None = None     # the measured requests behind it
 
 
 def failure_of(sample: BootSample, *, max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION) -> Failure | None:
@@ -186,11 +195,19 @@ def summarize(sample: BootSample, *, measured_passes: int, warmup_passes: int = 
     log_tput = math.log(pystats.fmean(tput))
     logs = [math.log(x) for x in tput]
     unsteady = bool(sigma_run and len(logs) > 1 and max(logs) - min(logs) > 3 * sigma_run)
+    counts = [p.requests_ok for p in passes]
+    requests = sum(c for c in counts if c is not None) if all(c is not None for c in counts) else None
+    tail_q, tail = 0.99, [p.ttft_p99_s for p in passes]
+    if requests is not None and requests < TAIL_MIN_REQUESTS and all(p.ttft_p90_s is not None for p in passes):
+        # The p99 of a few dozen requests is their maximum: one slow request decides it, and a guardrail on it
+        # reads noise as a regression. The boot's tail is judged at the 90th percentile instead, and says so.
+        tail_q, tail = 0.9, [p.ttft_p90_s for p in passes]
     return BootSummary(arm=sample.arm, block=sample.block, log_throughput=log_tput,
                        log_ttft_p50=_log_median([p.ttft_p50_s for p in passes]),
-                       log_ttft_p99=_log_median([p.ttft_p99_s for p in passes]),
+                       log_ttft_p99=_log_median(tail),
                        kv_pool_tokens=sample.kv_pool_tokens, quality_passed=sample.quality_passed,
-                       measured_passes=len(passes), unsteady=unsteady)
+                       measured_passes=len(passes), unsteady=unsteady, tail_quantile=tail_q,
+                       tail_requests=requests)
 
 
 def _log_median(values: list[float | None]) -> float | None:

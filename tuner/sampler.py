@@ -367,7 +367,7 @@ def _pass(m: RunMeasurement, warm: bool) -> PassMeasurement:
     total = max(1, m.requests_total)
     return PassMeasurement(output_throughput_tok_s=m.output_throughput_tok_s, ttft_p50_s=m.ttft_s.p50,
                            ttft_p99_s=m.ttft_s.p99, warmup=warm, error_fraction=m.errors.count / total,
-                           duration_s=m.window_s)
+                           duration_s=m.window_s, ttft_p90_s=m.ttft_s.p90, requests_ok=m.requests_ok)
 
 
 def _summary(m: RunMeasurement, warm: bool) -> dict[str, Any]:

@@ -55,3 +55,31 @@ def test_boot_sample_round_trips() -> None:
     sample = boot(872, 995, 1005)
     assert BootSample.from_dict(sample.to_dict()) == sample
     assert sample.covariates.as_mapping() == {"sm_clock_mhz": 2700.0, "probe": 1.5}
+
+
+def _tail_boot(requests: int, p90: float = 0.9) -> BootSample:
+    passes = tuple(PassMeasurement(1000.0, ttft_p50_s=0.4, ttft_p99_s=3.0, ttft_p90_s=p90, warmup=i == 0,
+                                   requests_ok=requests) for i in range(3))
+    return BootSample(arm=Arm.CANDIDATE, block=0, position=0, passes=passes, kv_pool_tokens=1000, quality_passed=True)
+
+
+def test_a_boot_too_small_for_a_p99_judges_its_tail_at_p90_and_says_so() -> None:
+    few = summarize(_tail_boot(15), measured_passes=2)          # 30 requests: their p99 is their maximum
+    assert few.tail_quantile == 0.9 and few.tail_requests == 30
+    assert few.log_ttft_p99 == pytest.approx(math.log(0.9))
+    many = summarize(_tail_boot(60), measured_passes=2)         # 120 requests estimate a p99
+    assert many.tail_quantile == 0.99 and many.log_ttft_p99 == pytest.approx(math.log(3.0))
+    # a record without request counts (written before they were kept) keeps the p99 it always had
+    assert summarize(boot(872, 995, 1005), measured_passes=2).tail_quantile == 0.99
+
+
+def test_the_tail_guardrail_says_at_which_quantile_it_was_judged() -> None:
+    from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, _guardrails
+
+    a = [summarize(_tail_boot(15, 0.9 + i / 100), measured_passes=2) for i in range(4)]
+    b = [summarize(_tail_boot(15, 0.91 + i / 100), measured_passes=2) for i in range(4)]
+    policy = GatePolicy(guardrails=GuardrailPolicy(ttft_p50_margin=None, kv_pool_min_ratio=None,
+                                                   require_quality=False))
+    results, _ = _guardrails(a, b, policy)
+    tail = next(g for g in results if g.name == "ttft_p99")
+    assert "judged at p90: 30 requests per boot cannot estimate a p99" in tail.detail
