@@ -117,6 +117,10 @@ class CandidateBooter:
         #: the quality gate's outcome per candidate key, from its probed boot: a property of the configuration,
         #: so the gate's later boots of the same candidate (which skip the probes) carry it too.
         self.quality: dict[str, bool] = {}
+        for record in self._done.values():       # a resumed study knows what its probed boots found
+            quality = _quality_of(record)
+            if quality is not None and (record.probes or record.extra.get(QUALITY_REFERENCE)):
+                self.quality[record.candidate.key()] = quality
         reference = next((r.extra.get(QUALITY_REFERENCE) for r in self._done.values()
                           if r.extra.get(QUALITY_REFERENCE)), None)
         if reference and ctx.reference is None:
@@ -387,9 +391,8 @@ def _probe_failure(result: ProbeResult | None, runtime: Runtime, server: Server)
                    evidence=result.evidence if result is not None else ())
 
 
-def _sample_of(record: BootRecord, plan: BootPlan) -> BootSample:
-    """The gate's view of a recorded boot (a resumed study reuses it instead of booting again)."""
-    passes = tuple(PassMeasurement(**p) for p in record.extra.get("passes", ()))
+def _quality_of(record: BootRecord) -> bool | None:
+    """What a recorded boot's quality gate found (``None``: it did not run the gate)."""
     quality = None
     for probe in record.probes:
         if probe.name == "quality":
@@ -398,6 +401,13 @@ def _sample_of(record: BootRecord, plan: BootPlan) -> BootSample:
         quality = True
     if record.outcome is BootOutcome.PROBE_FAILED and record.failure is None:
         quality = False
+    return quality
+
+
+def _sample_of(record: BootRecord, plan: BootPlan) -> BootSample:
+    """The gate's view of a recorded boot (a resumed study reuses it instead of booting again)."""
+    passes = tuple(PassMeasurement(**p) for p in record.extra.get("passes", ()))
+    quality = _quality_of(record)
     cov = record.covariates
     return BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=passes,
                       kv_pool_tokens=record.report.max_total_num_tokens if record.report else None,

@@ -174,3 +174,16 @@ def test_a_winner_never_probed_here_is_probed_before_its_confirmation(tmp_path: 
     assert len(probed) == 1 and probed[0].probes and probed[0].candidate.key() == winner.key()
     assert study._probe_winner(winner)                        # probed once: not booted again
     assert len([b for b in study.store.load().boots if b.extra.get("tag") == "confirmation:probe"]) == 1
+
+
+def test_a_resumed_night_knows_what_its_probed_boots_found(tmp_path: Path) -> None:
+    """A killed search's trial was probed in its ``search:N`` boot, which the resumed study never replays: its
+    replayed A/B boots must still carry that quality verdict, or a keep would become inconclusive on resume."""
+    pre = _preflight(tmp_path, TINY_SPACE)
+    first = _night(pre)
+    first.boot(BootPlan(tag="baseline:0", candidate=first.baseline, phase=Phase.BASELINE, probes=True))
+    trial = pre.space.candidate({**pre.space.baseline_values(), "max-running-requests": 3}, [], label="trial-3")
+    first.boot(BootPlan(tag="search:3", candidate=trial, phase=Phase.SEARCH, trial_number=3, probes=True))
+    assert first.booter.quality[trial.key()] is True
+    resumed = _night(pre)
+    assert resumed.booter.quality.get(trial.key()) is True and resumed.booter.boots == 0
