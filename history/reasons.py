@@ -89,7 +89,8 @@ def reason_from_verdict(verdict: Verdict) -> str:
                 + (f" ({g.detail})" if g.detail else ""))
     if verdict.decision is Decision.REJECT and verdict.effect is not None and verdict.effect >= 1.0:
         return f"no demonstrated benefit: {effect_text(verdict)}"
-    if (verdict.decision is Decision.REJECT and not failed and verdict.ci_high is not None
+    confidently_worse = isinstance(verdict.extra, Mapping) and verdict.extra.get("failed_guardrail")
+    if (verdict.decision is Decision.REJECT and not confidently_worse and verdict.ci_high is not None
             and verdict.ci_high >= 1.0 and verdict.reason.startswith("futile")):
         # stopped for futility with an interval that still reaches a gain: not shown slower, only not better
         return f"no demonstrated benefit (stopped early, futile): {effect_text(verdict)}"

@@ -99,7 +99,9 @@ def test_a_decision_carries_its_category_and_a_skipped_one_none() -> None:
 def test_a_futile_stop_whose_interval_reaches_a_gain_is_said_as_no_benefit_not_as_a_slowdown() -> None:
     from elsa_tune.history.reasons import reason_from_verdict
 
-    wide = _verdict(Decision.REJECT, "futile at look 1: estimate −8.7% is not above +3.0%", effect=0.913, high=2.25)
+    not_shown = GuardrailResult("ttft_p99", False, 1.05, 0.8, 1.4, 1.2, "not shown non-inferior yet")
+    wide = _verdict(Decision.REJECT, "futile at look 1: estimate −8.7% is not above +3.0%", effect=0.913, high=2.25,
+                    guardrails=(not_shown,))
     assert reason_from_verdict(wide).startswith("no demonstrated benefit (stopped early, futile): −8.7% [")
     shown = _verdict(Decision.REJECT, "futile at look 2: estimate −22% is not above +3.0%", effect=0.78, high=0.9)
     assert reason_from_verdict(shown).startswith("−22% [")     # an interval below zero: a measured slowdown
