@@ -129,10 +129,10 @@ _FAILURE_CATEGORY: Mapping[FailureKind, ReasonCategory] = {
 }
 _GUARDRAIL_REJECT = re.compile(r"guardrail (?P<name>\w+) failed")
 _BELOW_NOISE = "below the incumbent's boot-to-boot noise"
-#: "A difference is real only above ~9% (2.8σ)" (seed 004's protocol): a rejected estimate this far down is
-#: "slower" even when its interval still reaches zero, as long as the interval reaches less far into gains than
-#: the estimate is into losses (the estimate is over half the interval's half-width below zero: one-sided p of
-#: roughly 0.1 or less); closer to zero, or with an interval that allows a larger gain, it is "no gain".
+#: "A difference is real only above ~9% (2.8σ)" (seed 004's protocol): a rejected estimate this far down is filed
+#: as "slower" even when its interval still reaches zero (the seeds file their own point estimates the same way;
+#: the ledger's sentence still says "no demonstrated benefit (stopped early, futile)" with the interval);
+#: closer to zero it is "no gain".
 SLOWER_BELOW = 0.91
 
 
@@ -187,7 +187,7 @@ def reason_category(verdict: Verdict | None, failure: Failure | None = None,
     effect, high = verdict.effect, verdict.ci_high
     if high is not None and high < 1.0:
         return ReasonCategory.SLOWER
-    if effect is not None and effect <= SLOWER_BELOW and (high is None or math.log(high) < -math.log(effect)):
+    if effect is not None and effect <= SLOWER_BELOW:
         return ReasonCategory.SLOWER
     return ReasonCategory.NO_GAIN
 
