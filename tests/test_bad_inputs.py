@@ -159,7 +159,8 @@ def test_unknown_flag_against_the_installed_runtime(tmp_path: Path) -> None:
                          fix="did you mean --enable-mixed-chunk?")
 
 
-def test_several_gpus_on_tune_point_at_the_workers(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--gpu", "0,1", "--traffic", "demo"]) == 2
+def test_a_gpu_named_twice_is_refused_with_the_remedy(capsys: pytest.CaptureFixture[str]) -> None:
+    # two workers on one card would measure each other: --gpu 0,0 is a mistake, said before anything starts
+    assert main(["--gpu", "0,0", "--traffic", "demo"]) == 2
     err = capsys.readouterr().err
-    assert "one study runs on one GPU" in err and "elsa-tune worker" in err and "Traceback" not in err
+    assert "names a GPU twice" in err and "--gpu 0,1" in err and "Traceback" not in err
