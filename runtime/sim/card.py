@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from elsa_tune.runtime.gpu import GpuMemory, GpuProcess, GpuState
+from elsa_tune.runtime.process_group import is_running
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def read_entries(card_dir: Path, now: float | None = None) -> list[CardEntry]:
             continue
         entry = CardEntry(pid=int(data["pid"]), used_bytes=int(data["used_bytes"]), name=str(data.get("name", "")),
                           hold_until=data.get("hold_until"))
-        if _alive(entry.pid) or (entry.hold_until is not None and entry.hold_until > now):
+        if is_running(entry.pid, None) or (entry.hold_until is not None and entry.hold_until > now):
             entries.append(entry)
         else:
             with contextlib.suppress(OSError):
@@ -159,18 +160,3 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None   # vanished or being replaced between listing and reading
     return data if isinstance(data, dict) and "pid" in data and "used_bytes" in data else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) holds no GPU memory.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
