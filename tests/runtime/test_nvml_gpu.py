@@ -44,6 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 args = sys.argv[1:]
 port = int(args[args.index("--port") + 1])
 assert torch.cuda.device_count() == 1, torch.cuda.device_count()
+uuid = str(torch.cuda.get_device_properties(0).uuid)
 x = torch.empty({ALLOC_GIB} << 30, dtype=torch.uint8, device="cuda"); x.fill_(1); torch.cuda.synchronize()
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
@@ -52,6 +53,7 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 srv = ThreadingHTTPServer(("127.0.0.1", port), H)
 threading.Thread(target=srv.serve_forever, daemon=True).start()
+print("visible device uuid", uuid, flush=True)
 print("[2026-01-01 00:00:00 TP0] max_total_num_tokens=1, chunked_prefill_size=1, max_prefill_tokens=1, "
       "max_running_requests=1, context_len=1, available_gpu_mem=1.00 GB", flush=True)
 print("The server is fired up and ready to roll!", flush=True)

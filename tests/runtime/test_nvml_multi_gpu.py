@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# the one-GPU tests' server prints the UUID of the one device it sees; their holder just allocates
+from test_nvml_gpu import ALLOC_GIB, HOLDER, SERVER, torch_python  # type: ignore[import-not-found]
+
 from elsa_tune.runtime.nvml import list_gpus, open_gpu
 from elsa_tune.runtime.process import SGLangProcess, wait_memory_released
 from elsa_tune.search_spaces.candidate import Candidate
@@ -25,43 +28,10 @@ from elsa_tune.tuner.worker_pool import parse_gpus
 
 pytestmark = pytest.mark.gpu
 
-ALLOC_GIB = 3
 MARGIN = 256 << 20
-
-# A server that allocates on the one device it can see and prints that device's UUID as torch sees it.
-SERVER = f"""
-import sys, time, threading, torch
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-args = sys.argv[1:]
-port = int(args[args.index("--port") + 1])
-assert torch.cuda.device_count() == 1, torch.cuda.device_count()
-uuid = str(torch.cuda.get_device_properties(0).uuid)
-x = torch.empty({ALLOC_GIB} << 30, dtype=torch.uint8, device="cuda"); x.fill_(1); torch.cuda.synchronize()
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.send_header("Content-Length", "0")
-        self.end_headers()
-    def log_message(self, *a): pass
-srv = ThreadingHTTPServer(("127.0.0.1", port), H)
-threading.Thread(target=srv.serve_forever, daemon=True).start()
-print("visible device uuid", uuid, flush=True)
-print("[2026-01-01 00:00:00 TP0] max_total_num_tokens=1, chunked_prefill_size=1, max_prefill_tokens=1, "
-      "max_running_requests=1, context_len=1, available_gpu_mem=1.00 GB", flush=True)
-print("The server is fired up and ready to roll!", flush=True)
-time.sleep(600)
-"""
-
-HOLDER = f"""
-import time, torch
-x = torch.empty({ALLOC_GIB} << 30, dtype=torch.uint8, device="cuda"); x.fill_(1); torch.cuda.synchronize()
-print("allocated", flush=True)
-time.sleep(600)
-"""
 
 
 def _torch_python() -> str:
-    from test_nvml_gpu import torch_python  # type: ignore[import-not-found]
-
     return str(torch_python())
 
 
@@ -129,7 +99,7 @@ def test_a_busy_gpu_does_not_make_the_other_busy() -> None:
                                   start_new_session=True)
         try:
             assert holder.stdout is not None
-            assert holder.stdout.readline().startswith("allocated")
+            assert holder.stdout.readline().startswith("allocated 1")
             deadline = time.monotonic() + 10
             while holder.pid not in {p.pid for p in a.processes()} and time.monotonic() < deadline:
                 time.sleep(0.2)
