@@ -232,10 +232,8 @@ class Study:
             if decision.verdict is not None and decision.verdict.decision is Decision.REJECT:
                 # On fresh boots the winner is not better than the baseline (or a guardrail is confidently worse):
                 # the chain of keeps that led to it does not survive, and the baseline is the safe recommendation.
-                night.notes.append(f"the winner was rejected against the baseline on fresh boots ({decision.result}): "
-                                   "the baseline is recommended")
-                log.warning("confirmation rejected the winner (%s): the baseline is recommended", decision.result)
-                night.incumbent = Incumbent(self.space.baseline_values(), [], baseline, None)
+                self._recommend_baseline(f"the winner was rejected against the baseline on fresh boots "
+                                         f"({decision.result})")
                 return
         else:
             night.notes.append("confirmation skipped: the budget was spent")
@@ -247,9 +245,7 @@ class Study:
                                          arm=Arm.CANDIDATE, probes=True, soak_s=soak_s))
             if result.sample.failed is not None:
                 f = result.sample.failed
-                night.notes.append(f"the winner failed its soak: {f.kind.value}: {f.summary}")
-                log.warning("the final configuration failed the soak (%s): the baseline is recommended", f.summary)
-                night.incumbent = Incumbent(self.space.baseline_values(), [], baseline, None)
+                self._recommend_baseline(f"the winner failed its soak: {f.kind.value}: {f.summary}")
 
     def _probe_winner(self, final: Candidate) -> bool:
         """The winner's stress probes and quality gate on this GPU, unless this study already ran them here.
@@ -268,10 +264,14 @@ class Study:
         if failed is None and quality is not False:
             return True
         why = f"{failed.kind.value}: {failed.summary}" if failed is not None else "its answers regressed"
-        night.notes.append(f"the winner failed its probes on the confirmation GPU ({why}): the baseline is recommended")
-        log.warning("the final configuration failed its probes here (%s): the baseline is recommended", why)
-        night.incumbent = Incumbent(self.space.baseline_values(), [], night.baseline, None)
+        self._recommend_baseline(f"the winner failed its probes on the confirmation GPU ({why})")
         return False
+
+    def _recommend_baseline(self, why: str) -> None:
+        """The winner did not survive the confirmation: say why, and recommend the baseline."""
+        self.night.notes.append(f"{why}: the baseline is recommended")
+        log.warning("%s: the baseline is recommended", why)
+        self.night.incumbent = Incumbent(self.space.baseline_values(), [], self.night.baseline, None)
 
     # ---- outputs ------------------------------------------------------------------------------------
 

@@ -397,24 +397,16 @@ class Worker:
         boots_needed = 2 * self.policy.looks[0]
         if self._left_s() < boots_needed * _median_boot_s(self.store):
             return
-        claim = self.claims.claim(AB, f"{candidate.key()}>{incumbent_key}", gpu=self.gpu_uuid)
-        if claim.state is not ClaimState.CLAIMED:
-            return
-        self.stats.promotions += 1
-        inc_candidate = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques),
-                                             label=INCUMBENT)
-        log.info("trial %d: %+.1f%% against the incumbent on GPU %s (margin %.1f σ = %.1f%%): A/B on this GPU",
-                 number, 100 * (tput / reference - 1), self.config.gpu, self.config.promote_margin,
-                 100 * self.config.promote_margin * self.noise.sigma_boot)
-        with self.claims.holding(claim):
-            keep = self._ab(claim, candidate, inc_candidate, number)
-        for _ in range(3):     # a keep must beat the incumbent it replaces: another GPU may have replaced it meanwhile
-            if not keep:
+        margin = self.config.promote_margin
+        why = (f"trial {number}: {100 * (tput / reference - 1):+.1f}% against the incumbent on GPU {self.config.gpu} "
+               f"(margin {margin:.1f} σ = {100 * margin * self.noise.sigma_boot:.1f}%): A/B on this GPU")
+        against: str | None = None
+        for _ in range(4):     # a keep must beat the incumbent it replaces: another GPU may have replaced it meanwhile
+            if not self._claimed_ab(candidate, number, incumbent_key, incumbent, against=against, why=why):
                 return
-            swapped = self.claims.compare_and_set(INCUMBENT, incumbent_key, candidate.key(),
-                                                  {"values": dict(values), "trial": number, "worker": self.name,
-                                                   "gpu": self.gpu_uuid})
-            if swapped:
+            if self.claims.compare_and_set(INCUMBENT, incumbent_key, candidate.key(),
+                                           {"values": dict(values), "trial": number, "worker": self.name,
+                                            "gpu": self.gpu_uuid}):
                 self.stats.keeps += 1
                 return
             incumbent_key, incumbent = self.claims.get(INCUMBENT)
@@ -424,17 +416,24 @@ class Worker:
                 log.info("trial %d kept, but the incumbent changed meanwhile and no time is left to compare it "
                          "with the new one; it stays a kept trial only", number)
                 return
-            claim = self.claims.claim(AB, f"{candidate.key()}>{incumbent_key}", gpu=self.gpu_uuid)
-            if claim.state is not ClaimState.CLAIMED:
-                return
-            log.info("trial %d kept, but the incumbent changed meanwhile (trial %s): A/B against the new one on GPU %s",
-                     number, incumbent.get("trial"), self.config.gpu)
-            inc_candidate = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques),
-                                                 label=INCUMBENT)
-            with self.claims.holding(claim):
-                keep = self._ab(claim, candidate, inc_candidate, number,
-                                against=f"trial {incumbent.get('trial')}" if incumbent.get("trial") is not None
-                                else "the new incumbent")
+            against = f"trial {incumbent['trial']}" if incumbent.get("trial") is not None else "the new incumbent"
+            why = (f"trial {number} kept, but the incumbent changed meanwhile ({against}): A/B against the new one "
+                   f"on GPU {self.config.gpu}")
+
+    def _claimed_ab(self, candidate: Candidate, number: int, incumbent_key: str, incumbent: Mapping[str, Any], *,
+                    against: str | None, why: str) -> bool:
+        """Claim the A/B of ``candidate`` against ``incumbent`` and run it on this GPU; ``False`` when another worker
+        holds that A/B or the candidate is not kept."""
+        claim = self.claims.claim(AB, f"{candidate.key()}>{incumbent_key}", gpu=self.gpu_uuid)
+        if claim.state is not ClaimState.CLAIMED:
+            return False
+        if against is None:
+            self.stats.promotions += 1
+        log.info("%s", why)
+        inc_candidate = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques),
+                                             label=INCUMBENT)
+        with self.claims.holding(claim):
+            return self._ab(claim, candidate, inc_candidate, number, against=against)
 
     def _ab(self, claim: Claim, candidate: Candidate, incumbent: Candidate, number: int, *,
             against: str | None = None) -> bool:
