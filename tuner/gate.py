@@ -14,7 +14,20 @@ far. ``decide`` follows ``../shared/research/statistics.md`` §3.5:
 - **INCONCLUSIVE** otherwise: run the next look. At the cap it stays INCONCLUSIVE and the incumbent
   stays; the verdict states the estimate, its CI and the smallest effect the boots could detect.
 
-Statistics never fail open: missing data, NaNs or zero variance give INCONCLUSIVE, never KEEP.
+**Guardrails over the looks.** A guardrail is a one-sided non-inferiority test (``statistics.md`` §3.5: an
+intersection–union test, no α split between guardrails). Tested at α at every look, a guardrail truly at its
+margin would pass at *some* look far more often than α (7.4% at looks 2/4/6 in ``benchmarks/gate``'s model),
+so its level at each look is a Pocock level calibrated over the looks like the primary's boundaries
+(``guard_spending``).
+
+**Guardrail extension.** A TTFT tail shares the boot's drift with its throughput (on the seed-004 profile the
+per-boot p90 TTFT and throughput correlate at −0.97), so at the cap a real gain can stand with its TTFT
+guardrail unresolved: the bound straddles the margin. No covariate can remove that drift (every per-boot
+measure of it is also moved by the candidate), so more boots are the only honest remedy. With
+``guard_extension`` > 0, a gain that crossed its boundary at the cap while only a TTFT guardrail is pending
+runs that many more blocks. The primary decision stays the one made at the cap (the extension boots do not test
+it again, so its α is untouched); the guardrails are tested once more on every boot, at their Pocock level,
+which counts this look. A keep also needs the gain over all boots to still clear the noise floor.
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 KINDS = ("speed", "memory")
 FUTILITY_RULES = ("boot_saving", "ci", "none")
+GUARD_SPENDING = ("pocock", "none")
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,8 @@ class GatePolicy:
     guardrails: GuardrailPolicy = field(default_factory=GuardrailPolicy)
     measured_passes: int = 2
     warmup_passes: int = 1
+    guard_extension: int = 0
+    guard_spending: str = "pocock"
     sigma_boot: float = 0.10
     sigma_run: float = 0.03
     analysis: str = "unpaired"
@@ -94,6 +110,10 @@ class GatePolicy:
             raise ValueError("effects and margins must be non-negative (margin below 1)")
         if self.measured_passes < 1 or self.warmup_passes < 0:
             raise ValueError("measured_passes must be ≥ 1 and warmup_passes ≥ 0")
+        if self.guard_spending not in GUARD_SPENDING:
+            raise ValueError(f"guard_spending must be one of {GUARD_SPENDING}, got {self.guard_spending!r}")
+        if self.guard_extension < 0:
+            raise ValueError(f"guard_extension must be ≥ 0 blocks, got {self.guard_extension}")
         self.design()  # validates looks, alpha, shape, analysis
 
     def design(self) -> Design:
@@ -103,6 +123,36 @@ class GatePolicy:
 
     def boundaries(self) -> Boundaries:
         return calibrate(self.design())
+
+    @property
+    def max_blocks(self) -> int:
+        """Blocks per arm at most: the cap, plus the guardrail extension."""
+        return self.looks[-1] + self.guard_extension
+
+    @property
+    def last_look(self) -> int:
+        """The number of the last look: the cap's, or the extension's one after it."""
+        return len(self.looks) + (1 if self.guard_extension else 0)
+
+    def guard_levels(self) -> tuple[float, ...]:
+        """The one-sided level of the guardrails' non-inferiority tests at each look (the extension's included).
+
+        ``"pocock"``: the same level at every look, calibrated like the primary's boundaries so that a guardrail
+        truly at its margin passes at some look with probability ``guardrails.alpha``; ``"none"``: ``alpha`` at
+        every look (the per-look reading of ``statistics.md`` §3.5, whose repeated looks let a guardrail at its
+        margin pass more often than ``alpha``).
+        """
+        blocks = tuple(self.blocks_at(j) for j in range(1, self.last_look + 1))
+        if self.guard_spending == "none" or len(blocks) == 1:
+            return tuple(self.guardrails.alpha for _ in blocks)
+        design = Design(looks=blocks, alpha=self.guardrails.alpha, shape="pocock", analysis=self.analysis,
+                        sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
+                        welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed)
+        return calibrate(design).nominal_p
+
+    def blocks_at(self, look: int) -> int:
+        """Blocks per arm at look ``look`` (1-based; the look after the cap is the extension's)."""
+        return self.looks[look - 1] if look <= len(self.looks) else self.max_blocks
 
     @property
     def null_delta(self) -> float:
@@ -121,6 +171,8 @@ class GatePolicy:
             # A noisy KV pool still needs a margin; loosen it so that drift alone cannot block a keep.
             derived["guardrails"] = replace(overrides.get("guardrails", GuardrailPolicy()), kv_pool_min_ratio=0.95)
         derived.update(overrides)
+        # The cap again for a gain whose TTFT guardrail the cap's boots could not resolve (module docstring).
+        derived.setdefault("guard_extension", tuple(derived.get("looks", cls.looks))[-1])
         return cls(**derived)
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,7 +211,7 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
 
     ``context`` names the runtime, model and GPU the boots ran on; it is stored with the result.
     """
-    schedule = abba_baab(policy.looks[-1], rng_seed)
+    schedule = abba_baab(policy.max_blocks, rng_seed)
     bounds = policy.boundaries()
     samples: list[BootSample] = []
     verdict: Verdict | None = None
@@ -169,7 +221,7 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
         samples.append(sample)
         failure = failure_of(sample, max_error_fraction=policy.max_error_fraction)
         block_done = slot.position == 1
-        look = policy.looks.index(slot.block + 1) + 1 if block_done and slot.block + 1 in policy.looks else None
+        look = _look_at(policy, slot.block + 1) if block_done else None
         if failure is not None or look is not None:
             verdict = decide(_arm(samples, Arm.INCUMBENT), _arm(samples, Arm.CANDIDATE), policy,
                              look or _look_for(policy, slot.block), boundaries=bounds)
@@ -195,8 +247,8 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     Pure: the same samples and policy always give the same verdict. ``extra["final"]`` is true when no
     further look can change the outcome (a decision, or the cap).
     """
-    if not 1 <= look <= len(policy.looks):
-        raise ValueError(f"look {look} outside 1..{len(policy.looks)}")
+    if not 1 <= look <= policy.last_look:
+        raise ValueError(f"look {look} outside 1..{policy.last_look}")
     bounds = boundaries or policy.boundaries()
     last = look == len(policy.looks)
     ctx = _Context(policy=policy, look=look, last=last, n_a=len(samples_a), n_b=len(samples_b))
@@ -216,6 +268,8 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
         return ctx.verdict(Decision.REJECT, "the candidate failed the quality gate", final=True,
                            extra={"quality_failed": True})
 
+    if look > len(policy.looks):
+        return _extension(samples_a, samples_b, policy, bounds, ctx)
     sa = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
                     sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_a]
     sb = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
@@ -236,7 +290,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                            + ("; the incumbent stays" if last else ""), final=last,
                            mde=_planned_mde(policy, min(len(ya), len(yb)), bounds, look))
     ctx.comparison = comparison
-    guards, worse = _guardrails(sa, sb, policy)
+    guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[look - 1])
     guards += (memory,) if memory is not None else ()
     ctx.guardrails = guards
     boundary_p = bounds.nominal_p[look - 1]
@@ -259,6 +313,12 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                     if policy.kind == "memory" else f"{gain:+.1%} throughput")
             return ctx.verdict(Decision.KEEP, f"{what} (p = {comparison.p_one_sided:.4f} ≤ {boundary_p:.4f} "
                                               f"at look {look})", final=True, p_value=p_adj, mde=None)
+        if last and policy.guard_extension and _extendable(pending):
+            return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crossed the boundary at the cap but guardrail "
+                                                      f"{pending[0].name} is not yet shown non-inferior "
+                                                      f"({pending[0].detail}); {policy.guard_extension} more blocks "
+                                                      "for the guardrail", final=False, p_value=p_adj, mde=mde,
+                               extra={"crossed_at_cap": True})
         if last:
             return ctx.verdict(Decision.INCONCLUSIVE, f"the gain passed but guardrail {pending[0].name} was not "
                                                       f"shown non-inferior at the cap ({pending[0].detail}); the "
@@ -300,7 +360,7 @@ class _Context:
                 extra: Mapping[str, Any] | None = None) -> Verdict:
         c = self.comparison
         low, high = c.ratio_bounds(self.policy.alpha) if c is not None else (None, None)
-        details: dict[str, Any] = {"final": final, "look_blocks": self.policy.looks[self.look - 1],
+        details: dict[str, Any] = {"final": final, "look_blocks": self.policy.blocks_at(self.look),
                                    "ci_level": 1 - 2 * self.policy.alpha, "ci_note": "not adjusted for the "
                                    "sequential design; a kept effect is biased upward (winner's curse)",
                                    **self.extra, **(extra or {})}
@@ -333,7 +393,77 @@ def _look_for(policy: GatePolicy, block: int) -> int:
     for i, blocks in enumerate(policy.looks, start=1):
         if block < blocks:
             return i
-    return len(policy.looks)
+    return policy.last_look
+
+
+def _look_at(policy: GatePolicy, blocks: int) -> int | None:
+    """The look that falls after ``blocks`` complete blocks, if any (the extension's after ``max_blocks``)."""
+    if blocks in policy.looks:
+        return policy.looks.index(blocks) + 1
+    if policy.guard_extension and blocks == policy.max_blocks:
+        return policy.last_look
+    return None
+
+
+#: the guardrails more boots can resolve: estimated ratios whose bound straddles the margin (not missing data,
+#: a missing quality result or a KV pool, which are properties of the configuration)
+_STATISTICAL_GUARDS = frozenset({"ttft_p50", "ttft_p99"})
+
+
+def _extendable(pending: Sequence[GuardrailResult]) -> bool:
+    return all(g.name in _STATISTICAL_GUARDS and g.ratio is not None for g in pending)
+
+
+def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], policy: GatePolicy,
+               bounds: Boundaries, ctx: _Context) -> Verdict:
+    """The look after the guardrail extension: the cap's decision on the cap's boots, the guardrails on all boots.
+
+    Called with the failures and the quality gate already checked on every boot.
+    """
+    cap = policy.looks[-1]
+    at_cap = decide([s for s in samples_a if s.block < cap], [s for s in samples_b if s.block < cap], policy,
+                    len(policy.looks), boundaries=bounds)
+    if not at_cap.extra.get("crossed_at_cap"):
+        return at_cap          # nothing to extend: the cap's verdict stands (``run_ab`` never gets here)
+    sa = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
+                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_a]
+    sb = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
+                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_b]
+    ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
+    ctx.extra.update({"excluded_boots": excluded, "unsteady_boots": sum(s.unsteady for s in sa + sb),
+                      "cap_p": at_cap.extra.get("nominal_p"), "cap_boundary_p": at_cap.extra.get("boundary_p"),
+                      "cap_effect": at_cap.effect})
+    memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
+    try:
+        comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
+                             null_delta=policy.null_delta)
+    except InsufficientData as exc:
+        return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test after the guardrail extension: {exc}; the "
+                                                  "incumbent stays", final=True, p_value=at_cap.p_value)
+    ctx.comparison = comparison
+    guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[-1])
+    ctx.guardrails = guards + ((memory,) if memory is not None else ())
+    gain = comparison.ratio - 1.0
+    more = policy.guard_extension
+    if worse:
+        return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed after {more} more blocks: "
+                                            f"{worse[0].detail}", final=True, p_value=at_cap.p_value,
+                           extra={"failed_guardrail": worse[0].name})
+    holds = gain >= policy.noise_floor if policy.kind == "speed" else gain >= -policy.non_inferiority_margin
+    pending = [g for g in ctx.guardrails if g.passed is not True]
+    crossed = f"p = {at_cap.extra.get('nominal_p', float('nan')):.4f} ≤ {at_cap.extra.get('boundary_p', 0.0):.4f} " \
+              f"at the cap"
+    if holds and not pending:
+        what = (f"speed {gain:+.1%} is non-inferior within −{policy.non_inferiority_margin:.0%} and memory grew"
+                if policy.kind == "memory" else f"{gain:+.1%} throughput")
+        shown = "; ".join(f"{g.name} {g.detail}" for g in guards if g.name in _STATISTICAL_GUARDS)
+        return ctx.verdict(Decision.KEEP, f"{what} ({crossed}; guardrails shown non-inferior after {more} more "
+                                          f"blocks: {shown})", final=True, p_value=at_cap.p_value, mde=None)
+    why = (f"guardrail {pending[0].name} was still not shown non-inferior ({pending[0].detail})" if pending
+           else f"the gain over all boots fell to {gain:+.1%}")
+    return ctx.verdict(Decision.INCONCLUSIVE, f"the gain crossed at the cap ({crossed}) but after {more} more blocks "
+                                              f"{why}; the incumbent stays", final=True, p_value=at_cap.p_value,
+                       mde=comparison.mde(policy.alpha, policy.power))
 
 
 def _usable(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: bool) -> tuple[list[float],
@@ -351,9 +481,9 @@ def _usable(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: boo
     return ya, yb, len(sa) + len(sb) - len(ya) - len(yb)
 
 
-def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy
+def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy, level: float
                 ) -> tuple[tuple[GuardrailResult, ...], list[GuardrailResult]]:
-    """Every guardrail's result, and those confidently worse than their margin (a REJECT, not a wait)."""
+    """Every guardrail's result at one-sided ``level``, and those confidently worse than their margin (a REJECT)."""
     g = policy.guardrails
     out: list[GuardrailResult] = []
     worse: list[GuardrailResult] = []
@@ -368,7 +498,7 @@ def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: Ga
                                        detail="TTFT missing from some boots"))
             continue
         try:
-            ni = non_inferiority(a, b, margin=margin, alpha=g.alpha, welch_ratio=policy.welch_ratio)
+            ni = non_inferiority(a, b, margin=margin, alpha=level, welch_ratio=policy.welch_ratio)
         except InsufficientData as exc:
             out.append(GuardrailResult(name=name, passed=None, ratio=None, ci_low=None, ci_high=None, margin=margin,
                                        detail=str(exc)))

@@ -80,6 +80,6 @@ def test_the_tail_guardrail_says_at_which_quantile_it_was_judged() -> None:
     b = [summarize(_tail_boot(15, 0.91 + i / 100), measured_passes=2) for i in range(4)]
     policy = GatePolicy(guardrails=GuardrailPolicy(ttft_p50_margin=None, kv_pool_min_ratio=None,
                                                    require_quality=False))
-    results, _ = _guardrails(a, b, policy)
+    results, _ = _guardrails(a, b, policy, 0.05)
     tail = next(g for g in results if g.name == "ttft_p99")
     assert "judged at p90: 30 requests per boot cannot estimate a p99" in tail.detail

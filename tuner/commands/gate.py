@@ -75,8 +75,8 @@ def _plan(args: argparse.Namespace) -> int:
         except InsufficientData:
             needs[f"{mde:.0%}"] = None
     if args.json:
-        json.dump({"boundaries": bounds.to_dict(), "looks": looks, "fixed_n_boots_per_arm": needs}, sys.stdout,
-                  indent=2)
+        json.dump({"boundaries": bounds.to_dict(), "looks": looks, "fixed_n_boots_per_arm": needs,
+                   "guardrail_levels": list(policy.guard_levels())}, sys.stdout, indent=2)
         print()
         return 0
     print(f"gate: {policy.shape.upper()} boundaries over looks at {', '.join(map(str, policy.looks))} blocks, "
@@ -86,6 +86,9 @@ def _plan(args: argparse.Namespace) -> int:
     print("look  boots  nominal p  MDE (80% power, this look alone)")
     for row in looks:
         print(f"{row['look']:>4}  {row['boots_total']:>5}  {row['nominal_p']:.4f}     {row['planned_mde']:+.1%}")
+    levels = policy.guard_levels()
+    print(f"guardrails (TTFT non-inferiority): one-sided level {levels[0]:.4f} at every look (Pocock over "
+          f"{len(levels)} looks, overall α {policy.guardrails.alpha})")
     print("boots per arm a fixed-n test needs: "
           + ", ".join(f"{k}: {v if v is not None else '>10000'}" for k, v in needs.items()))
     return 0
