@@ -79,6 +79,17 @@ def reason_from_verdict(verdict: Verdict) -> str:
         # an A/B boot of the candidate failed before any estimate: that failure is the reason
         return f"an A/B boot failed: {reason_from_failure(Failure.from_dict(boot_failure))}"
     if verdict.decision is Decision.INCONCLUSIVE:
+        level = verdict.extra.get("multiplicity_level") if isinstance(verdict.extra, Mapping) else None
+        if ("after false-keep control" in verdict.reason and verdict.adjusted_p_value is not None
+                and isinstance(level, (int, float))):
+            # the gate kept it; the night's false-keep control did not: a gain shown, not strongly enough for the night
+            return (f"not kept under the night's false-keep control: {effect_text(verdict)}, adjusted p "
+                    f"{verdict.adjusted_p_value:.2g} > {float(level):.2f}")
+        pending = _GUARDRAIL_PENDING.search(verdict.reason)
+        guard = next((g for g in verdict.guardrails if pending and g.name == pending["name"]), None)
+        if guard is not None:
+            return (f"{effect_text(verdict)}, but {guard.name} not shown within {pct(guard.margin)}: "
+                    f"{pct(guard.ratio)} {interval(guard.ci_low, guard.ci_high)}")
         text = f"no demonstrated benefit: {effect_text(verdict)}"
         if verdict.mde is not None:
             text += f"; smallest detectable effect {pct(mde_ratio(verdict.mde))}"
@@ -128,6 +139,7 @@ _FAILURE_CATEGORY: Mapping[FailureKind, ReasonCategory] = {
     FailureKind.UNKNOWN_CRASH: ReasonCategory.CRASH,
 }
 _GUARDRAIL_REJECT = re.compile(r"guardrail (?P<name>\w+) failed")
+_GUARDRAIL_PENDING = re.compile(r"guardrail (?P<name>\w+) was (?:still )?not shown non-inferior")
 _BELOW_NOISE = "below the incumbent's boot-to-boot noise"
 #: "A difference is real only above ~9% (2.8σ)" (seed 004's protocol): a rejected estimate this far down is filed
 #: as "slower" even when its interval still reaches zero (the seeds file their own point estimates the same way;

@@ -20,8 +20,10 @@ from typing import Any
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
+from elsa_tune.history.verdict import Verdict
 from elsa_tune.probes.quality import QualityGate
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
@@ -119,6 +121,8 @@ class Night:
         self.memory_errors: list[float] = []
         self.skipped_by_model = 0
         self.notes: list[str] = []
+        #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
+        self.promising: list[tuple[int, Technique, Verdict]] = []
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
 
     # ---- what every phase does ------------------------------------------------------------------------

@@ -6,6 +6,12 @@ below the context target or an adjustment showing a technique flag was silently 
 at once, with that reason; so does a memory technique whose KV pool is no larger than the incumbent's, and a
 screening boot more than 3 σ slower than the incumbent, twice. Otherwise the sequential A/B gate decides
 against the incumbent, under online false-keep control across the night; kept techniques stack into the incumbent.
+
+A technique the gate left INCONCLUSIVE although its interval shows it faster (the night's false-keep control or
+an unresolved TTFT guardrail held it back) is *promising*: ``retest`` tests it once more, with fresh boots, as a
+new test under the night's false-keep control (``statistics.md`` §3.5: "a retest later is a new test with fresh
+boots"). The study runs the retests at the start of the search phase, before the numeric search tunes around an
+incumbent that a kept technique would change more than any flag value.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord, Kept
-from elsa_tune.history.reasons import pct
+from elsa_tune.history.reasons import pct, reason_from_verdict
 from elsa_tune.history.records import Phase
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
@@ -32,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: Failures worth a second and third attempt before they are the answer (seed 004: NGRAM "3 attempts, 3 OOM").
 _RETRIED = (FailureKind.OOM_UNDER_LOAD, FailureKind.HANG)
+#: Promising techniques retested at most, the largest estimate first.
+RETESTS = 2
 
 
 class Screening:
@@ -71,8 +79,38 @@ class Screening:
                 break
             self.screen(index, technique)
 
-    def screen(self, index: int, technique: Technique) -> None:
-        """Decide one technique: rules, the probed screening boot, immediate rejects, then the A/B gate."""
+    def retest(self, phase: str) -> None:
+        """Test each promising technique once more (fresh boots, a new test), if ``phase``'s allowance has room.
+
+        A retest needs a probed boot and at most the gate's extended cap in both arms; it runs only when that fits
+        twice in what ``phase`` has left, so the phase keeps most of its time for its own work.
+        """
+        night = self.night
+        assert night.policy is not None
+        promising = sorted(night.promising, key=lambda item: -(item[2].effect or 0.0))
+        night.promising = []
+        for index, technique, first in promising[:RETESTS]:
+            night.check()
+            if technique.name in night.incumbent.techniques:
+                continue
+            cost = (1 + 2 * night.policy.max_blocks) * night.boot_s()
+            if night.budget.allowance(phase) < 2 * cost:
+                note = f"no time to retest {technique.name} ({reason_from_verdict(first)})"
+                log.warning("%s", note)
+                night.notes.append(note)
+                break
+            log.info("retesting %s with fresh boots: the first test was inconclusive at %s", technique.name,
+                     reason_from_verdict(first))
+            self.screen(index, technique, first=first)
+        for _, technique, first in promising[RETESTS:]:
+            night.notes.append(f"{technique.name} not retested (at most {RETESTS} retests a night): "
+                               f"{reason_from_verdict(first)}")
+
+    def screen(self, index: int, technique: Technique, *, first: Verdict | None = None) -> None:
+        """Decide one technique: rules, the probed screening boot, immediate rejects, then the A/B gate.
+
+        ``first``: this is a retest, and that was the first test's verdict (the decision's sentence says so).
+        """
         night = self.night
         base: dict[str, Any] = dict(flags_delta=dict(technique.flags), env_delta=dict(technique.env),
                                     incumbent_key=night.incumbent.candidate.key())
@@ -87,7 +125,7 @@ class Screening:
             return
         base["candidate_key"] = candidate.key()
         attempts, result = 0, None
-        tag = f"screening:{technique.name}"
+        tag = f"screening:{technique.name}" + (":retest" if first is not None else "")
         while attempts < 3:
             attempts += 1
             result = night.boot(BootPlan(tag=f"{tag}:probe{attempts}", candidate=candidate, phase=Phase.SCREENING,
@@ -130,13 +168,19 @@ class Screening:
             return
         kind = technique.kind.value if technique.kind.value in ("speed", "memory") else "speed"
         ab, ids = night.ab(candidate, tag=tag, phase=Phase.SCREENING, technique=technique.name, kind=kind,
-                           seed=index)
+                           seed=index if first is None else 7919 + index)
         verdict = night.fdr.review(ab.verdict)
+        sentence = (f"retest with fresh boots (the first: {reason_from_verdict(first)}): "
+                    f"{reason_from_verdict(verdict)}" if first is not None else "")
         decision = DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, technique=technique.name,
                                   verdict=verdict, ab_result=ab.to_dict(), decided_at=time.time(),
-                                  boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                                  boots_incumbent=tuple(ids[Arm.INCUMBENT]), result=sentence,
                                   boots_candidate=boots + tuple(ids[Arm.CANDIDATE]), **base)
         night.decide(decision)
+        shown = 1.0 if kind == "speed" else 1.0 - night.policy.non_inferiority_margin if night.policy else 1.0
+        if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
+                and verdict.ci_low > shown):
+            night.promising.append((index, technique, verdict))
         if decision.kept is Kept.YES:
             night.incumbent = Incumbent(dict(night.incumbent.values), [*night.incumbent.techniques, technique.name],
                                         candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)

@@ -205,6 +205,7 @@ class Study:
     # ---- numeric search -----------------------------------------------------------------------------
 
     def _search(self) -> None:
+        Screening(self.night).retest("search")
         outcome = self.search.run(self.night, self.night.incumbent)
         self.night.incumbent = outcome.incumbent
 

@@ -10,10 +10,11 @@ probes, the gate) with the bundled demo traffic, then prints:
 
 1. the keep/reject table the study wrote, next to the seed's own verdict for each technique (the search
    space's ``prior``);
-2. "right reason?" per screened technique: the category of the study's recorded reason (crash, oom, hang,
-   ignored, context drop, memory loss, wrong answers, slower, no gain, kept: ``history/reasons.py``) against
-   the categories the prior declares (``category:`` in the space), "N of M right" and the mismatches; where
-   the simulator's truth on the study's workload says a reject prior does not hold there, ``kept`` is expected;
+2. "right reason?" per screened technique (a retested one by its last decision): the category of the study's
+   recorded reason (crash, oom, hang, ignored, context drop, memory loss, wrong answers, slower, no gain, kept:
+   ``history/reasons.py``) against the categories the prior declares (``category:`` in the space), "N of M
+   right" and the mismatches; where the simulator's truth on the study's workload says a reject prior does not
+   hold there, ``kept`` is expected;
 3. the true throughput (``runtime/sim/truth.py``, noiseless) of the configuration the study recommends, of the
    baseline, and of the best configuration the space allows on the same workload (a coordinate sweep over
    every parameter plus every configuration the study booted), and the recommendation's share of it.
@@ -100,7 +101,9 @@ def score_reasons(history: History, space: SearchSpace, bench: Any) -> list[Reas
     techniques = {t.name: t for t in space.techniques}
     boots = {b.boot_id: b for b in history.boots}
     scores: list[ReasonScore] = []
-    for d in history.decisions:
+    # A technique retested with fresh boots (a promising inconclusive) is scored by its last decision.
+    final = {d.technique: d for d in history.decisions if d.phase is Phase.SCREENING and not d.skipped}
+    for d in final.values():
         technique = techniques.get(d.technique)
         if d.phase is not Phase.SCREENING or d.skipped or technique is None or technique.prior is None:
             continue

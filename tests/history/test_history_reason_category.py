@@ -117,3 +117,29 @@ def test_an_ab_whose_candidate_boot_failed_says_that_failure() -> None:
                      extra={"failure": failure.to_dict()})
     assert reason_from_verdict(failed) == ("an A/B boot failed: crashes: pass 0 failed 25.0% of its requests "
                                            "(limit 0.5%)")
+
+
+def test_an_inconclusive_held_back_by_the_night_or_a_guardrail_says_which() -> None:
+    """"No demonstrated benefit" would misstate a gain the gate showed: the sentence names what held it back."""
+    from dataclasses import replace
+
+    from elsa_tune.history.reasons import reason_from_verdict
+
+    demoted = replace(_verdict(Decision.INCONCLUSIVE, "+23.1% throughput (p = 0.0218 ≤ 0.0410 at the cap); but after "
+                               "false-keep control (lond online, test 9 at level 0.0075) its adjusted p 0.2733 exceeds "
+                               "0.10: the incumbent stays", effect=1.23, high=1.33, multiplicity_level=0.10),
+                      ci_low=1.14, adjusted_p_value=0.2733)
+    assert reason_from_verdict(demoted) == ("not kept under the night's false-keep control: +23% [+14%, +33%] over "
+                                            "12 boots, adjusted p 0.27 > 0.10")
+    tail = GuardrailResult("ttft_p99", None, 1.073, 0.96, 1.256, 1.2, "ratio 1.073, upper bound 1.256 vs margin 1.20")
+    for reason in ("the gain passed but guardrail ttft_p99 was not shown non-inferior at the cap (ratio 1.073, …); "
+                   "the incumbent stays",
+                   "the gain crossed at the cap (p = 0.0150 ≤ 0.0410 at the cap) but after 6 more blocks guardrail "
+                   "ttft_p99 was still not shown non-inferior (ratio 1.073, …); the incumbent stays"):
+        pending = replace(_verdict(Decision.INCONCLUSIVE, reason, effect=1.165, high=1.33, guardrails=(tail,)),
+                          ci_low=1.007)
+        assert reason_from_verdict(pending) == ("+17% [+0.7%, +33%] over 12 boots, but ttft_p99 not shown within "
+                                                "+20%: +7.3% [−4%, +26%]")
+        assert reason_category(pending) is C.NO_GAIN
+    plain = _verdict(Decision.INCONCLUSIVE, "inconclusive at the cap of 6 blocks: +1.0% …", effect=1.01, high=1.07)
+    assert reason_from_verdict(plain).startswith("no demonstrated benefit: +1.0% [")

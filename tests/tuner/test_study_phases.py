@@ -187,3 +187,52 @@ def test_a_resumed_night_knows_what_its_probed_boots_found(tmp_path: Path) -> No
     assert first.booter.quality[trial.key()] is True
     resumed = _night(pre)
     assert resumed.booter.quality.get(trial.key()) is True and resumed.booter.boots == 0
+
+
+def _promising(night: Night, name: str) -> tuple[int, object, object]:
+    """A technique as the night files it after an inconclusive first test whose interval showed a gain."""
+    from elsa_tune.history.verdict import Decision, Verdict
+
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == name)
+    first = Verdict(decision=Decision.INCONCLUSIVE, reason="+20.0% throughput (p = 0.0200 ≤ 0.0410 at look 3); but "
+                    "after false-keep control (lond online, test 9 at level 0.0075) its adjusted p 0.2667 exceeds "
+                    "0.10: the incumbent stays", effect=1.20, ci_low=1.08, ci_high=1.33, p_value=0.02,
+                    boots_incumbent=6, boots_candidate=6, adjusted_p_value=0.2667, extra={"multiplicity_level": 0.10})
+    return index, technique, first
+
+
+def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_path: Path) -> None:
+    """The retest is a second, independent test: its own boots (``:retest`` tags), its own level under the night's
+    false-keep control, a second decision whose sentence names the first test; the ledger's latest entry is it."""
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    night.budget.begin("search")
+    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
+    tests_before = night.fdr.tests
+
+    Screening(night).retest("search")
+    assert night.promising == []
+    decisions = night.store.load().decisions
+    assert len(decisions) == 1 and decisions[0].technique == "fused-qk-norm-rope"
+    sentence = decisions[0].result
+    assert sentence.startswith("retest with fresh boots (the first: not kept under the night's false-keep control: "
+                               "+20% [+8%, +33%] over 12 boots, adjusted p 0.27 > 0.10): "), sentence
+    assert night.fdr.tests == tests_before + 1
+    tags = [str(b.extra.get("tag")) for b in night.store.load().boots]
+    assert "screening:fused-qk-norm-rope:retest:probe1" in tags
+    assert any(t.startswith("screening:fused-qk-norm-rope:retest:ab:") for t in tags)
+    entry = night.store.ledger.latest_for(pre.fingerprint)["fused-qk-norm-rope"]
+    assert entry.reason == sentence
+
+
+def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
+    pre = _preflight(tmp_path, TINY_SPACE, budget_s=20.0)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.budget.begin("search")
+    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
+    Screening(night).retest("search")
+    assert night.booter.boots == 0 and not night.store.load().decisions
+    assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope (not kept under the night's false-keep")
