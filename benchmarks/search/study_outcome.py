@@ -177,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
            "--traffic", "demo", "--budget", args.budget, "--out", str(out), "--no-live", "--seed", str(args.seed)]
     started = time.monotonic()
     if not args.skip_run:
+        ledger = out.parent / "ledger.jsonl"
+        if ledger.exists():
+            # The ledger is shared by the studies of a run folder: a second study there skips what the first
+            # rejected, and scores nothing a fresh study would be scored on.
+            print(f"{ledger} exists: a study in {out} would skip what earlier studies there rejected; give --out a "
+                  "folder of its own (e.g. /tmp/outcome-2/study)", file=sys.stderr)
+            return 2
         print("$", " ".join(cmd), flush=True)
         env = {**os.environ, "ELSA_SIM_CARD_DIR": str(out.parent / "card")}   # a card of its own
         done = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
