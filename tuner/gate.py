@@ -271,10 +271,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
 
     if look > len(policy.looks):
         return _extension(samples_a, samples_b, policy, bounds, ctx)
-    sa = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
-                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_a]
-    sb = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
-                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_b]
+    sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
     ctx.extra["excluded_boots"] = excluded
     ctx.extra["unsteady_boots"] = sum(s.unsteady for s in sa + sb)
@@ -385,6 +382,11 @@ def _boot(sampler: BootSampler, arm: Arm, block: int, position: int) -> BootSamp
         return BootSample(arm=arm, block=block, position=position, failed=failure)
 
 
+def _summaries(samples: Sequence[BootSample], policy: GatePolicy) -> list[BootSummary]:
+    return [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
+                      sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples]
+
+
 def _arm(samples: Sequence[BootSample], arm: Arm) -> list[BootSample]:
     return [s for s in samples if s.arm is arm]
 
@@ -426,10 +428,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
                     len(policy.looks), boundaries=bounds)
     if not at_cap.extra.get("crossed_at_cap"):
         return at_cap          # nothing to extend: the cap's verdict stands (``run_ab`` never gets here)
-    sa = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
-                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_a]
-    sb = [summarize(s, measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
-                    sigma_run=policy.sigma_run, max_error_fraction=policy.max_error_fraction) for s in samples_b]
+    sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
     ctx.extra.update({"excluded_boots": excluded, "unsteady_boots": sum(s.unsteady for s in sa + sb),
                       "cap_p": at_cap.extra.get("nominal_p"), "cap_boundary_p": at_cap.extra.get("boundary_p"),

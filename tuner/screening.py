@@ -177,9 +177,10 @@ class Screening:
                                   boots_incumbent=tuple(ids[Arm.INCUMBENT]), result=sentence,
                                   boots_candidate=boots + tuple(ids[Arm.CANDIDATE]), **base)
         night.decide(decision)
-        shown = 1.0 if kind == "speed" else 1.0 - night.policy.non_inferiority_margin if night.policy else 1.0
+        # faster at the interval's low end (a memory technique: no slower than its non-inferiority margin)
+        margin = night.policy.non_inferiority_margin if kind == "memory" and night.policy else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
-                and verdict.ci_low > shown):
+                and verdict.ci_low > 1.0 - margin):
             night.promising.append((index, technique, verdict))
         if decision.kept is Kept.YES:
             night.incumbent = Incumbent(dict(night.incumbent.values), [*night.incumbent.techniques, technique.name],
