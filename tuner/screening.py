@@ -29,7 +29,7 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
-from elsa_tune.search_spaces.space import Technique, TechniqueKind
+from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
 from elsa_tune.tuner.night import Incumbent, Night, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
@@ -202,7 +202,8 @@ class Screening:
             return None
         reason = f"{pct(pool / before)} KV pool ({pool:,} vs {before:,} tokens), no memory gain"
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1, extra={"kv_pool": pool, "incumbent_kv_pool": before})
+                       boots_incumbent=0, boots_candidate=1, extra={"kv_pool": pool, "incumbent_kv_pool": before},
+                       category=ReasonCategory.MEMORY_LOSS)
 
     def incumbent_pool(self) -> int | None:
         """The incumbent's KV pool (``max_total_num_tokens``), the median over its recorded boots."""
@@ -215,15 +216,16 @@ class Screening:
         """A quality regression or a pool below the context target: rejected without an A/B."""
         night = self.night
         reason = ""
-        facts: dict[str, object] = {}     # what ``history.reasons.reason_category`` reads back
+        facts: dict[str, object] = {}
+        category = ReasonCategory.SLOWER
         if result.sample.quality_passed is False:
             detail = next((p.detail for p in result.record.probes if not p.passed), "")
             reason = f"answers regressed against the baseline: {detail}" if detail else "failed the quality gate"
-            facts = {"quality_failed": True}
+            facts, category = {"quality_failed": True}, ReasonCategory.WRONG_ANSWERS
         kv = result.sample.kv_pool_tokens
         if not reason and night.context_target and kv is not None and kv < night.context_target:
             reason = f"context drops to {kv:,} tokens, below the {night.context_target:,}-token target"
-            facts = {"kv_pool": kv, "context_target": night.context_target}
+            facts, category = {"kv_pool": kv, "context_target": night.context_target}, ReasonCategory.CONTEXT_DROP
         tput, incumbent = result.record.throughput_tok_s, night.incumbent.throughput
         z: float | None = None
         if not reason and tput and incumbent and night.noise is not None:
@@ -240,7 +242,7 @@ class Screening:
         if z is not None:
             facts = {"z": z}
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1, extra=facts)
+                       boots_incumbent=0, boots_candidate=1, extra=facts, category=category)
 
 
 def _named(failure: Failure) -> Failure:
