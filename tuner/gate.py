@@ -586,7 +586,15 @@ def _futility(c: Comparison, policy: GatePolicy, look: int) -> str:
     """The futility reason at this look, or '' to go on (futility stops are non-binding for alpha)."""
     if policy.futility == "none":
         return ""
-    target = math.log1p(policy.min_effect) if policy.kind == "speed" else 0.0
+    if policy.kind == "memory":
+        # A memory technique buys pool, shown at its screening boot; its speed is a non-inferiority question, never
+        # stopped early for want of a gain: only an interval wholly below the margin ends it.
+        _, high = c.bounds(policy.alpha)
+        if high < c.null_delta:
+            return (f"slower than the non-inferiority margin −{policy.non_inferiority_margin:.0%}: the upper bound "
+                    f"{math.expm1(high):+.1%} (estimate {c.ratio - 1:+.1%})")
+        return ""
+    target = math.log1p(policy.min_effect)
     what = f"the minimum worthwhile {policy.min_effect:+.0%}" if policy.kind == "speed" else "no slowdown"
     _, high = c.bounds(policy.alpha)
     if high < target:

@@ -125,6 +125,11 @@ class Night:
         self.notes: list[str] = []
         #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
         self.promising: list[tuple[int, Technique, Verdict]] = []
+        #: techniques screening had no time for: continued at the start of the search phase (``Screening``)
+        self.unscreened: list[tuple[int, Technique]] = []
+        #: the confirmation's outcome: "confirmed", "unconfirmed", "rejected", "not needed" or "" (not reached)
+        self.confirmation = ""
+        self.confirmation_detail = ""
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
 
     # ---- what every phase does ------------------------------------------------------------------------
@@ -133,13 +138,18 @@ class Night:
         return self.booter.boot(plan)
 
     def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
-           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None
+           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None
            ) -> tuple[ABResult, dict[Arm, list[str]]]:
-        """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm."""
+        """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
+
+        ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it).
+        """
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
                             phase=phase, tag=f"{tag}:ab", technique=technique, trial_number=trial)
         policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
+        if futility is not None:
+            policy = replace(policy, futility=futility)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)
