@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from elsa_tune.tuner.protocol import BootSample
+from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.statistics import (
     FloatArray,
     InsufficientData,

@@ -10,10 +10,10 @@ import pytest
 from elsa_tune.errors import BootFailed
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.boundaries import Design, calibrate
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
-from elsa_tune.tuner.protocol import BootSample, PassMeasurement
 from elsa_tune.tuner.schedule import Arm
 
 POLICY = GatePolicy()
