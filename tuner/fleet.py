@@ -40,8 +40,8 @@ from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.durable_file import write_atomic
 from elsa_tune.history.run_dir import RunDir
 from elsa_tune.tuner.night import Incumbent, Night, geo
+from elsa_tune.tuner.search_phase import SearchOutcome
 from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.trials import SearchOutcome
 from elsa_tune.tuner.worker_pool import WorkerPool, WorkerProcess
 from elsa_tune.tuner.workers import INCUMBENT, local_run_dir
 
@@ -125,7 +125,7 @@ class FleetLog:
 
 
 class FleetSearch:
-    """A ``SearchBackend`` (``tuner/trials.py``) that runs the search phase on ``gpus`` at once, one worker each.
+    """A ``SearchBackend`` (``tuner/search_phase.py``) that runs the search phase on ``gpus`` at once, one worker each.
 
     ``gpus`` are NVML indexes or, with ``--runtime sim``, simulated card numbers (card folders
     ``<run_dir>/sim-cards/gpu<N>``, as ``elsa-tune worker`` maps them); the first is the lead's own GPU.

@@ -1,7 +1,7 @@
 """``Night``: what the phases of one study share — the incumbent, the booter, the gate's policy, the decisions.
 
 ``Study`` (``tuner/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
-the policy, screening (``tuner/screening.py``) and the search (``tuner/trials.py``) boot candidates through its
+the policy, screening (``tuner/screening.py``) and the search (``tuner/search_phase.py``) boot candidates through its
 booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
 stores it, adds it to the ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
 """

@@ -7,7 +7,7 @@ The flow (``../shared/design.md``, "The flow of one study"), under one ``Budget`
 - **screening** (``tuner/screening.py``): every technique the ledger has not rejected for this fingerprint is
   booted once with the probes; immediate rejects need no A/B; the rest go through the sequential A/B gate, under
   online false-keep control across the night; kept techniques stack into the incumbent.
-- **search** (``tuner/trials.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
+- **search** (``tuner/search_phase.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
   a candidate whose screening boot beats the incumbent by more than the boot noise goes through the A/B gate.
 - **confirmation**: the final incumbent against the original baseline on fresh boots, then a soak.
 - **outputs** (report, ``best/``, ledger, ``study.json``) after every decision.
@@ -44,9 +44,9 @@ from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
-from elsa_tune.tuner.trials import LocalSearch, SearchBackend
 
 log = logging.getLogger(__name__)
 
