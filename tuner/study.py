@@ -30,8 +30,7 @@ from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import NoiseReport as StoredNoise
-from elsa_tune.history.study_record import PhaseSpan, StudyRecord, StudyStatus
+from elsa_tune.history.study_record import NoiseRecord, PhaseSpan, StudyRecord, StudyStatus
 from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
@@ -281,7 +280,7 @@ class Study:
         noise = None
         if night.noise is not None:
             n = night.noise
-            noise = StoredNoise(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
+            noise = NoiseRecord(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
                                 boots=n.boots, passes_per_boot=float(n.passes_per_boot), mde=n.mde_at_cap)
         extra = {"settings": self.settings.to_dict(), "notes": list(night.notes),
                  "budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),

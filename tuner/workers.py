@@ -57,8 +57,7 @@ from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.pg_ledger import ledger_for
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import NoiseReport as StoredNoise
-from elsa_tune.history.study_record import StudyRecord, StudyStatus
+from elsa_tune.history.study_record import NoiseRecord, StudyRecord, StudyStatus
 from elsa_tune.probes.quality import QualityGate
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
@@ -475,7 +474,7 @@ class Worker:
         noise = None
         if self.noise is not None:
             n = self.noise
-            noise = StoredNoise(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
+            noise = NoiseRecord(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
                                 boots=n.boots, passes_per_boot=float(n.passes_per_boot), mde=n.mde_at_cap)
         record = StudyRecord(name=self.config.study, fingerprint=self.pre.fingerprint, started_at=self.started_at,
                              updated_at=time.time(), baseline=self.baseline, incumbent=final,
