@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from elsa_tune.history.study_record import NoiseRecord
 from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.statistics import (
     FloatArray,
@@ -87,6 +88,12 @@ class NoiseReport:
         data["covariates"] = [asdict(c) for c in self.covariates]
         data["boots_per_arm"] = [list(pair) for pair in self.boots_per_arm]
         return data
+
+    def record(self) -> NoiseRecord:
+        """What the study record keeps of this report (relative σ's, the warm-up bias, the MDE at the cap)."""
+        return NoiseRecord(sigma_boot=self.sigma_boot, sigma_run=self.sigma_run,
+                           warmup_bias=self.first_pass_ratio - 1.0, boots=self.boots,
+                           passes_per_boot=float(self.passes_per_boot), mde=self.mde_at_cap)
 
     def summary_lines(self) -> list[str]:
         """A short Markdown block for the report."""
