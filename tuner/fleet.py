@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from elsa_tune.durable_file import write_atomic
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.durable_file import write_atomic
 from elsa_tune.history.run_dir import RunDir
 from elsa_tune.tuner.night import Incumbent, Night, geo
 from elsa_tune.tuner.search_phase import SearchOutcome

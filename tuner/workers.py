@@ -27,10 +27,10 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
+from elsa_tune.durable_file import write_atomic
 from elsa_tune.errors import ConfigError, StudyError
 from elsa_tune.history.claims import Claim, ClaimState, WorkClaims, setup_lock
 from elsa_tune.history.decision import DecisionRecord, Kept
-from elsa_tune.history.durable_file import write_atomic
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.pg_ledger import ledger_for
 from elsa_tune.history.records import Phase
