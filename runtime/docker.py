@@ -34,10 +34,9 @@ import httpx
 import requests
 from docker.types import DeviceRequest
 
-from elsa_tune.errors import BootFailed, RuntimeUnavailable
-from elsa_tune.runtime.classify import classify, study_stopper
-from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
-from elsa_tune.runtime.failure import Failure, FailureHints
+from elsa_tune.errors import RuntimeUnavailable
+from elsa_tune.runtime.endpoints import server_info
+from elsa_tune.runtime.failure import Failure
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import SCHEMA_VERSION, Owner, Reaped
 from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot, wait_memory_released
@@ -62,6 +61,11 @@ BASELINE_LABEL = "elsa-tune.gpu-used-before"
 @dataclass(kw_only=True)
 class _Boot(LiveBoot):
     container: Any
+
+    def exit_code(self) -> int | None:
+        """The container's exit status as Popen would give it (``None`` while it runs)."""
+        self.container.reload()
+        return _as_signal_code(_exit_code(self.container))
 
 
 def _exit_code(container: Any) -> int | None:
@@ -174,7 +178,9 @@ class SGLangDocker:
             boot = _Boot(container=container, tee=tee, baseline_used=baseline, started=started)
             base_url = f"http://127.0.0.1:{port}"
             with httpx.Client(trust_env=False) as http:
-                self._wait_ready(boot, http, base_url, log_path)
+                boot.wait_ready(http, base_url, exit_code=boot.exit_code, halt=lambda: None, log_path=log_path,
+                                boot_timeout_s=self.boot_timeout_s, health_timeout_s=self.health_timeout_s,
+                                poll_s=self.poll_interval_s)
                 info = server_info(http, base_url, self.health_timeout_s)
             report = build_report(tee.text(), candidate, info)
             (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
@@ -211,27 +217,6 @@ class SGLangDocker:
         except _ENGINE_ERRORS as exc:
             log.debug("log stream of %s ended: %s", container.id[:12], exc)
 
-    def _wait_ready(self, boot: _Boot, http: httpx.Client, base_url: str, log_path: Path) -> None:
-        deadline = boot.started + self.boot_timeout_s
-        while True:
-            boot.container.reload()
-            code = _exit_code(boot.container)
-            if code is not None:
-                boot.tee.closed.wait(timeout=5.0)
-                stopper = study_stopper(boot.tee.text())
-                if stopper is not None:
-                    raise stopper
-                failure = classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code),
-                                                                 elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            if boot.tee.ready.is_set() and healthy(http, base_url, self.health_timeout_s):
-                return
-            if time.monotonic() >= deadline:
-                failure = classify(boot.tee.text(), FailureHints(timed_out=True,
-                                                                 elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            boot.tee.ready.wait(timeout=self.poll_interval_s)
-
     # ---- check / stop -----------------------------------------------------------------------------
 
     def check(self, server: Server) -> Health:
@@ -249,14 +234,7 @@ class SGLangDocker:
         if code is not None:
             boot.tee.closed.wait(timeout=5.0)
             return Health(HealthState.DEAD, f"the container exited with {code}", boot.died(_as_signal_code(code)))
-        try:
-            with httpx.Client(trust_env=False) as http:
-                status = http.get(f"{server.base_url}/health", timeout=self.health_timeout_s).status_code
-        except httpx.HTTPError as exc:
-            return unhealthy(boot.tee.text(), f"/health did not answer: {type(exc).__name__}")
-        if status == 200:
-            return Health(HealthState.HEALTHY, "ok")
-        return unhealthy(boot.tee.text(), f"/health answered {status}")
+        return boot.health(server.base_url, self.health_timeout_s)
 
     def stop(self, server: Server) -> Exit:
         """Stop (SIGTERM, then SIGKILL after the timeout) and remove the container, then wait for the GPU."""

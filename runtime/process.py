@@ -30,9 +30,8 @@ import httpx
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.boot_report import BootReport
-from elsa_tune.runtime.classify import classify, study_stopper
-from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
-from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
+from elsa_tune.runtime.endpoints import server_info
+from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import LeaseBook, Reaped, ServerLease
 from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot
@@ -154,7 +153,9 @@ class SGLangProcess:
         ready = False
         try:
             with httpx.Client(trust_env=False) as client:
-                self._wait_ready(boot, client, base_url, log_path)
+                boot.wait_ready(client, base_url, exit_code=boot.popen.poll, halt=lambda: self._terminate(boot),
+                                log_path=log_path, boot_timeout_s=self.boot_timeout_s,
+                                health_timeout_s=self.health_timeout_s, poll_s=self.poll_interval_s)
                 info = server_info(client, base_url, self.health_timeout_s)
             report = build_report(tee.text(), candidate, info)
             _write_report(boot_dir, report)
@@ -185,31 +186,6 @@ class SGLangProcess:
                          memory_release_timeout_s=self.memory_release_timeout_s)
         return book.reap(gpu=self.gpu) if self.gpu is not None else []
 
-    def _wait_ready(self, boot: _Boot, client: httpx.Client, base_url: str, log_path: Path) -> None:
-        deadline = boot.started + self.boot_timeout_s
-        while True:
-            code = boot.popen.poll()
-            if code is not None:
-                boot.tee.closed.wait(timeout=5.0)
-                self._terminate(boot)
-                text = boot.tee.text()
-                stopper = study_stopper(text)
-                if stopper is not None:
-                    raise stopper
-                failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            if boot.tee.ready.is_set() and healthy(client, base_url, self.health_timeout_s):
-                return
-            if time.monotonic() >= deadline:
-                self._terminate(boot)
-                # the exit status is our own kill, not the server's: leave it out of the classification
-                failure = classify(boot.tee.text(), FailureHints(timed_out=True,
-                                                                 elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            boot.tee.ready.wait(timeout=self.poll_interval_s)
-            if boot.tee.ready.is_set():
-                time.sleep(self.poll_interval_s)
-
     # ---- check ------------------------------------------------------------------------------------
 
     def check(self, server: Server) -> Health:
@@ -221,14 +197,7 @@ class SGLangProcess:
         if code is not None:
             boot.tee.closed.wait(timeout=5.0)
             return Health(HealthState.DEAD, f"the server process exited with {code}", boot.died(code))
-        try:
-            with httpx.Client(trust_env=False) as client:
-                response = client.get(f"{server.base_url}/health", timeout=self.health_timeout_s)
-        except httpx.HTTPError as exc:
-            return unhealthy(boot.tee.text(), f"/health did not answer: {type(exc).__name__}")
-        if response.status_code == 200:
-            return Health(HealthState.HEALTHY, "ok")
-        return unhealthy(boot.tee.text(), f"/health answered {response.status_code}")
+        return boot.health(server.base_url, self.health_timeout_s)
 
     # ---- stop -------------------------------------------------------------------------------------
 
