@@ -42,7 +42,7 @@ from elsa_tune.runtime.lease import SCHEMA_VERSION, Owner, Reaped
 from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot, wait_memory_released
 from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process import DEFAULT_LAUNCH
-from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
+from elsa_tune.runtime.protocol import DEFAULT_TIMEOUTS, Exit, Health, HealthState, RuntimeTimeouts, Server
 from elsa_tune.runtime.server_log import LogTee
 from elsa_tune.runtime.startup_log import build_report
 from elsa_tune.search_spaces.candidate import Candidate
@@ -87,9 +87,8 @@ class SGLangDocker:
                  launch: Sequence[str] = DEFAULT_LAUNCH, model_dir: Path | None = None, model_mount: str = "/model",
                  hf_cache: Path | None = None, hf_cache_mount: str = "/root/.cache/huggingface",
                  volumes: Mapping[str, str] | None = None, shm_size: str = "32g", ipc_host: bool = False,
-                 extra_env: Mapping[str, str] | None = None, boot_timeout_s: float = 900.0,
-                 stop_timeout_s: float = 30.0, memory_release_timeout_s: float = 60.0, health_timeout_s: float = 20.0,
-                 memory_margin_bytes: int = 512 << 20, poll_interval_s: float = 0.2,
+                 extra_env: Mapping[str, str] | None = None, timeouts: RuntimeTimeouts = DEFAULT_TIMEOUTS,
+                 memory_margin_bytes: int = 512 << 20,
                  name_prefix: str = "elsa-tune") -> None:
         self.image = image
         self.gpu = gpu
@@ -106,12 +105,8 @@ class SGLangDocker:
         self.shm_size = shm_size
         self.ipc_host = ipc_host
         self.extra_env = dict(extra_env or {})
-        self.boot_timeout_s = boot_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self.memory_release_timeout_s = memory_release_timeout_s
-        self.health_timeout_s = health_timeout_s
+        self.timeouts = timeouts
         self.memory_margin_bytes = memory_margin_bytes
-        self.poll_interval_s = poll_interval_s
         self.name_prefix = name_prefix
         self._boots: dict[str, _Boot] = {}
 
@@ -179,9 +174,8 @@ class SGLangDocker:
             base_url = f"http://127.0.0.1:{port}"
             with httpx.Client(trust_env=False) as http:
                 boot.wait_ready(http, base_url, exit_code=boot.exit_code, halt=lambda: None, log_path=log_path,
-                                boot_timeout_s=self.boot_timeout_s, health_timeout_s=self.health_timeout_s,
-                                poll_s=self.poll_interval_s)
-                info = server_info(http, base_url, self.health_timeout_s)
+                                timeouts=self.timeouts)
+                info = server_info(http, base_url, self.timeouts.health_s)
             report = build_report(tee.text(), candidate, info)
             (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
             ready = True
@@ -234,7 +228,7 @@ class SGLangDocker:
         if code is not None:
             boot.tee.closed.wait(timeout=5.0)
             return Health(HealthState.DEAD, f"the container exited with {code}", boot.died(_as_signal_code(code)))
-        return boot.health(server.base_url, self.health_timeout_s)
+        return boot.health(server.base_url, self.timeouts.health_s)
 
     def stop(self, server: Server) -> Exit:
         """Stop (SIGTERM, then SIGKILL after the timeout) and remove the container, then wait for the GPU."""
@@ -259,13 +253,13 @@ class SGLangDocker:
             boot.tee.closed.wait(timeout=5.0)
             return code, killed, failure
 
-        return boot.finish(halt, self.gpu, memory_release_timeout_s=self.memory_release_timeout_s,
+        return boot.finish(halt, self.gpu, memory_release_s=self.timeouts.memory_release_s,
                            margin_bytes=self.memory_margin_bytes)
 
     def _stop_container(self, container: Any) -> tuple[int, bool]:
         """The engine's stop (SIGTERM, SIGKILL after the timeout) and its exit code; ``killed`` if it took a SIGKILL."""
-        container.stop(timeout=int(self.stop_timeout_s))
-        code = int(container.wait(timeout=self.stop_timeout_s + 30).get("StatusCode", -1))
+        container.stop(timeout=int(self.timeouts.stop_s))
+        code = int(container.wait(timeout=self.timeouts.stop_s + 30).get("StatusCode", -1))
         return code, code == 137
 
     def reap_orphans(self) -> list[Reaped]:
@@ -299,7 +293,7 @@ class SGLangDocker:
             log.warning("stopping the orphaned container %s: %s", container.name, exc)
         self._remove(container)
         released, detail = wait_memory_released(self.gpu, int(baseline) if baseline else None,
-                                                timeout_s=self.memory_release_timeout_s,
+                                                timeout_s=self.timeouts.memory_release_s,
                                                 margin_bytes=self.memory_margin_bytes)
         log.warning("stopped an orphaned server whose owner is dead: container %s (%s) on GPU %s, started by %s; "
                     "exit %s%s in %.1f s; %s", container.name, container.id[:12], gpu or "?", owner.describe(), code,

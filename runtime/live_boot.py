@@ -24,7 +24,7 @@ from elsa_tune.runtime.classify import classify, study_stopper
 from elsa_tune.runtime.endpoints import health, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints
 from elsa_tune.runtime.gpu import GpuView
-from elsa_tune.runtime.protocol import Exit, Health, HealthState
+from elsa_tune.runtime.protocol import Exit, Health, HealthState, RuntimeTimeouts
 from elsa_tune.runtime.server_log import LogTee
 
 #: The stop of a server this runtime did not start.
@@ -68,15 +68,14 @@ class LiveBoot:
     exit: Exit | None = None
 
     def wait_ready(self, http: httpx.Client, base_url: str, *, exit_code: Callable[[], int | None],
-                   halt: Callable[[], object], log_path: Path, boot_timeout_s: float, health_timeout_s: float,
-                   poll_s: float) -> None:
+                   halt: Callable[[], object], log_path: Path, timeouts: RuntimeTimeouts) -> None:
         """Return once the log said ready and ``/health`` answers 200.
 
         ``exit_code`` reads the server's exit status (``None`` while it runs). When it exits first, or is not ready
-        ``boot_timeout_s`` after it started, ``halt`` is called and ``BootFailed`` raised, classified from the log
+        ``timeouts.boot_s`` after it started, ``halt`` is called and ``BootFailed`` raised, classified from the log
         (a timeout without the exit status of our own kill); a log that names a study-wide problem raises that.
         """
-        deadline = self.started + boot_timeout_s
+        deadline = self.started + timeouts.boot_s
         while True:
             code = exit_code()
             if code is not None:
@@ -88,15 +87,15 @@ class LiveBoot:
                     raise stopper
                 failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - self.started))
                 raise BootFailed(failure, log_path=str(log_path))
-            if self.tee.ready.is_set() and health(http, base_url, health_timeout_s)[0]:
+            if self.tee.ready.is_set() and health(http, base_url, timeouts.health_s)[0]:
                 return
             if time.monotonic() >= deadline:
                 halt()
                 failure = classify(self.tee.text(), FailureHints(timed_out=True,
                                                                  elapsed_s=time.monotonic() - self.started))
                 raise BootFailed(failure, log_path=str(log_path))
-            if self.tee.ready.wait(timeout=poll_s):
-                time.sleep(poll_s)        # ready, not healthy yet: ask /health again after a pause
+            if self.tee.ready.wait(timeout=timeouts.poll_s):
+                time.sleep(timeouts.poll_s)        # ready, not healthy yet: ask /health again after a pause
 
     def health(self, base_url: str, timeout_s: float) -> Health:
         """``/health`` 200 → HEALTHY; anything else → UNHEALTHY (a hang when the log says so)."""
@@ -109,14 +108,13 @@ class LiveBoot:
         return classify(self.tee.text(), FailureHints(exit_code=exit_code, became_ready=True,
                                                       elapsed_s=time.monotonic() - self.started))
 
-    def finish(self, halt: Halt, gpu: GpuView | None, *, memory_release_timeout_s: float,
-               margin_bytes: int) -> Exit:
+    def finish(self, halt: Halt, gpu: GpuView | None, *, memory_release_s: float, margin_bytes: int) -> Exit:
         """Halt the server once, then wait for the GPU memory; a second call returns the first ``Exit``."""
         if self.exit is not None:
             return self.exit
         began = time.monotonic()
         returncode, killed, failure = halt()
-        released, detail = wait_memory_released(gpu, self.baseline_used, timeout_s=memory_release_timeout_s,
+        released, detail = wait_memory_released(gpu, self.baseline_used, timeout_s=memory_release_s,
                                                 margin_bytes=margin_bytes)
         self.exit = Exit(returncode=returncode, killed=killed, gpu_memory_released=released,
                          seconds=round(time.monotonic() - began, 3), failure=failure, detail=detail)
