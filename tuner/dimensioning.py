@@ -5,8 +5,7 @@ passes of the identical workload per boot. From that matrix this module estimate
 
 - the warm-up length: per pass index, the mean log offset from the boot's steady state (the later
   half of its passes); the warm-up ends at the changepoint after which no pass index differs from
-  steady state by more than max(3 SE, 1%). Seed 004 measured the first pass 12.7% slow; at least one
-  pass is always discarded;
+  steady state by more than max(3 SE, 1%); at least one pass is always discarded;
 - the Kalibera–Jones variance components on the log scale: σ_run² = T_1² (within boot) and
   σ_boot² = T_2² = S_2² − S_1²/m (between boots);
 - the lag-1 correlation of consecutive boot means (≥ 0.3 → analyse block differences, paired) and the

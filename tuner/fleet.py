@@ -5,7 +5,7 @@ stack: one chain of decisions) and confirmation. For the search phase it holds n
 server after its boot) and starts one ``elsa-tune worker`` per listed GPU, the first included, through
 ``WorkerPool``, on a SQLite storage in the run folder (``fleet.db``). Each worker (``tuner/workers.py``) boots the
 incumbent (the baseline plus the techniques the screening kept) on its own GPU to dimension that GPU's noise
-(cards differ by 2-4%, seed 001), searches the shared Optuna study around it, and A/Bs a promising trial entirely
+(cards of one model differ), searches the shared Optuna study around it, and A/Bs a promising trial entirely
 on its own GPU: A/B blocks never mix GPUs. A keep replaces the shared incumbent by compare-and-set. The workers'
 run folders are ``<run_dir>/<host>-gpu<N>/``; they append their decisions to this study's ledger, each with its
 own GPU's fingerprint, once.
