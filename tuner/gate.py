@@ -45,9 +45,9 @@ from elsa_tune.history.reasons import failure_category
 from elsa_tune.history.verdict import Decision, GuardrailResult, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
+from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
 from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
 from elsa_tune.tuner.dimensioning import NoiseReport
-from elsa_tune.tuner.protocol import BootSample, BootSampler, BootSummary, failure_of, summarize
 from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
 from elsa_tune.tuner.statistics import Comparison, InsufficientData, compare, mde_for, non_inferiority
 

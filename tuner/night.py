@@ -1,7 +1,7 @@
 """``Night``: what the phases of one study share — the incumbent, the booter, the gate's policy, the decisions.
 
 ``Study`` (``tuner/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
-the policy, screening (``tuner/screening.py``) and the search (``tuner/trials.py``) boot candidates through its
+the policy, screening (``tuner/screening.py``) and the search (``tuner/search_phase.py``) boot candidates through its
 booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
 stores it, adds it to the ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
 """
@@ -13,7 +13,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -198,8 +198,7 @@ class Night:
 
     def boot_s(self) -> float:
         """The typical seconds of one boot this night (60 s before any boot finished)."""
-        good = [s for s in self.boot_seconds if s > 0]
-        return statistics.median(good) if good else 60.0
+        return typical_boot_s(self.boot_seconds)
 
     def first_look_boots(self) -> int:
         """Boots the gate needs to reach its first look (both arms)."""
@@ -218,6 +217,12 @@ class Night:
         best = self.incumbent.throughput
         self.view.update(boots=self.booter.boots, failed_boots=self.booter.failed, best=self.incumbent.candidate.label,
                          best_throughput=best, time_left_s=self.budget.left_s)
+
+
+def typical_boot_s(seconds: Iterable[float]) -> float:
+    """The median of the positive boot durations in ``seconds`` (60 s when there are none)."""
+    good = [s for s in seconds if s > 0]
+    return statistics.median(good) if good else 60.0
 
 
 def boot_mean(passes: Sequence[Any]) -> float | None:

@@ -20,7 +20,7 @@ import os
 import shlex
 import statistics
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
@@ -29,7 +29,7 @@ from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.runtime.flags import FlagSet, harvest
 from elsa_tune.runtime.gpu import GpuState, GpuView
 from elsa_tune.runtime.lease import OrphanReaper
-from elsa_tune.runtime.protocol import Runtime
+from elsa_tune.runtime.protocol import Runtime, RuntimeTimeouts
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import SearchSpace
@@ -203,12 +203,13 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
                               remedy="use a profile of runtime/sim/profiles/") from exc
         return virtual, virtual.gpu, virtual.launch_command, virtual.name, virtual.version
     if settings.simulated:
-        from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+        from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 
         assert settings.sim_profile is not None
         try:
             sim = SimulatedSGLang(settings.sim_profile, card_dir=card_dir, seed=settings.seed,
-                                  speedup=settings.sim_speedup, boot_timeout_s=min(timeout, 120.0),
+                                  speedup=settings.sim_speedup,
+                                  timeouts=replace(SIM_TIMEOUTS, boot_s=min(timeout, 120.0)),
                                   model_path=space.model.path)
         except (OSError, KeyError) as exc:
             raise ConfigError(f"cannot load the simulator profile {settings.sim_profile!r}: {exc}",
@@ -225,12 +226,12 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
         if not image:
             raise ConfigError("the docker runtime needs an image", remedy="pass --image IMAGE or set runtime.image")
         docker_rt = SGLangDocker(image, gpu, launch=launch or ("python3", "-m", "sglang.launch_server"),
-                                 boot_timeout_s=timeout)
+                                 timeouts=RuntimeTimeouts(boot_s=timeout))
         return docker_rt, gpu, launch, "sglang", space.runtime.version
     from elsa_tune.runtime.process import DEFAULT_LAUNCH, SGLangProcess
 
     launch = launch or DEFAULT_LAUNCH
-    return (SGLangProcess(launch, gpu, boot_timeout_s=timeout), gpu, launch, "sglang",
+    return (SGLangProcess(launch, gpu, timeouts=RuntimeTimeouts(boot_s=timeout)), gpu, launch, "sglang",
             _installed_version(launch) or space.runtime.version)
 
 

@@ -43,7 +43,7 @@ from elsa_tune.traffic.loadgen import LoadGenerator, LoadgenSettings, Timeouts
 from elsa_tune.traffic.measurement import RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload
-from elsa_tune.tuner.protocol import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
 from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)

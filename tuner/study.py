@@ -7,7 +7,7 @@ The flow (``../shared/design.md``, "The flow of one study"), under one ``Budget`
 - **screening** (``tuner/screening.py``): every technique the ledger has not rejected for this fingerprint is
   booted once with the probes; immediate rejects need no A/B; the rest go through the sequential A/B gate, under
   online false-keep control across the night; kept techniques stack into the incumbent.
-- **search** (``tuner/trials.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
+- **search** (``tuner/search_phase.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
   a candidate whose screening boot beats the incumbent by more than the boot noise goes through the A/B gate.
 - **confirmation**: the final incumbent against the original baseline on fresh boots, then a soak.
 - **outputs** (report, ``best/``, ledger, ``study.json``) after every decision.
@@ -30,7 +30,6 @@ from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import NoiseReport as StoredNoise
 from elsa_tune.history.study_record import PhaseSpan, StudyRecord, StudyStatus
 from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
@@ -38,15 +37,16 @@ from elsa_tune.search_spaces.space import Technique
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy
+from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
+from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.sampler import BootExecutor, BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
-from elsa_tune.tuner.trials import LocalSearch, SearchBackend
 
 log = logging.getLogger(__name__)
 
@@ -185,18 +185,8 @@ class Study:
         self._write()
 
     def _policy(self, noise: NoiseReport) -> GatePolicy:
-        g = self.space.guardrails
-        # With a context target the pool is checked against it on every first boot; a pool that shrinks but still
-        # holds the target is no reason to reject a faster configuration (memory techniques must still grow it).
-        kv_ratio = None if self.night.context_target else GuardrailPolicy().kv_pool_min_ratio
-        guards = GuardrailPolicy(ttft_p50_margin=1.0 + g.ttft_p50_margin if g.ttft_p50_margin is not None else None,
-                                 ttft_p99_margin=1.0 + g.ttft_p99_margin if g.ttft_p99_margin is not None else None,
-                                 kv_pool_min_ratio=kv_ratio, require_quality=g.quality_gate)
-        looks = self.settings.looks or self._looks()
-        return GatePolicy.from_dimensioning(noise, looks=looks, guardrails=guards,
-                                            measured_passes=self.settings.measured_passes,
-                                            warmup_passes=self.settings.warmup_passes, replicates=4000,
-                                            max_error_fraction=max(0.005, g.max_error_rate))
+        return gate_policy(self.space, noise, self.settings, looks=self.settings.looks or self._looks(),
+                           context_target=self.night.context_target)
 
     def _looks(self) -> tuple[int, ...]:
         """Blocks per arm at each look, sized so the A/Bs of the techniques fit the screening allowance."""
@@ -314,11 +304,7 @@ class Study:
         if not (final or self.outputs_each_decision):
             return
         night = self.night
-        noise = None
-        if night.noise is not None:
-            n = night.noise
-            noise = StoredNoise(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
-                                boots=n.boots, passes_per_boot=float(n.passes_per_boot), mde=n.mde_at_cap)
+        noise = night.noise.record() if night.noise is not None else None
         extra = {"settings": self.settings.to_dict(), "notes": list(night.notes),
                  "confirmation": {"status": night.confirmation, "detail": night.confirmation_detail},
                  "budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),

@@ -20,9 +20,9 @@ from elsa_tune.tuner.night import Night, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.search_phase import LocalSearch
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.trials import LocalSearch
 
 TINY_SPACE = Path(__file__).parents[1] / "e2e" / "data" / "tiny-space.yaml"
 
