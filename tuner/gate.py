@@ -49,7 +49,7 @@ from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, fa
 from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
-from elsa_tune.tuner.statistics import Comparison, InsufficientData, compare, mde_for, non_inferiority
+from elsa_tune.tuner.statistics import WINSOR_K, Comparison, InsufficientData, compare, mde_for, non_inferiority
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,9 @@ class GatePolicy:
     ``min_effect`` is the minimum worthwhile gain (futility), ``noise_floor`` the gain a KEEP must at
     least show. ``kind="memory"`` keeps when speed is non-inferior within ``non_inferiority_margin``
     and the KV pool grows by ``memory_min_gain``. σ's are on the log scale and only shape the Monte
-    Carlo calibration and the planned MDE; the test itself uses the observed variance.
+    Carlo calibration and the planned MDE; the test itself uses the observed variance. ``winsor`` clips each
+    arm's boot values to its median ± that many robust σ (from 6 boots per arm; ``None``: the plain t), so a
+    boot slowed by its host does not decide the comparison; the boundaries are calibrated on the same statistic.
     """
 
     kind: str = "speed"
@@ -102,6 +104,7 @@ class GatePolicy:
     calibration_seed: int = 20_241_129
     max_error_fraction: float = 0.005
     power: float = 0.8
+    winsor: float | None = WINSOR_K
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -122,7 +125,8 @@ class GatePolicy:
     def design(self) -> Design:
         return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
                       sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
-                      welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed)
+                      welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
+                      winsor=self.winsor)
 
     def boundaries(self) -> Boundaries:
         return calibrate(self.design())
@@ -150,7 +154,8 @@ class GatePolicy:
             return tuple(self.guardrails.alpha for _ in blocks)
         design = Design(looks=blocks, alpha=self.guardrails.alpha, shape="pocock", analysis=self.analysis,
                         sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
-                        welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed)
+                        welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
+                        winsor=self.winsor)
         return calibrate(design).nominal_p
 
     def blocks_at(self, look: int) -> int:
@@ -284,7 +289,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                            final=True, guardrails=(memory,), category=ReasonCategory.MEMORY_LOSS)
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
-                             null_delta=policy.null_delta)
+                             null_delta=policy.null_delta, winsor=policy.winsor)
     except InsufficientData as exc:
         return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test yet: {exc}"
                            + ("; the incumbent stays" if last else ""), final=last,
@@ -447,7 +452,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
-                             null_delta=policy.null_delta)
+                             null_delta=policy.null_delta, winsor=policy.winsor)
     except InsufficientData as exc:
         return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test after the guardrail extension: {exc}; the "
                                                   "incumbent stays", final=True, p_value=at_cap.p_value,
