@@ -27,8 +27,17 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elsa_tune.errors import ConfigError
     from elsa_tune.runtime.lease import LeaseBook
 
+    if args.dir is not None and not args.dir.is_dir():
+        what = "is not a folder" if args.dir.exists() else "does not exist"
+        raise ConfigError(f"the lease folder {args.dir} {what}",
+                          remedy="give --dir the folder the tuner writes its leases to ($ELSA_LEASE_DIR), or leave "
+                                 "it out for the default")
+    if not args.stop_timeout >= 0 or args.stop_timeout == float("inf"):
+        raise ConfigError(f"--stop-timeout {args.stop_timeout} is not a number of seconds",
+                          remedy="give --stop-timeout a finite number of seconds ≥ 0, e.g. 30")
     book = LeaseBook(args.dir, stop_timeout_s=args.stop_timeout)
     leases = book.leases()
     print(f"{len(leases)} lease(s) in {book.directory}")
