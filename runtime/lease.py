@@ -8,9 +8,10 @@ folder, and removes it after the stop. ``LeaseBook.reap`` (called by preflight f
 pool when a worker dies by a signal) stops the servers of leases whose owner is dead — pid gone, or the pid
 reused by another process (its start time differs) — the way ``stop`` does, and only when the group's leader
 is provably the leased server (``leader_mismatch``: this user's process with the lease's start time and command
-line; otherwise the lease is dropped and nothing is signalled): SIGTERM the group, SIGKILL after the timeout, then wait until the GPU no longer lists the server's processes. A live owner's lease is never
-touched; a lease of another host is not judged here; a lease from an earlier kernel boot names no process
-and is dropped without a signal. Docker containers carry the same ``Owner`` as labels instead
+line; otherwise the lease is dropped and nothing is signalled): SIGTERM the group, SIGKILL after the timeout,
+then wait until the GPU no longer lists the server's processes. A live owner's lease is never touched; a lease
+of another host is not judged here; a lease from an earlier kernel boot names no process and is dropped without
+a signal. Docker containers carry the same ``Owner`` as labels instead
 (``SGLangDocker.reap_orphans``).
 
 The folder: ``$ELSA_LEASE_DIR``, else ``$XDG_RUNTIME_DIR/elsa-tune/leases``, else ``~/.cache/elsa-tune/leases``.

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
+from elsa_tune.output_path import OutputPath
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from elsa_tune.tuner.preflight import Preflight
+    from elsa_tune.tuner.settings import Settings
 
 NAME = "tune"
 HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic prod.parquet)"
@@ -57,12 +65,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elsa_tune.history.study_record import StudyStatus
-    from elsa_tune.tuner.console import StudyView, interactive, setup_logging
+    from elsa_tune.history.run_lock import RunLock
+    from elsa_tune.tuner.console import interactive, setup_logging
     from elsa_tune.tuner.preflight import run_preflight
     from elsa_tune.tuner.settings import Settings
-    from elsa_tune.tuner.signals import Interrupts
-    from elsa_tune.tuner.study import Study
     from elsa_tune.tuner.worker_pool import parse_gpus
 
     cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "verbose", "quiet")}
@@ -78,13 +84,38 @@ def run(args: argparse.Namespace) -> int:
     if gpus and "sim" in gpus:
         raise ConfigError(f"--gpu {','.join(gpus)}: simulated GPUs are numbered",
                           remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = OutputPath(settings.run_dir, "--out", folder=True).check([settings.traffic, settings.space])
+    if settings.log_file is not None:
+        OutputPath(settings.log_file, "--log-file").check([settings.traffic, settings.space])
     live = interactive() if settings.live is None else settings.live
+    setup_logging(None, settings.verbosity, console=True)
+    # The lead's simulated card is the first worker's (``elsa-tune worker`` maps GPU N to <out>/sim-cards/gpuN).
+    card_dir = run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
+    created = not run_dir.exists()
+    try:   # every check before the study's first file: a refused study leaves the run folder as it was
+        pre = run_preflight(settings, card_dir=card_dir)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
+                              remedy="give --out a folder you can write to") from exc
+        lock = RunLock(run_dir).acquire()
+    except BaseException:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    with lock:
+        return _study(args, pre, settings, gpus, live)
+
+
+def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: list[str], live: bool) -> int:
+    from elsa_tune.history.study_record import StudyStatus
+    from elsa_tune.tuner.console import StudyView, setup_logging
+    from elsa_tune.tuner.signals import Interrupts
+    from elsa_tune.tuner.study import Study
+
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(settings.run_dir / "study.log")
-    # The lead's simulated card is the first worker's (``elsa-tune worker`` maps GPU N to <out>/sim-cards/gpuN).
-    card_dir = settings.run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
-    pre = run_preflight(settings, card_dir=card_dir)
     search = None
     if gpus:
         from elsa_tune.tuner.fleet import FleetSearch
@@ -102,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         counts = [len(list(f.glob("boots/*/boot.json"))) for f in folders]
         print(f"  search on GPUs {', '.join(gpus)}: " + ", ".join(f"{n} boots on GPU {gpu} ({f.name}/)"
                                                               for gpu, n, f in zip(gpus, counts, folders, strict=True)))
-    return 0 if outcome.status is StudyStatus.FINISHED else 130
+    return exit_codes.OK if outcome.status is StudyStatus.FINISHED else exit_codes.INTERRUPTED
 
 
 def _add_run_log(path: Path) -> None:
