@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
+from elsa_tune.errors import ConfigError
+from elsa_tune.output_path import OutputPath
 from elsa_tune.traffic.imports import FORMATS, import_trace
 from elsa_tune.traffic.summary import render_text, summarize
 from elsa_tune.traffic.trace import read_trace, write_trace
@@ -44,6 +47,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    OutputPath(args.output, "-o").check([args.file])
+    if args.block_size is not None and args.block_size < 1:
+        raise ConfigError(f"--block-size {args.block_size} is not a number of tokens",
+                          remedy="give --block-size a positive number of tokens per prefix block, e.g. 512 "
+                                 f"(for {args.file})")
+    if args.breakers_sample < 0:
+        raise ConfigError(f"--breakers-sample {args.breakers_sample} is negative",
+                          remedy="give --breakers-sample a number of prompts ≥ 0 (0 skips the analysis)")
     result = import_trace(args.file, args.fmt, skip_bad=args.skip_bad, kind=args.kind, block_size=args.block_size,
                           breakers_sample=args.breakers_sample)
     write_trace(result.trace, args.output)
@@ -58,6 +69,12 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    if args.bins < 1:
+        raise ConfigError(f"--bins {args.bins} is not a number of bins",
+                          remedy="give --bins a positive number, e.g. 60")
+    if args.window is not None and not (math.isfinite(args.window) and args.window > 0):
+        raise ConfigError(f"--window {args.window} is not a length of time",
+                          remedy="give --window a positive number of seconds, e.g. 3600, or leave it out")
     summary = summarize(read_trace(args.file), bins=args.bins, window_s=args.window)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, allow_nan=False))
