@@ -273,7 +273,8 @@ def validate(table: pa.Table, block_size: int) -> None:
 def _check(ok: np.ndarray[Any, np.dtype[np.bool_]], what: str) -> None:
     if not bool(ok.all()):
         row = int(np.argmin(ok))
-        raise TrafficError(f"trace row {row}: {what}", remedy="fix the source data and import it again (`elsa-tune traffic import`)")
+        raise TrafficError(f"trace row {row}: {what}",
+                           remedy="fix the source data and import it again (`elsa-tune traffic import`)")
 
 
 def _conform(table: pa.Table) -> pa.Table:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from elsa_tune.tuner.argument_types import nonnegative_float
+
 NAME = "leases"
 HELP = "list the servers elsa-tune started on this host; --reap stops those whose tuner was killed"
 
@@ -21,7 +23,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=None, type=Path, metavar="DIR",
                         help="the lease folder (default $ELSA_LEASE_DIR, $XDG_RUNTIME_DIR/elsa-tune/leases or "
                              "~/.cache/elsa-tune/leases)")
-    parser.add_argument("--stop-timeout", default=30.0, type=float, metavar="S",
+    parser.add_argument("--stop-timeout", default=30.0, type=nonnegative_float, metavar="S",
                         help="seconds between SIGTERM and SIGKILL when reaping (default 30)")
     parser.set_defaults(func=run)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
+from elsa_tune.tuner.argument_types import positive_float, positive_int
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.tuner.preflight import Preflight
@@ -49,11 +50,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "\"/opt/sglang-venv/bin/python -m sglang.launch_server\"")
     parser.add_argument("--image", default=None, metavar="IMAGE", help="the container image (--runtime docker)")
     parser.add_argument("--sim-profile", default=None, metavar="NAME", help="the simulator profile (--gpu sim)")
-    parser.add_argument("--sim-speedup", type=float, default=None, metavar="X",
+    parser.add_argument("--sim-speedup", type=positive_float, default=None, metavar="X",
                         help="simulated seconds per wall second (default 40)")
-    parser.add_argument("--pass-seconds", type=float, default=None, metavar="S",
+    parser.add_argument("--pass-seconds", type=positive_float, default=None, metavar="S",
                         help="target length of one measured pass (default: the budget / 250, within 1-180 s)")
-    parser.add_argument("--baseline-boots", type=int, default=None, metavar="N", help="baseline boots (default 4)")
+    parser.add_argument("--baseline-boots", type=positive_int, default=None, metavar="N",
+                        help="baseline boots (default 4)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--no-live", dest="live", action="store_false", default=None,
                         help="plain log lines even on a terminal")

@@ -12,6 +12,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from elsa_tune.tuner.argument_types import (
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
+
 NAME = "worker"
 HELP = "run trial workers of a study shared through a database (several GPUs, several hosts)"
 
@@ -32,25 +40,25 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launch", default=None, metavar="CMD")
     parser.add_argument("--image", default=None, metavar="IMAGE")
     parser.add_argument("--sim-profile", default=None, metavar="NAME")
-    parser.add_argument("--sim-speedup", type=float, default=None, metavar="X")
+    parser.add_argument("--sim-speedup", type=positive_float, default=None, metavar="X")
     parser.add_argument("--budget", dest="budget_s", default=None, metavar="DURATION",
                         help="this worker's wall time, e.g. 8h (default 8h)")
-    parser.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
+    parser.add_argument("--deadline", type=finite_float, default=None, metavar="EPOCH",
                         help="also stop by this wall-clock time (Unix seconds): a study's search phase ends then")
-    parser.add_argument("--max-trials", type=int, default=None, metavar="N",
+    parser.add_argument("--max-trials", type=positive_int, default=None, metavar="N",
                         help="completed trials of the shared study after which workers stop (default 200)")
     parser.add_argument("--techniques", default="", metavar="A,B",
                         help="techniques every candidate carries (e.g. those a single-GPU study kept)")
-    parser.add_argument("--pass-seconds", type=float, default=None, metavar="S")
-    parser.add_argument("--baseline-boots", type=int, default=None, metavar="N")
+    parser.add_argument("--pass-seconds", type=positive_float, default=None, metavar="S")
+    parser.add_argument("--baseline-boots", type=positive_int, default=None, metavar="N")
     parser.add_argument("--looks", default=None, metavar="2,4,6", help="the A/B gate's looks (blocks per arm)")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--heartbeat", type=int, default=5, metavar="S", help="trial heartbeat interval (s)")
-    parser.add_argument("--grace", type=int, default=20, metavar="S",
+    parser.add_argument("--heartbeat", type=positive_int, default=5, metavar="S", help="trial heartbeat interval (s)")
+    parser.add_argument("--grace", type=nonnegative_int, default=20, metavar="S",
                         help="a trial or work item silent this long belongs to a dead worker (s)")
     parser.add_argument("--no-promote", dest="promote", action="store_false",
                         help="no A/B gate for promising trials (search only)")
-    parser.add_argument("--promote-margin", type=float, default=1.0, metavar="K",
+    parser.add_argument("--promote-margin", type=nonnegative_float, default=1.0, metavar="K",
                         help="a trial goes to the A/B gate when its boot beats the incumbent on the same GPU by more "
                              "than K boot-noise σ (default 1)")
     parser.add_argument("--worker-name", default="", metavar="NAME", help="this worker's name in the claim table")
