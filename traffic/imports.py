@@ -186,6 +186,8 @@ def _mooncake_rows(source: Path, kind: str) -> Iterator[Row]:
                                        block_hashes=tuple(hashes), kind=kind), None
         except json.JSONDecodeError as exc:
             yield number, BadLine(f"not JSON: {exc.msg} at column {exc.colno}"), None
+        except RecursionError:
+            yield number, BadLine("JSON nested too deeply"), None
         except BadLine as exc:
             yield number, exc, None
 

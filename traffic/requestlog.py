@@ -231,6 +231,8 @@ def json_line(line: str) -> Mapping[str, Any]:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise BadLine("JSON nested too deeply") from None
     if not isinstance(record, dict):
         raise BadLine("not a JSON object")
     return record
@@ -277,7 +279,7 @@ def _body(record: Mapping[str, Any]) -> Mapping[str, Any]:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
         if isinstance(value, Mapping):
             return value

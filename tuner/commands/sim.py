@@ -112,7 +112,7 @@ def _truth(args: argparse.Namespace) -> int:
     path = Path(text)
     try:
         data = json.loads(path.read_text() if not text.lstrip().startswith("{") and path.is_file() else text)
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ConfigError(f"--workload: not JSON text or a readable JSON file: {exc}",
                           remedy='pass e.g. --workload \'{"concurrency": 8, "input_tokens": [1024], '
                                  '"output_tokens": [1024]}\'') from exc

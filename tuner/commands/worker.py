@@ -10,8 +10,12 @@ ledger is in the database when ``--storage`` names a server, else ``<out>/ledger
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
+from elsa_tune.errors import ConfigError
+
+from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import (
     finite_float,
     nonnegative_float,
@@ -74,11 +78,16 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.tuner.worker_pool import WorkerPool, parse_gpus
 
     gpus = parse_gpus(args.gpu)
-    root: Path = args.out or Path("elsa-runs") / args.study
-    root.mkdir(parents=True, exist_ok=True)
+    root: Path = OutputPath(args.out or Path("elsa-runs") / args.study, "--out", folder=True).check(
+        [args.traffic, args.space])
+    if args.storage:
+        _check_storage(args.storage)
+    if args.log_file is not None:
+        OutputPath(args.log_file, "--log-file").check([args.traffic, args.space])
     storage = args.storage or f"sqlite:///{root.resolve() / 'study.db'}"
-    setup_logging(args.log_file, int(args.verbose), console=True)
     if len(gpus) > 1:
+        root.mkdir(parents=True, exist_ok=True)
+        setup_logging(args.log_file, int(args.verbose), console=True)
         argv = _child_argv(args, root, storage)
         from elsa_tune.tuner.budget import parse_duration
 
@@ -89,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> int:
+    from elsa_tune.tuner.console import setup_logging
     from elsa_tune.tuner.preflight import run_preflight
     from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.workers import Worker, WorkerConfig, local_run_dir
@@ -101,7 +111,15 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
            "seed": args.seed, "max_trials": args.max_trials}
     settings = Settings.resolve(cli)
     card_dir = root.resolve() / "sim-cards" / f"gpu{gpu}" if settings.simulated else None
-    pre = run_preflight(settings, card_dir=card_dir)
+    created = not root.exists()
+    try:   # the preflight before the first file: a refused worker leaves no folder behind
+        pre = run_preflight(settings, card_dir=card_dir)
+    except BaseException:
+        if created:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+    root.mkdir(parents=True, exist_ok=True)
+    setup_logging(args.log_file, int(args.verbose), console=True)
     budget_s = settings.budget_s
     if args.deadline is not None:      # counted from here: the preflight's seconds are already spent
         import time
@@ -116,6 +134,32 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
           f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
           f"{stats.seconds:.0f} s; report {run_dir / 'report.md'}")
     return 0
+
+
+def _check_storage(url: str) -> None:
+    """Refuse a storage URL that cannot name a study database, before any file or connection is made."""
+    import sqlalchemy as sa
+
+    remedy = "give --storage postgresql://USER@HOST/DB (psycopg installed) or sqlite:///PATH, or leave it out"
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise ConfigError(f"--storage {url!r} is not a database URL: {exc}", remedy=remedy) from exc
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            raise ConfigError(f"--storage {url!r} names no database file", remedy=remedy)
+        OutputPath(Path(parsed.database), "--storage").check()
+        return
+    if backend != "postgresql":
+        raise ConfigError(f"--storage {url!r}: {backend!r} is not a supported database", remedy=remedy)
+    if not parsed.host:
+        raise ConfigError(f"--storage {url!r} names no database host", remedy=remedy)
+    try:
+        parsed.get_dialect()
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        raise ConfigError(f"--storage {url!r}: the PostgreSQL driver is not installed ({exc})",
+                          remedy="pip install psycopg2-binary (or psycopg), or use sqlite:///PATH") from exc
 
 
 def _child_argv(args: argparse.Namespace, root: Path, storage: str) -> list[str]:
