@@ -52,12 +52,17 @@ def _command_modules(only: str | None = None) -> list[ModuleType]:
 class _Parser(argparse.ArgumentParser):
     """argparse with the house's error: one paragraph naming the argument, a remedy, exit ``USAGE``."""
 
+    #: set on the parser of ``sim serve``, the simulated SGLang: it fails on a bad flag as SGLang does (usage, exit 2)
+    sglang_errors = False
+
     def error(self, message: str) -> NoReturn:
+        if self.sglang_errors or self.prog.startswith("elsa-tune sim serve"):
+            super().error(message)
         self.exit(exit_codes.USAGE, f"elsa-tune: error: {self.prog}: {message}\n"
                                     f"  remedy: see `{self.prog} --help` for the arguments it takes\n")
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> _Parser:
     parser = _Parser(
         prog="elsa-tune",
         description="Unattended launch-flag tuner for SGLang. Run `elsa-tune --gpu 0 --traffic prod.parquet`.",
@@ -82,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list.insert(args_list.index(first), DEFAULT_COMMAND)
         first = DEFAULT_COMMAND
     parser = build_parser(first if first in commands else None)
+    parser.sglang_errors = args_list[args_list.index(first):][:2] == ["sim", "serve"] if first else False
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exc:   # --help, --version, or a usage error already printed as one paragraph
