@@ -20,6 +20,8 @@ from types import TracebackType
 from elsa_tune.errors import ConfigError, HistoryError
 
 LOCK_FILE = ".elsa-tune.lock"
+_REMEDY = ("wait for that study to finish (or stop it), or give this one another --out; two studies in one folder "
+           "would overwrite each other's records")
 
 
 class RunLock:
@@ -42,9 +44,7 @@ class RunLock:
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)
-            raise ConfigError(f"the run folder {self.run_dir} is in use by {holder}",
-                              remedy="wait for that study to finish (or stop it), or give this one another --out; "
-                                     "two studies in one folder would overwrite each other's records") from None
+            raise ConfigError(f"the run folder {self.run_dir} is in use by {holder}", remedy=_REMEDY) from None
         except OSError as exc:
             os.close(fd)
             raise HistoryError(f"cannot lock the run folder {self.run_dir}: {exc.strerror or exc}",
@@ -54,6 +54,25 @@ class RunLock:
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self._fd = fd
         return self
+
+    def check_free(self) -> None:
+        """Raise the refusal ``acquire`` would raise if another process holds the folder; create nothing.
+
+        For a check before the study's first file: an existing lock file is tried and let go at once.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return   # no lock file (or none readable): nobody holds the folder through it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            raise ConfigError(f"the run folder {self.run_dir} is in use by {holder}", remedy=_REMEDY) from None
+        except OSError:
+            return
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         if self._fd is not None:

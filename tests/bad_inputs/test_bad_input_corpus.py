@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bad_input_corpus import CASES, Case, write_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from elsa_tune import exit_codes
 from elsa_tune.tuner.cli import main
-from bad_input_corpus import CASES, Case, write_files
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

@@ -9,6 +9,7 @@ every listed GPU at once (``tuner/fleet.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import shutil
 from pathlib import Path
@@ -93,19 +94,20 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(None, settings.verbosity, console=True)
     # The lead's simulated card is the first worker's (``elsa-tune worker`` maps GPU N to <out>/sim-cards/gpuN).
     card_dir = run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
-    created = not run_dir.exists()
+    existed = run_dir.exists()
+    RunLock(run_dir).check_free()   # a folder in use is refused before the preflight, which would see a busy GPU
     try:   # every check before the study's first file: a refused study leaves the run folder as it was
         pre = run_preflight(settings, card_dir=card_dir)
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
-                              remedy="give --out a folder you can write to") from exc
-        lock = RunLock(run_dir).acquire()
     except BaseException:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if not existed and card_dir is not None:
+            _remove_created(card_dir, run_dir)
         raise
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
+                          remedy="give --out a folder you can write to") from exc
+    lock = RunLock(run_dir).acquire()   # refused: another study holds the folder, and nothing here is touched
     with lock:
         return _study(args, pre, settings, gpus, live)
 
@@ -136,6 +138,14 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         print(f"  search on GPUs {', '.join(gpus)}: " + ", ".join(f"{n} boots on GPU {gpu} ({f.name}/)"
                                                               for gpu, n, f in zip(gpus, counts, folders, strict=True)))
     return exit_codes.OK if outcome.status is StudyStatus.FINISHED else exit_codes.INTERRUPTED
+
+
+def _remove_created(card_dir: Path, run_dir: Path) -> None:
+    """Undo what a refused preflight created: the simulated card under the run folder, then the empty folders."""
+    shutil.rmtree(card_dir, ignore_errors=True)
+    for folder in (card_dir.parent, run_dir):
+        with contextlib.suppress(OSError):   # not empty (another study's files) or already gone: left as it is
+            folder.rmdir()
 
 
 def _add_run_log(path: Path) -> None:

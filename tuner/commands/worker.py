@@ -10,11 +10,11 @@ ledger is in the database when ``--storage`` names a server, else ``<out>/ledger
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
-
 from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import (
     finite_float,
@@ -111,12 +111,15 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
            "seed": args.seed, "max_trials": args.max_trials}
     settings = Settings.resolve(cli)
     card_dir = root.resolve() / "sim-cards" / f"gpu{gpu}" if settings.simulated else None
-    created = not root.exists()
+    existed = root.exists()
     try:   # the preflight before the first file: a refused worker leaves no folder behind
         pre = run_preflight(settings, card_dir=card_dir)
     except BaseException:
-        if created:
-            shutil.rmtree(root, ignore_errors=True)
+        if not existed and card_dir is not None:
+            shutil.rmtree(card_dir, ignore_errors=True)
+            for folder in (card_dir.parent, root):
+                with contextlib.suppress(OSError):   # not empty: another worker's files are left alone
+                    folder.rmdir()
         raise
     root.mkdir(parents=True, exist_ok=True)
     setup_logging(args.log_file, int(args.verbose), console=True)
