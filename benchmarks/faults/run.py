@@ -13,7 +13,7 @@ Faults and the kind expected:
     weights_oom, no_room_for_kv, mamba_pool_too_small, cuda_graph_failed, host_oom_killed, technique_crash,
     unknown                     BootFailed with that kind (boot OOM, graph capture, host OOM kill, …)
     port_taken                  BootFailed PORT_IN_USE
-    slow_boot=50 (10 s timeout) BootFailed BOOT_TIMEOUT
+    slow_boot=1000 (10 s timeout) BootFailed BOOT_TIMEOUT
     an unknown flag             BootFailed BAD_FLAG
     crash_after_requests=1      ready; after one request ``check`` finds it dead with OOM_UNDER_LOAD
     hang_after_requests=1       ready; the probe client's no-token timer fires while ``check`` says HEALTHY: HANG
@@ -140,8 +140,8 @@ FAULTS: dict[str, tuple[str, Callable[[Path], str]]] = {
     **{name: (kind.value, lambda root, name=name: _boot_fault(name, root))  # type: ignore[misc]
        for name, kind in BOOT_CRASH_KIND.items()},
     "port_taken": (FailureKind.PORT_IN_USE.value, lambda root: _boot_fault("port_taken", root)),
-    "slow_boot=50": (FailureKind.BOOT_TIMEOUT.value,
-                     lambda root: _boot_fault("slow_boot=50", root, boot_timeout_s=10.0)),
+    "slow_boot=1000": (FailureKind.BOOT_TIMEOUT.value,
+                     lambda root: _boot_fault("slow_boot=1000", root, boot_timeout_s=10.0)),
     "unknown flag": (FailureKind.BAD_FLAG.value, lambda root: _boot_fault(
         "", root, candidate=Candidate(flags={"enable-warp-drive": True}, label="bad-flag"))),
     "crash_after_requests=1": (FailureKind.OOM_UNDER_LOAD.value, _serve_oom),
