@@ -169,3 +169,60 @@ class _scratch:
 
     def __exit__(self, *exc: object) -> None:
         self._tmp.cleanup()
+
+
+def test_a_corrupt_ledger_line_is_warned_about_once(corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ledger", str(corpus / "ledger")]) == exit_codes.OK   # the other lines still count
+    err = capsys.readouterr().err
+    assert err.count("corrupt ledger line") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("answer", [
+    {"metric": {}, "values": [["NOW", "abc"]]},
+    {"metric": {}, "values": [["NOW", "+Inf"]]},    # no sample: the window then has no counters
+    {"values": [["NOW", "1"]]},                     # no metric
+    {"metric": {}, "values": [["now", "1"]]},
+    {"metric": {}, "values": [["NOW"]]},
+    {"metric": "job", "values": [["NOW", "1"]]},
+    {"metric": {}, "values": "many"},
+], ids=["value abc", "value +Inf", "no metric", "time now", "no value", "metric a string", "values a string"])
+def test_a_prometheus_answer_of_the_wrong_shape_is_refused(answer: dict[str, object], corpus: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that speaks Prometheus's envelope but answers ``query_range`` with a malformed series."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:   # noqa: N802 - http.server's name
+            if self.path.startswith("/api/v1/query_range"):   # a sample inside the recorded window
+                result = json.loads(json.dumps(answer).replace('"NOW"', str(time.time() - 120)))
+                data: dict[str, object] = {"resultType": "matrix", "result": [result]}
+            else:
+                data = {"resultType": "vector", "result": [{"metric": {}, "value": [1.0, "1"]}]}
+            body = json.dumps({"status": "success", "data": data}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        before = snapshot(corpus)
+        code = main(["record", "--prometheus", f"http://127.0.0.1:{server.server_port}", "--since", "1h", "-o",
+                     str(corpus / "recorded.parquet"), "--timeout", "10"])
+        captured = capsys.readouterr()
+        assert_refused(code, captured.err, captured.out, str(answer))
+        expected = "no SGLang request counters" if "+Inf" in str(answer) else "not Prometheus's shape"
+        assert expected in captured.err, captured.err
+        assert snapshot(corpus) == before
+    finally:
+        server.shutdown()
+        server.server_close()
