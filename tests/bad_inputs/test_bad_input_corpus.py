@@ -195,7 +195,7 @@ def test_a_prometheus_answer_of_the_wrong_shape_is_refused(answer: dict[str, obj
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:   # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             if self.path.startswith("/api/v1/query_range"):   # a sample inside the recorded window
                 result = json.loads(json.dumps(answer).replace('"NOW"', str(time.time() - 120)))
                 data: dict[str, object] = {"resultType": "matrix", "result": [result]}
