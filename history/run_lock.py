@@ -33,7 +33,9 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        """Take the lock or raise ``ConfigError`` naming the holder's pid and command."""
+        """Take the lock or raise ``ConfigError`` naming the holder's pid and command (held already: a no-op)."""
+        if self._fd is not None:
+            return self
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:

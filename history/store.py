@@ -112,7 +112,8 @@ class StudyStore:
                 self.storage = RDBStorage(self.storage_url, engine_kwargs=engine_kwargs,
                                           heartbeat_interval=heartbeat_interval, grace_period=grace_period)
         except Exception as exc:  # sqlalchemy/alembic errors have no common base worth naming here
-            raise HistoryError(f"cannot open the study storage {self.storage_url}: {exc}",
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HistoryError(f"cannot open the study storage {self.storage_url}: {cause}",
                                remedy=_storage_remedy(self.storage_url, exc)) from exc
         self._registry_id = self._registry_study_id()
 

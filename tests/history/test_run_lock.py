@@ -68,3 +68,20 @@ def test_a_second_study_on_one_out_is_refused_before_it_writes(tmp_path: Path, c
         err = capsys.readouterr().err
         assert code == 2 and f"is in use by pid {os.getpid()}" in err and "remedy:" in err, err
         assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_study_takes_the_lock_and_lets_it_go(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # past the preflight and the lock, a damaged study.db stops the study: its own remedy, the file untouched
+    monkeypatch.setenv("ELSA_SIM_CARD_DIR", str(tmp_path / "card"))
+    run = tmp_path / "run"
+    run.mkdir()
+    damaged = bytes(range(256)) * 16
+    (run / "study.db").write_bytes(damaged)
+    code = main(["--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic", "demo", "--budget", "1m",
+                 "--out", str(run), "--no-live"])
+    err = capsys.readouterr().err
+    assert code == 5 and "SQLite file is damaged" in err and "Traceback" not in err, err
+    assert (run / "study.db").read_bytes() == damaged
+    with RunLock(run) as lock:   # released when the study ended
+        assert lock.held

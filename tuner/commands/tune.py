@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
                           remedy="give --out a folder you can write to") from exc
-    lock = RunLock(run_dir).acquire()   # refused: another study holds the folder, and nothing here is touched
-    with lock:
+    with RunLock(run_dir):   # refused: another study holds the folder, and nothing here is touched
         return _study(args, pre, settings, gpus, live)
 
 
