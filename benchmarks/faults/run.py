@@ -21,8 +21,8 @@ Faults and the kind expected:
     max-running-requests 64     the profile's Mamba slots cap it: the boot report shows a silent clamp
     mixed chunk with EAGLE      accepted and silently ignored: the boot report shows it
 
-Then ``--kills N``: a whole study (``elsa-tune --gpu sim``, tiny profile) is SIGKILLed at random points N times
-and rerun with the same command until it finishes; every finished boot (``boots/*/boot.json``) seen before a
+Then ``--kills N``: a whole study (``elsa-tune --gpu sim``, tiny profile) is SIGKILLed N times, each at a random
+point 0–8 s after that run finished a boot of its own, and rerun with the same command until it finishes; every finished boot (``boots/*/boot.json``) seen before a
 kill must still be there, unchanged, at the end, and none booted twice. The killed tuner's orphaned server is
 left to the next run's preflight (the lease reaper) to stop.
 """
@@ -178,7 +178,12 @@ def kill_and_resume(kills: int, seed: int, budget: str) -> dict[str, int]:
     try:
         for i in range(kills):
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(rng.uniform(6.0, 20.0))
+            # a random point after this run has finished a boot of its own (or 120 s): the kill always lands
+            # mid-study, with something to lose, however fast this machine boots
+            target, deadline = len(finished()) + 1, time.monotonic() + 120.0
+            while len(finished()) < target and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 8.0))
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
             now = finished()
