@@ -22,8 +22,9 @@ Faults and the kind expected:
     mixed chunk with EAGLE      accepted and silently ignored: the boot report shows it
 
 Then ``--kills N``: a whole study (``elsa-tune --gpu sim``, tiny profile) is SIGKILLed N times, each at a random
-point 0–8 s after that run finished a boot of its own, and rerun with the same command until it finishes; every finished boot (``boots/*/boot.json``) seen before a
-kill must still be there, unchanged, at the end, and none booted twice. The killed tuner's orphaned server is
+point 0–8 s after that run finished a boot of its own, and rerun with the same command until it finishes; every
+finished boot (``boots/*/boot.json``) seen before a kill must still be there, unchanged, at the end, and none
+booted twice. The killed tuner's orphaned server is
 left to the next run's preflight (the lease reaper) to stop.
 """
 
