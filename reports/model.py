@@ -20,7 +20,7 @@ from elsa_tune.history.ledger import Ledger, LedgerEntry
 from elsa_tune.history.reasons import effect_text, pct, reason_from_failure
 from elsa_tune.history.records import BootOutcome, BootRecord, Phase, TrialRecord
 from elsa_tune.history.run_dir import History, RunDir
-from elsa_tune.history.study_record import NoiseReport, StudyRecord
+from elsa_tune.history.study_record import NoiseRecord, StudyRecord
 from elsa_tune.history.verdict import Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 
@@ -124,7 +124,7 @@ class Report:
     status: str
     fingerprint: Fingerprint | None
     study: StudyRecord | None
-    noise: NoiseReport | None
+    noise: NoiseRecord | None
     boots: tuple[BootRow, ...]
     incomplete_boots: tuple[str, ...]
     ab_rows: tuple[AbRow, ...]
@@ -229,7 +229,7 @@ def candidate_changes(old: Candidate, new: Candidate) -> list[str]:
     return changes
 
 
-def derive_noise(boots: Sequence[BootRecord]) -> NoiseReport | None:
+def derive_noise(boots: Sequence[BootRecord]) -> NoiseRecord | None:
     """Recompute the baseline's noise from its boots when the study did not record it.
 
     σ_boot: standard deviation of log per-boot means; σ_run: pooled within-boot standard deviation of log
@@ -247,7 +247,7 @@ def derive_noise(boots: Sequence[BootRecord]) -> NoiseReport | None:
     sigma_run = math.sqrt(sum(n * var for n, var in within) / dof) if dof else None
     warmup = statistics.fmean(first / statistics.fmean(steady) - 1 for first, steady in per_boot)
     passes = statistics.fmean(len(steady) + 1 for _, steady in per_boot)
-    return NoiseReport(sigma_boot=sigma_boot, sigma_run=sigma_run, warmup_bias=warmup, boots=len(per_boot),
+    return NoiseRecord(sigma_boot=sigma_boot, sigma_run=sigma_run, warmup_bias=warmup, boots=len(per_boot),
                        passes_per_boot=passes, derived_from="boots")
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -38,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from elsa_tune.durable_file import replacing
 from elsa_tune.errors import TrafficError
 
 SCHEMA_VERSION = 1
@@ -320,17 +320,7 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
 
 
 def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
-    """Write atomically: a temporary file beside ``path``, fsynced, then renamed over it."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically (``elsa_tune.durable_file.replacing``): a reader sees the old trace or the new one."""
     table = trace.table.replace_schema_metadata(trace.metadata.to_parquet())
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            pq.write_table(table, handle, compression="zstd")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(Path(path)) as handle:
+        pq.write_table(table, handle, compression="zstd")

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from elsa_tune.durable_file import replacing
 from elsa_tune.tuner.statistics import ANALYSES, FloatArray, t_statistics
 
 log = logging.getLogger(__name__)
@@ -230,10 +231,7 @@ def _load(folder: Path, design: Design) -> Boundaries | None:
 
 def _store(folder: Path, result: Boundaries) -> None:
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = _path(folder, result.design)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, meta=np.asarray(json.dumps(result.to_dict())), null_max=result.null_max)
-        tmp.replace(path)
+        with replacing(_path(folder, result.design)) as handle:
+            np.savez(handle, meta=np.asarray(json.dumps(result.to_dict())), null_max=result.null_max)
     except OSError as exc:   # a cache is an optimisation: a read-only disk must not stop a study
         log.warning("could not store boundary cache in %s: %s", folder, exc)

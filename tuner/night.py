@@ -1,7 +1,7 @@
 """``Night``: what the phases of one study share — the incumbent, the booter, the gate's policy, the decisions.
 
 ``Study`` (``tuner/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
-the policy, screening (``tuner/screening.py``) and the search (``tuner/trials.py``) boot candidates through its
+the policy, screening (``tuner/screening.py``) and the search (``tuner/search_phase.py``) boot candidates through its
 booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
 stores it, adds it to the ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
 """
@@ -13,7 +13,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +32,7 @@ from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.sampler import ABSampler, BootContext, BootExecutor, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
@@ -56,15 +56,17 @@ class PhaseOver(Exception):
 
 
 class StudyClock:
-    """Monotonic seconds since the study began; a boot reused on resume advances it by the boot's recorded time,
-    so a replayed study spends its budget as the original did."""
+    """Seconds since the study began; a boot reused on resume advances it by the boot's recorded time, so a replayed
+    study spends its budget as the original did. ``source`` is monotonic wall time; a virtual study's clock has a
+    constant source and moves only by ``advance`` (the simulated seconds of each boot)."""
 
-    def __init__(self) -> None:
-        self._origin = time.monotonic()
+    def __init__(self, source: Callable[[], float] = time.monotonic) -> None:
+        self._source = source
+        self._origin = source()
         self._offset = 0.0
 
     def now(self) -> float:
-        return time.monotonic() - self._origin + self._offset
+        return self._source() - self._origin + self._offset
 
     def advance(self, seconds: float) -> None:
         self._offset += max(0.0, seconds)
@@ -87,7 +89,7 @@ class Night:
     """
 
     def __init__(self, pre: Preflight, *, store: StudyStore, budget: Budget, clock: StudyClock, view: StudyView,
-                 interrupts: Interrupts, on_decision: Callable[[], None]) -> None:
+                 interrupts: Interrupts, on_decision: Callable[[], None], executor: BootExecutor | None = None) -> None:
         self.pre = pre
         self.settings = pre.settings
         self.space = pre.space
@@ -106,7 +108,7 @@ class Night:
                           warmup_passes=self.settings.warmup_passes, measured_passes=self.settings.measured_passes,
                           seed=self.settings.seed,
                           quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot)
+        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot, executor=executor)
         self.baseline = self.space.baseline()
         self.incumbent = Incumbent(self.space.baseline_values(), [], self.baseline, None)
         self.noise: NoiseReport | None = None
@@ -123,6 +125,11 @@ class Night:
         self.notes: list[str] = []
         #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
         self.promising: list[tuple[int, Technique, Verdict]] = []
+        #: techniques screening had no time for: continued at the start of the search phase (``Screening``)
+        self.unscreened: list[tuple[int, Technique]] = []
+        #: the confirmation's outcome: "confirmed", "unconfirmed", "rejected", "not needed" or "" (not reached)
+        self.confirmation = ""
+        self.confirmation_detail = ""
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
 
     # ---- what every phase does ------------------------------------------------------------------------
@@ -131,13 +138,18 @@ class Night:
         return self.booter.boot(plan)
 
     def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
-           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None
+           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None
            ) -> tuple[ABResult, dict[Arm, list[str]]]:
-        """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm."""
+        """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
+
+        ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it).
+        """
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
                             phase=phase, tag=f"{tag}:ab", technique=technique, trial_number=trial)
         policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
+        if futility is not None:
+            policy = replace(policy, futility=futility)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)
@@ -186,8 +198,7 @@ class Night:
 
     def boot_s(self) -> float:
         """The typical seconds of one boot this night (60 s before any boot finished)."""
-        good = [s for s in self.boot_seconds if s > 0]
-        return statistics.median(good) if good else 60.0
+        return typical_boot_s(self.boot_seconds)
 
     def first_look_boots(self) -> int:
         """Boots the gate needs to reach its first look (both arms)."""
@@ -206,6 +217,12 @@ class Night:
         best = self.incumbent.throughput
         self.view.update(boots=self.booter.boots, failed_boots=self.booter.failed, best=self.incumbent.candidate.label,
                          best_throughput=best, time_left_s=self.budget.left_s)
+
+
+def typical_boot_s(seconds: Iterable[float]) -> float:
+    """The median of the positive boot durations in ``seconds`` (60 s when there are none)."""
+    good = [s for s in seconds if s > 0]
+    return statistics.median(good) if good else 60.0
 
 
 def boot_mean(passes: Sequence[Any]) -> float | None:

@@ -1,4 +1,4 @@
-"""The normal noise model of ``../shared/research/statistics.md`` §1 as a ``BootSampler``.
+"""The normal noise model of boot-to-boot and pass-to-pass variation as a ``BootSampler``.
 
 log throughput of arm c, boot b, pass i = μ_c + β_cb + ε_cbi (+ a warm-up penalty on the first pass,
 + an optional linear drift per boot slot), β ~ N(0, σ_boot²), ε ~ N(0, σ_run²). The candidate's true
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.protocol import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
 from elsa_tune.tuner.schedule import Arm
 
 WARMUP_PENALTY = math.log(1 - 0.127)   # seed 004: the first run after a restart read 12.7% slow

@@ -1,11 +1,11 @@
 """Tests on per-boot means of log throughput: t statistics, confidence bounds, MDE, non-inferiority.
 
-The boot is the unit (``../shared/research/statistics.md`` §1, §3.4): the inputs here are one number
-per boot (a log of a mean throughput, a log TTFT), never pooled iterations. The comparison is a
-Student t with pooled variance, switched to Welch when one arm's variance exceeds the other's by more
-than ``welch_ratio`` (a candidate that adds instability), or a paired t on block differences when
-consecutive boots are correlated. The same vectorised rule serves the gate and the Monte Carlo that
-calibrates its boundaries, so the simulated statistic is exactly the one the gate computes.
+The boot is the unit of replication: the inputs here are one number per boot (a log of a mean
+throughput, a log TTFT), never pooled iterations. The comparison is a Student t with pooled variance,
+switched to Welch when one arm's variance exceeds the other's by more than ``welch_ratio`` (a candidate
+that adds instability), or a paired t on block differences when consecutive boots are correlated. The
+same vectorised rule serves the gate and the Monte Carlo that calibrates its boundaries, so the
+simulated statistic is exactly the one the gate computes.
 
 Nothing here fails open: NaNs, fewer than two boots per arm or a zero standard error raise
 ``InsufficientData``, which the gate turns into INCONCLUSIVE, never into KEEP and never into a zero.

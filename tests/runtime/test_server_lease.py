@@ -25,7 +25,7 @@ import pytest
 
 from elsa_tune.runtime.lease import ENV_LEASE_DIR, LeaseBook, Owner, ServerLease, lease_dir
 from elsa_tune.runtime.process_group import ProcessGroup, start_time
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 
 PROFILE = "tiny-test"
@@ -34,11 +34,12 @@ SLEEPER = ("sh", "-c", "sleep 120 & sleep 120; wait")
 #: A tuner that boots one simulated server, says where it is, and waits to be killed.
 _OWNER = textwrap.dedent("""
     import json, sys, time
+    from dataclasses import replace
     from pathlib import Path
-    from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+    from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
     from elsa_tune.search_spaces.candidate import Candidate
     card, boot = Path(sys.argv[1]), Path(sys.argv[2])
-    runtime = SimulatedSGLang("tiny-test", card_dir=card, speedup=50.0, boot_timeout_s=60.0)
+    runtime = SimulatedSGLang("tiny-test", card_dir=card, speedup=50.0, timeouts=replace(SIM_TIMEOUTS, boot_s=60.0))
     server = runtime.start(Candidate(label="orphan"), boot)
     print(json.dumps({"pid": int(server.handle), "port": server.port, "uuid": runtime.gpu.uuid}), flush=True)
     time.sleep(600)
@@ -97,8 +98,8 @@ def test_the_lease_folder_is_the_env_var_then_xdg_then_cache(monkeypatch: pytest
 
 def test_a_lease_lives_from_start_to_stop_and_says_whose_server_it_is(tmp_path: Path) -> None:
     book = LeaseBook(tmp_path / "leases")
-    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0, boot_timeout_s=60.0,
-                              stop_timeout_s=10.0, leases=book)
+    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=60.0, stop_s=10.0), leases=book)
     server = runtime.start(Candidate(label="leased"), tmp_path / "boot")
     try:
         (lease,) = book.leases()
@@ -208,8 +209,9 @@ def test_other_hosts_and_other_schemas_are_not_judged(sleeper: subprocess.Popen[
 def test_an_unwritable_lease_folder_does_not_stop_a_boot(tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("")
-    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0, boot_timeout_s=60.0,
-                              stop_timeout_s=10.0, leases=LeaseBook(blocked / "leases"))
+    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=60.0, stop_s=10.0),
+                              leases=LeaseBook(blocked / "leases"))
     server = runtime.start(Candidate(), tmp_path / "boot")
     assert runtime.stop(server).gpu_memory_released
 
