@@ -112,8 +112,9 @@ class StudyStore:
                 self.storage = RDBStorage(self.storage_url, engine_kwargs=engine_kwargs,
                                           heartbeat_interval=heartbeat_interval, grace_period=grace_period)
         except Exception as exc:  # sqlalchemy/alembic errors have no common base worth naming here
-            raise HistoryError(f"cannot open the study storage {self.storage_url}: {exc}",
-                               remedy="check the URL, the database server and its permissions") from exc
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HistoryError(f"cannot open the study storage {self.storage_url}: {cause}",
+                               remedy=_storage_remedy(self.storage_url, exc)) from exc
         self._registry_id = self._registry_study_id()
 
     # ---- files ---------------------------------------------------------------------------------------
@@ -361,3 +362,14 @@ class StudyStore:
                                                   values=list(record.values), user_attrs=attrs,
                                                   system_attrs=system_attrs, state=OptunaState.COMPLETE))
         return True
+
+
+def _storage_remedy(url: str, exc: Exception) -> str:
+    """What to do about a storage that would not open: a damaged SQLite file is not a server problem."""
+    text = str(exc).lower()
+    if url.startswith("sqlite"):
+        if "not a database" in text or "malformed" in text or "file is encrypted" in text:
+            return ("the study's SQLite file is damaged: move it aside (the boots/ and decisions/ records stay) and "
+                    "rerun to start the study's Optuna storage afresh, or give another --out")
+        return "check that the study.db file and its folder can be read and written"
+    return "check the URL, the database server and its permissions"

@@ -20,13 +20,14 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
-from elsa_tune import __version__
+from elsa_tune import __version__, exit_codes
 from elsa_tune.errors import ElsaTuneError
 
 DEFAULT_COMMAND = "tune"
-EXIT_INTERRUPTED = 130
-EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = exit_codes.INTERRUPTED
+EXIT_INTERNAL = exit_codes.INTERNAL
 
 log = logging.getLogger("elsa_tune")
 
@@ -48,8 +49,21 @@ def _command_modules(only: str | None = None) -> list[ModuleType]:
     return modules
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse with the house's error: one paragraph naming the argument, a remedy, exit ``USAGE``."""
+
+    #: set on the parser of ``sim serve``, the simulated SGLang: it fails on a bad flag as SGLang does (usage, exit 2)
+    sglang_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.sglang_errors or self.prog.startswith("elsa-tune sim serve"):
+            super().error(message)
+        self.exit(exit_codes.USAGE, f"elsa-tune: error: {self.prog}: {message}\n"
+                                    f"  remedy: see `{self.prog} --help` for the arguments it takes\n")
+
+
+def build_parser(only: str | None = None) -> _Parser:
+    parser = _Parser(
         prog="elsa-tune",
         description="Unattended launch-flag tuner for SGLang. Run `elsa-tune --gpu 0 --traffic prod.parquet`.",
     )
@@ -73,10 +87,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list.insert(args_list.index(first), DEFAULT_COMMAND)
         first = DEFAULT_COMMAND
     parser = build_parser(first if first in commands else None)
-    args = parser.parse_args(args_list)
+    parser.sglang_errors = args_list[args_list.index(first):][:2] == ["sim", "serve"] if first else False
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:   # --help, --version, or a usage error already printed as one paragraph
+        return exc.code if isinstance(exc.code, int) else (exit_codes.OK if exc.code is None else exit_codes.USAGE)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return exit_codes.USAGE
     debug = bool(getattr(args, "debug", False))
     try:
         return int(args.func(args))

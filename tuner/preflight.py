@@ -163,7 +163,7 @@ def load_traffic(traffic: str) -> Trace:
         return read_trace(str(path))
     if not Path(traffic).exists():
         raise ConfigError(f"{traffic}: no such traffic file",
-                          remedy="record one (elsa-tune traffic record), import one (elsa-tune traffic import) "
+                          remedy="record one (elsa-tune record), import one (elsa-tune traffic import) "
                                  "or pass --traffic demo")
     return read_trace(traffic)
 

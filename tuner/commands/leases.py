@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from elsa_tune.tuner.argument_types import nonnegative_float
+
 NAME = "leases"
 HELP = "list the servers elsa-tune started on this host; --reap stops those whose tuner was killed"
 
@@ -21,14 +23,23 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=None, type=Path, metavar="DIR",
                         help="the lease folder (default $ELSA_LEASE_DIR, $XDG_RUNTIME_DIR/elsa-tune/leases or "
                              "~/.cache/elsa-tune/leases)")
-    parser.add_argument("--stop-timeout", default=30.0, type=float, metavar="S",
+    parser.add_argument("--stop-timeout", default=30.0, type=nonnegative_float, metavar="S",
                         help="seconds between SIGTERM and SIGKILL when reaping (default 30)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from elsa_tune.errors import ConfigError
     from elsa_tune.runtime.lease import LeaseBook
 
+    if args.dir is not None and not args.dir.is_dir():
+        what = "is not a folder" if args.dir.exists() else "does not exist"
+        raise ConfigError(f"the lease folder {args.dir} {what}",
+                          remedy="give --dir the folder the tuner writes its leases to ($ELSA_LEASE_DIR), or leave "
+                                 "it out for the default")
+    if not args.stop_timeout >= 0 or args.stop_timeout == float("inf"):
+        raise ConfigError(f"--stop-timeout {args.stop_timeout} is not a number of seconds",
+                          remedy="give --stop-timeout a finite number of seconds ≥ 0, e.g. 30")
     book = LeaseBook(args.dir, stop_timeout_s=args.stop_timeout)
     leases = book.leases()
     print(f"{len(leases)} lease(s) in {book.directory}")

@@ -9,6 +9,7 @@ from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.prometheus import PrometheusClient, parse_duration, parse_time
 from elsa_tune.traffic.recording import RecordWindow, record
 from elsa_tune.traffic.trace import DEFAULT_BLOCK_SIZE, write_trace
+from elsa_tune.tuner.argument_types import positive_float, positive_int
 
 NAME = "record"
 HELP = "record production traffic from Prometheus (SGLang metrics) into a synthesised trace"
@@ -26,11 +27,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", default="60s", metavar="DURATION",
                         help="resolution of the rate curve, at least the scrape interval (default 60s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthesis (default 0)")
-    parser.add_argument("--scale", type=float, default=1.0,
+    parser.add_argument("--scale", type=positive_float, default=1.0,
                         help="keep this share of the requests, e.g. 0.1 for a tenth (default 1)")
-    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
+    parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE,
                         help=f"tokens per prefix block (default {DEFAULT_BLOCK_SIZE})")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per Prometheus query (default 60)")
+    parser.add_argument("--timeout", type=positive_float, default=60.0,
+                        help="seconds per Prometheus query (default 60)")
     parser.add_argument("-o", "--output", required=True, help="the Parquet trace to write")
     parser.set_defaults(func=run)
 
