@@ -216,19 +216,14 @@ class SGLangDocker:
     def check(self, server: Server) -> Health:
         """Running and ``/health`` 200 → HEALTHY; running but failing → UNHEALTHY; exited → DEAD (classified)."""
         boot = self._boots.get(server.handle)
-        if boot is None or boot.exit is not None:
+        if boot is None:
             return Health(HealthState.DEAD, "stopped")
         try:
-            boot.container.reload()
+            return boot.check(boot.exit_code, server.base_url, self.timeouts.health_s, server="the container")
         except docker.errors.NotFound:
             return Health(HealthState.DEAD, "the container is gone")
         except _ENGINE_ERRORS as exc:
             return Health(HealthState.UNHEALTHY, f"the Docker engine did not answer: {exc}")
-        code = _exit_code(boot.container)
-        if code is not None:
-            boot.tee.closed.wait(timeout=5.0)
-            return Health(HealthState.DEAD, f"the container exited with {code}", boot.died(_as_signal_code(code)))
-        return boot.health(server.base_url, self.timeouts.health_s)
 
     def stop(self, server: Server) -> Exit:
         """Stop (SIGTERM, then SIGKILL after the timeout) and remove the container, then wait for the GPU."""

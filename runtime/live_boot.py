@@ -97,6 +97,17 @@ class LiveBoot:
             if self.tee.ready.wait(timeout=timeouts.poll_s):
                 time.sleep(timeouts.poll_s)        # ready, not healthy yet: ask /health again after a pause
 
+    def check(self, exit_code: Callable[[], int | None], base_url: str, timeout_s: float, *, server: str) -> Health:
+        """DEAD once stopped, or once ``exit_code`` reads an exit (classified from the log as died after it was
+        ready; ``server`` names it in the detail); otherwise what ``/health`` says."""
+        if self.exit is not None:
+            return Health(HealthState.DEAD, "stopped")
+        code = exit_code()
+        if code is not None:
+            self.tee.closed.wait(timeout=5.0)
+            return Health(HealthState.DEAD, f"{server} exited with {code}", self.died(code))
+        return self.health(base_url, timeout_s)
+
     def health(self, base_url: str, timeout_s: float) -> Health:
         """``/health`` 200 → HEALTHY; anything else → UNHEALTHY (a hang when the log says so)."""
         with httpx.Client(trust_env=False) as http:

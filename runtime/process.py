@@ -185,13 +185,9 @@ class SGLangProcess:
     def check(self, server: Server) -> Health:
         """Alive and ``/health`` 200 → HEALTHY; alive but failing → UNHEALTHY; gone → DEAD (classified)."""
         boot = self._boots.get(server.handle)
-        if boot is None or boot.exit is not None:
+        if boot is None:
             return Health(HealthState.DEAD, "stopped")
-        code = boot.popen.poll()
-        if code is not None:
-            boot.tee.closed.wait(timeout=5.0)
-            return Health(HealthState.DEAD, f"the server process exited with {code}", boot.died(code))
-        return boot.health(server.base_url, self.timeouts.health_s)
+        return boot.check(boot.popen.poll, server.base_url, self.timeouts.health_s, server="the server process")
 
     # ---- stop -------------------------------------------------------------------------------------
 

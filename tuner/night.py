@@ -21,10 +21,8 @@ from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.verdict import Verdict
-from elsa_tune.probes.quality import QualityGate
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
-from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
@@ -32,7 +30,7 @@ from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootContext, BootExecutor, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.sampler import ABSampler, BootExecutor, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
@@ -100,15 +98,9 @@ class Night:
         self.view = view
         self.interrupts = interrupts
         self.on_decision = on_decision
-        self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
-        ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=store, study=self.name,
-                          fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
-                          prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
-                          probe_budget=pre.probe_budget(),
-                          warmup_passes=self.settings.warmup_passes, measured_passes=self.settings.measured_passes,
-                          seed=self.settings.seed,
-                          quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot, executor=executor)
+        self.context_target = pre.context_target
+        self.booter = CandidateBooter(pre.boot_context(store, self.name), on_boot=self._on_boot,
+                                      before_boot=self._before_boot, executor=executor)
         self.baseline = self.space.baseline()
         self.incumbent = Incumbent(self.space.baseline_values(), [], self.baseline, None)
         self.noise: NoiseReport | None = None
@@ -119,7 +111,7 @@ class Night:
         self.fdr = OnlineFalseKeepControl(expected_tests=max(4, screenable // 2 + 2))
         self.decision_number = 0
         self.boot_seconds: list[float] = []
-        self.memory = MemoryModel(numeric=tuple(p.flag for p in self.space.parameters if p.flag and p.is_numeric))
+        self.memory = MemoryModel.for_space(self.space)
         self.memory_errors: list[float] = []
         self.skipped_by_model = 0
         self.notes: list[str] = []

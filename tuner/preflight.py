@@ -25,7 +25,9 @@ from pathlib import Path
 
 from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
 from elsa_tune.history.fingerprint import Fingerprint
+from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget
+from elsa_tune.probes.quality import QualityGate
 from elsa_tune.runtime.flags import FlagSet, harvest
 from elsa_tune.runtime.gpu import GpuState, GpuView
 from elsa_tune.runtime.lease import OrphanReaper
@@ -33,8 +35,10 @@ from elsa_tune.runtime.protocol import Runtime, RuntimeTimeouts
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
+from elsa_tune.tuner.sampler import BootContext
 from elsa_tune.tuner.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,21 @@ class Preflight:
     fingerprint: Fingerprint
     launch: tuple[str, ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def context_target(self) -> int | None:
+        """The KV pool every boot must hold: the space's minimum context, else its model's context target."""
+        return self.space.guardrails.min_context_tokens or self.space.model.context_target
+
+    def boot_context(self, store: StudyStore, study: str) -> BootContext:
+        """What every boot of ``study`` on this GPU shares: the runtime, the workload, the probes, the passes."""
+        settings = self.settings
+        return BootContext(runtime=self.runtime, gpu=self.gpu, store=store, study=study,
+                           fingerprint=self.fingerprint, workload=self.workload, burst=self.burst,
+                           prompts=PromptSynth(self.workload.block_size), context_target=self.context_target,
+                           probe_budget=self.probe_budget(), warmup_passes=settings.warmup_passes,
+                           measured_passes=settings.measured_passes, seed=settings.seed,
+                           quality=QualityGate() if self.space.guardrails.quality_gate else None)
 
     def probe_budget(self) -> ProbeBudget:
         """The probes' limits from the space. On the simulator a stall and a first token are judged in its own

@@ -36,16 +36,14 @@ from elsa_tune.history.pg_ledger import ledger_for
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
-from elsa_tune.probes.quality import QualityGate
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
 from elsa_tune.tuner.gate import GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel, Observation
 from elsa_tune.tuner.night import arm_mean, boot_mean, geo, typical_boot_s
 from elsa_tune.tuner.policy import DEFAULT_LOOKS, gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, CandidateBooter
+from elsa_tune.tuner.sampler import ABSampler, BootPlan, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, Proposal
 from elsa_tune.tuner.search_phase import trial_values
@@ -136,17 +134,10 @@ class Worker:
             callback = (retry or optuna.storages.RetryFailedTrialCallback)(max_retry=config.max_retries)
         self.store.storage.heartbeat_stale_trial_callback = callback
         self.store.check_fingerprint(pre.fingerprint)
-        self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
-        settings = pre.settings
-        ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=self.store, study=config.study,
-                          fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
-                          prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
-                          probe_budget=pre.probe_budget(),
-                          warmup_passes=settings.warmup_passes, measured_passes=settings.measured_passes,
-                          seed=settings.seed, quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx, before_boot=self._before_boot)
+        self.context_target = pre.context_target
+        self.booter = CandidateBooter(pre.boot_context(self.store, config.study), before_boot=self._before_boot)
         self.baseline = self.space.candidate(self.space.baseline_values(), list(config.techniques), label="baseline")
-        self.memory = MemoryModel(numeric=tuple(p.flag for p in self.space.parameters if p.flag and p.is_numeric))
+        self.memory = MemoryModel.for_space(self.space)
         self.noise: NoiseReport | None = None
         self.policy: GatePolicy | None = None
         self.own_throughput: dict[str, float] = {}     # candidate key → this GPU's mean throughput
