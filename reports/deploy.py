@@ -39,7 +39,6 @@ HF_CACHE = "${HOME}/.cache/huggingface:/root/.cache/huggingface"
 #: service publishes its port on: loopback, so that exposing the server is a decision, not a default.
 DEPLOY_HOST = "127.0.0.1"
 CONTAINER_HOST = "0.0.0.0"             # inside the container; the published port decides who reaches it
-SIMULATED_RUNTIME = "sglang-sim"
 SIMULATED = "SIMULATED — do not deploy"
 SIGNIFICANT_DIGITS = 4
 
@@ -72,7 +71,7 @@ def winner_of(report: Report) -> Candidate | None:
 
 def is_simulated(report: Report) -> bool:
     """Whether the study measured the simulated runtime (its numbers are no measurement of hardware)."""
-    return report.fingerprint is not None and report.fingerprint.runtime == SIMULATED_RUNTIME
+    return report.simulated
 
 
 def build_bundle(report: Report) -> DeployBundle | None:
