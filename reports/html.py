@@ -149,7 +149,7 @@ def _decision(report: Report) -> list[str]:
     out += [f'<section id="decision" class="{"deploy" if d.deploy else "keep"}"><h2>Decision</h2>',
             f"<p class=\"action\"><strong>{_e(d.action)}.</strong></p><ul>",
             f"<li><strong>Effect:</strong> {_e(d.effect)}</li>",
-            "<li><strong>Files:</strong> "
+            f"<li><strong>Files</strong> ({_e(d.holds)}): "
             + ", ".join(f"<code>{_e(path)}</code> ({_e(what)})" for path, what in d.files) + "</li>"]
     if d.changes:
         out.append("<li><strong>Changes from the baseline:</strong> "
@@ -157,7 +157,8 @@ def _decision(report: Report) -> list[str]:
     c = report.client
     if c is not None:
         out.append(f"<li><strong>Clients:</strong> largest request {_e(units.integer(c.max_request_tokens))} tokens "
-                   f"(prompt + output), {_e(units.integer(c.max_running_requests))} requests at once</li>")
+                   f"(prompt + output), at most {_e(units.integer(c.max_running_requests))} concurrent requests "
+                   "served</li>")
     return [*out, f"<li><strong>Study:</strong> {_e(report.status)}; {_e(report.boot_count_text())}</li>",
             "</ul></section>"]
 

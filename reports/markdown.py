@@ -109,13 +109,13 @@ def _decision(report: Report) -> list[str]:
            if d.simulated else [])
     out += ["## Decision", "", f"**{text(d.action)}.**", "",
             f"- **Effect:** {text(d.effect)}",
-            f"- **Files:** {', '.join(f'`{path}` ({text(what)})' for path, what in d.files)}"]
+            f"- **Files** ({text(d.holds)}): {', '.join(f'`{path}` ({text(what)})' for path, what in d.files)}"]
     if d.changes:
         out.append(f"- **Changes from the baseline:** {', '.join(f'`{cell(c)}`' for c in d.changes)}")
     c = report.client
     if c is not None:
         out.append(f"- **Clients:** largest request {units.integer(c.max_request_tokens)} tokens (prompt + output), "
-                   f"{units.integer(c.max_running_requests)} requests at once")
+                   f"at most {units.integer(c.max_running_requests)} concurrent requests served")
     return [*out, f"- **Study:** {text(report.status)}; {text(report.boot_count_text())}", ""]
 
 

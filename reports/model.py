@@ -18,7 +18,7 @@ from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.ledger import Ledger, LedgerEntry
 from elsa_tune.history.reasons import effect_text, pct, reason_from_failure
-from elsa_tune.history.records import BootOutcome, BootRecord, Phase, TrialRecord
+from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Phase, TrialRecord
 from elsa_tune.history.run_dir import History, RunDir
 from elsa_tune.history.study_record import NoiseReport, StudyRecord
 from elsa_tune.history.verdict import Verdict
@@ -90,6 +90,7 @@ class Decision:
 
     action: str
     effect: str
+    holds: str                   # the configuration best/ holds: "the winner (label)", "the baseline"
     deploy: bool                 # the files in best/ hold a configuration better than the baseline
     files: tuple[tuple[str, str], ...]
     changes: tuple[str, ...]
@@ -209,21 +210,23 @@ class Report:
         confirmed = self.confirmation is not None and self.confirmation.verdict is not None
         if self.winner is None:
             action = ("Keep the baseline: no technique or setting beat it"
-                      + ("" if self.status != "running" else " so far (the study is still running)"))
+                      + ("" if self.status == "finished" else f" so far (the study is {self.status})"))
             effect = "no change from the baseline"
-            return Decision(action, effect, False, files, changes, self.simulated)
+            return Decision(action, effect, "the baseline", False, files, changes, self.simulated)
+        holds = f"the winner ({self.winner.candidate.label})"
         if confirmed and self.confirmation is not None and self.confirmation.verdict is not None:
             effect = (f"output tok/s {effect_text(self.confirmation.verdict)} against the baseline "
                       "(the confirmation A/B on fresh boots of both, with the gate's interval)")
             if self.confirmation.kept is Kept.YES:
-                return Decision("Deploy the winner: the gate confirmed it against the baseline", effect, True, files,
-                                changes, self.simulated)
-            return Decision("Keep the baseline: the gate did not confirm the winner against it", effect, False,
-                            files, changes, self.simulated)
+                return Decision("Deploy the winner: the gate confirmed it against the baseline", effect, holds,
+                                True, files, changes, self.simulated)
+            return Decision("Keep the baseline: the gate did not confirm the winner against it", effect, holds,
+                            False, files, changes, self.simulated)
         ratio = f"{pct(self.winner_ratio)} on per-boot means" if self.winner_ratio is not None else "not measured"
         return Decision("Not decided yet: the winner has not been confirmed against the baseline"
                         + (" (the study is still running)" if self.status == "running" else ""),
-                        f"{ratio} (no confirmation A/B, so no interval)", False, files, changes, self.simulated)
+                        f"{ratio} (no confirmation A/B, so no interval)", holds, False, files, changes,
+                        self.simulated)
 
     def summary_line(self) -> str:
         """"winner +10.9% [+6%, +16%] over 6 boots vs baseline" or why there is none."""
@@ -233,7 +236,8 @@ class Report:
             return f"winner vs baseline: {effect_text(self.confirmation.verdict)} ({word})"
         if self.winner_ratio is not None:
             return f"winner vs baseline: {pct(self.winner_ratio)} on per-boot means (not confirmed by the gate)"
-        return "no winner yet: the baseline is the incumbent"
+        return ("no winner: the baseline stays" if self.status == "finished"
+                else "no winner yet: the baseline is the incumbent")
 
 
 def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report:
@@ -298,10 +302,10 @@ def _undecided(history: History, status: str) -> list[KeepRejectRow]:
                              if (n := sum(1 for b in boots if b.outcome is o)))
         why = ("its A/B is still running" if status == "running"
                else "the study ended (budget or stop) before its A/B reached a decision")
-        ids = [b.boot_id for b in boots]
-        rows.append(KeepRejectRow(technique, "",
-                                  f"no decision: {why}; booted {len(boots)} times ({_span(ids)}: {outcomes})",
-                                  None))
+        own = sum(1 for b in boots if b.arm is Arm.CANDIDATE)
+        rows.append(KeepRejectRow(technique, "", f"no decision: {why}; {len(boots)} boots in its A/B ({own} of it, "
+                                  f"{len(boots) - own} of the incumbent; {_span([b.boot_id for b in boots])}: "
+                                  f"{outcomes})", None))
     return rows
 
 

@@ -33,8 +33,8 @@ def test_a_technique_booted_without_a_decision_is_listed_with_why(history_templa
     row = next(r for r in report.keep_reject if r.tried == "mamba-track-interval-64")
     assert row.kept is None and row.kept_word == "No decision"
     assert row.result.startswith("no decision: the study ended (budget or stop) before its A/B reached a decision; "
-                                 "booted 3 times (0025-mamba-track-interval-64 … 0027-mamba-track-interval-64: "
-                                 "2 measured, 1 booted but not measured)")
+                                 "3 boots in its A/B (3 of it, 0 of the incumbent; 0025-mamba-track-interval-64 … "
+                                 "0027-mamba-track-interval-64: 2 measured, 1 booted but not measured)")
     booted = {b.technique for b in report.boots if b.technique}
     assert booted <= {r.tried for r in report.keep_reject}
     assert sum(n for _, n in report.boot_counts()) == len(report.boots) == 27
