@@ -3,7 +3,8 @@
 Subcommands live in ``tuner/commands/``, one module each, named like the command word. A module
 exposes ``NAME`` (the word on the command line, e.g. ``"sim"``), ``HELP`` and ``register(parser)`` that
 adds its arguments and sets ``func`` (``argparse.Namespace -> int``). ``elsa-tune --gpu 0 --traffic X``
-with no subcommand runs the ``tune`` command. Only the module of the command being run is imported
+with no subcommand runs the ``tune`` command (only when the first word is an option: a mistyped command
+word is argparse's "invalid choice", never a study). Only the module of the command being run is imported
 (all of them only for the top-level ``--help``): every boot of the simulated runtime starts this CLI,
 so start-up time is paid once per boot.
 
@@ -14,6 +15,7 @@ re-raises to show the traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import pkgutil
@@ -48,17 +50,62 @@ def _command_modules(only: str | None = None) -> list[ModuleType]:
     return modules
 
 
+#: Every exit status a command returns (the ``exit_code`` of the ``elsa_tune.errors`` classes, then the CLI's own).
+EXIT_STATUSES = (
+    (0, "success (compare: the candidate was kept)"),
+    (1, "an error without a more precise class"),
+    (2, "a bad argument, flag, search space or traffic file (also argparse's usage errors)"),
+    (3, "a candidate failed where the command's result was that candidate"),
+    (4, "the machine or the runtime is not fit (no GPU, busy GPU, runtime missing)"),
+    (5, "the study store or the ledger is unreadable or inconsistent"),
+    (EXIT_INTERNAL, "a bug in elsa-tune (rerun with --debug and report the traceback)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); rerunning the same command resumes a study"),
+)
+#: Environment variables read outside ``Settings`` (whose ``ELSA_TUNE_<NAME>`` are listed from its fields).
+ENVIRONMENT = (
+    ("ELSA_TUNE_<SETTING>", "the default of a study setting, below the command line: e.g. ELSA_TUNE_BUDGET=8h, "
+                            "ELSA_TUNE_GPU=0, ELSA_TUNE_BASELINE_BOOTS=5 (a typo is warned about)"),
+    ("ELSA_TUNE_CACHE", "where the gate's computed boundaries are cached (default ~/.cache/elsa-tune)"),
+    ("ELSA_LEASE_DIR", "the lease folder of servers elsa-tune started (default $XDG_RUNTIME_DIR/elsa-tune/leases)"),
+    ("ELSA_SIM_CARD_DIR", "where simulated cards keep their state (default a per-user temporary folder)"),
+    ("ELSA_SIM_FAULT", "a fault the simulated server injects (tests; see `elsa-tune sim serve --help`)"),
+)
+
+
+def epilog() -> str:
+    """The top-level help's tail: examples, exit statuses, environment variables."""
+    from elsa_tune.tuner.settings import ENV_PREFIX, Settings
+
+    names = ", ".join(ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Settings) if f.name != "schema_version")
+    lines = ["examples:",
+             "  elsa-tune --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space qwen3.8-27b-nvfp4-rtx5090 "
+             "--traffic demo --budget 8m",
+             "  elsa-tune --gpu 0 --traffic prod.parquet --model /models/qwen --budget 8h --dry-run",
+             "  elsa-tune report elsa-runs/demo --json",
+             "  eval \"$(elsa-tune completion bash)\"",
+             "", "exit status:"]
+    lines += [f"  {code:<4} {text}" for code, text in EXIT_STATUSES]
+    lines += ["", "environment:"]
+    lines += [f"  {name:<20} {text}" for name, text in ENVIRONMENT]
+    lines += [f"  settings: {names}"]
+    return "\n".join(lines)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elsa-tune",
         description="Unattended launch-flag tuner for SGLang. Run `elsa-tune --gpu 0 --traffic prod.parquet`.",
+        epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"elsa-tune {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-paragraph errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _command_modules(only):
+        examples = getattr(module, "EXAMPLES", ())
         command = sub.add_parser(module.NAME, help=getattr(module, "HELP", None),
-                                 description=getattr(module, "HELP", None))
+                                 description=getattr(module, "HELP", None),
+                                 epilog="examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show tracebacks instead of one-paragraph errors")
         module.register(command)
@@ -69,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     commands = set(_command_names())
     first = next((a for a in args_list if a != "--debug"), None)
-    if first is not None and first not in commands and first not in ("-h", "--help", "--version"):
+    if first is not None and first.startswith("-") and first not in ("-h", "--help", "--version"):
         args_list.insert(args_list.index(first), DEFAULT_COMMAND)
         first = DEFAULT_COMMAND
     parser = build_parser(first if first in commands else None)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
 from elsa_tune.errors import ConfigError
 
@@ -46,7 +48,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pass-seconds", type=float, default=None, metavar="S",
                         help="target length of one measured pass (default: the budget / 250, within 1-180 s)")
     parser.add_argument("--baseline-boots", type=int, default=None, metavar="N", help="baseline boots (default 4)")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seed of the search's sampler and the boot schedule (default 0), e.g. --seed 7")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show the plan and stop: phases and their budget, estimated boots, every candidate's "
+                             "command line checked against the runtime's flags, what the ledger will skip; "
+                             "boots nothing and creates no run folder")
+    parser.add_argument("--json", action="store_true",
+                        help="print the final summary (or the --dry-run plan) as one JSON object on stdout")
     parser.add_argument("--no-live", dest="live", action="store_false", default=None,
                         help="plain log lines even on a terminal")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more console output")
@@ -65,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.tuner.study import Study
     from elsa_tune.tuner.worker_pool import parse_gpus
 
-    cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "verbose", "quiet")}
+    cli = {k: v for k, v in vars(args).items()
+           if k not in ("func", "command", "debug", "verbose", "quiet", "dry_run", "json")}
     cli["verbosity"] = int(args.verbose) - int(args.quiet) or None
     settings = Settings.resolve(cli)
     # --gpu 0,1: the lead owns the first GPU (baseline, screening, confirmation); the search runs on all of them.
@@ -78,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     if gpus and "sim" in gpus:
         raise ConfigError(f"--gpu {','.join(gpus)}: simulated GPUs are numbered",
                           remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
+    if args.dry_run:
+        return _dry_run(settings, as_json=bool(args.json))
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     live = interactive() if settings.live is None else settings.live
     setup_logging(settings.log_file, settings.verbosity, console=True)
@@ -92,6 +104,14 @@ def run(args: argparse.Namespace) -> int:
         search = FleetSearch(gpus, verbose=int(args.verbose))
     with StudyView(live=live) as view:
         outcome = Study(pre, view=view, interrupts=Interrupts(), search=search).run()
+    if args.json:
+        print(json.dumps({"study": settings.study_name, "status": outcome.status.value,
+                          "recommended": {"label": outcome.incumbent.label, "argv": outcome.incumbent.argv(),
+                                          "env": dict(outcome.incumbent.env)},
+                          "boots": outcome.boots, "decisions": outcome.decisions, "run_dir": str(outcome.run_dir),
+                          "report": str(Path(outcome.run_dir) / "report.md"),
+                          "launch": str(Path(outcome.run_dir) / "best" / "launch.sh")}, indent=2))
+        return 0 if outcome.status is StudyStatus.FINISHED else 130
     print(f"study {settings.study_name}: {outcome.status.value}; recommended: {outcome.incumbent.label} "
           f"({' '.join(outcome.incumbent.argv())})")
     print(f"  {outcome.boots} boots, {outcome.decisions} decisions; report: {Path(outcome.run_dir) / 'report.md'}")
@@ -103,6 +123,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"  search on GPUs {', '.join(gpus)}: " + ", ".join(f"{n} boots on GPU {gpu} ({f.name}/)"
                                                               for gpu, n, f in zip(gpus, counts, folders, strict=True)))
     return 0 if outcome.status is StudyStatus.FINISHED else 130
+
+
+def _dry_run(settings: Any, *, as_json: bool) -> int:
+    """The plan of the study, without booting and without creating its run folder."""
+    from elsa_tune.tuner.console import setup_logging
+    from elsa_tune.tuner.plan import plan_study
+    from elsa_tune.tuner.preflight import run_preflight
+
+    setup_logging(settings.log_file, settings.verbosity, console=True)
+    plan = plan_study(run_preflight(settings))
+    print(json.dumps(plan.to_dict(), indent=2) if as_json else "\n".join(plan.lines()))
+    return 0
 
 
 def _add_run_log(path: Path) -> None:
