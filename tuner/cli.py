@@ -20,6 +20,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -63,7 +64,7 @@ EXIT_STATUSES = (
 )
 #: Environment variables read outside ``Settings`` (whose ``ELSA_TUNE_<NAME>`` are listed from its fields).
 ENVIRONMENT = (
-    ("ELSA_TUNE_<SETTING>", "the default of a study setting, below the command line: e.g. ELSA_TUNE_BUDGET=8h, "
+    ("ELSA_TUNE_<SETTING>", "the default of a study setting, below the command line: e.g. ELSA_TUNE_BUDGET_S=8h, "
                             "ELSA_TUNE_GPU=0, ELSA_TUNE_BASELINE_BOOTS=5 (a typo is warned about)"),
     ("ELSA_TUNE_CACHE", "where the gate's computed boundaries are cached (default ~/.cache/elsa-tune)"),
     ("ELSA_LEASE_DIR", "the lease folder of servers elsa-tune started (default $XDG_RUNTIME_DIR/elsa-tune/leases)"),
@@ -87,7 +88,7 @@ def epilog() -> str:
     lines += [f"  {code:<4} {text}" for code, text in EXIT_STATUSES]
     lines += ["", "environment:"]
     lines += [f"  {name:<20} {text}" for name, text in ENVIRONMENT]
-    lines += [f"  settings: {names}"]
+    lines += ["  settings:", *textwrap.wrap(names, width=100, initial_indent="    ", subsequent_indent="    ")]
     return "\n".join(lines)
 
 

@@ -52,6 +52,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     truth.set_defaults(func=_truth)
 
     profiles = sub.add_parser("profiles", help="list the shipped simulation profiles")
+    profiles.add_argument("--json", action="store_true", help="print the names as a JSON list")
     profiles.set_defaults(func=_profiles)
 
 
@@ -137,6 +138,11 @@ def _truth(args: argparse.Namespace) -> int:
 def _profiles(args: argparse.Namespace) -> int:
     from elsa_tune.runtime.sim.profile import list_profiles
 
+    if args.json:
+        import json
+
+        print(json.dumps(list_profiles()))
+        return 0
     for name in list_profiles():
         print(name)
     return 0
