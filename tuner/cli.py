@@ -73,6 +73,31 @@ ENVIRONMENT = (
 )
 
 
+#: Help for options several commands share (``tune``, ``check``, ``worker``), used where a command gave none: the
+#: same option means the same thing everywhere.
+SHARED_HELP = {
+    "--traffic": "recorded traffic (elsa-tune Parquet trace), or 'demo' for the bundled window, e.g. prod.parquet",
+    "--space": "the search space: a shipped name (elsa-tune space list) or a YAML file, e.g. generic-sglang",
+    "--model": "the model to serve instead of the space's, e.g. /models/qwen3.8-27b-nvfp4",
+    "--runtime": "how the runtime is launched: process (default), docker, or sim (implied by --gpu sim)",
+    "--launch": "the runtime's launch command, e.g. \"/opt/fork/bin/python -m sglang.launch_server\"",
+    "--image": "the container image with --runtime docker, e.g. lmsysorg/sglang:v0.5.23",
+    "--sim-profile": "the simulator profile with --runtime sim (elsa-tune sim profiles), e.g. tiny-test",
+    "--sim-speedup": "simulated seconds per wall second (default 40), e.g. 60",
+    "--pass-seconds": "target length of one measured pass in seconds (default: from the budget), e.g. 120",
+    "--baseline-boots": "boots of the baseline that measure the boot-to-boot noise (default 4, at least 3), e.g. 5",
+    "--seed": "seed of the search's sampler and the boot schedule (default 0), e.g. 7",
+    "--verbose": "more console output (repeat for more: -vv)",
+    "--log-file": "also log at DEBUG level to this file, e.g. worker.log",
+}
+
+
+def _fill_shared_help(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if action.help is None and action.option_strings:
+            action.help = next((SHARED_HELP[o] for o in action.option_strings if o in SHARED_HELP), None)
+
+
 def epilog() -> str:
     """The top-level help's tail: examples, exit statuses, environment variables."""
     from elsa_tune.tuner.settings import ENV_PREFIX, Settings
@@ -110,6 +135,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show tracebacks instead of one-paragraph errors")
         module.register(command)
+        _fill_shared_help(command)
     return parser
 
 

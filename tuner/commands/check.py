@@ -12,9 +12,10 @@ import json
 
 NAME = "check"
 HELP = "run the preflight alone: GPU state, runtime version, search space against the runtime's flags"
-EXAMPLES = ("elsa-tune check --gpu 0 --space qwen3.8-27b-nvfp4-rtx5090 --model /models/qwen3.8-27b-nvfp4",
-            "elsa-tune check --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space qwen3.8-27b-nvfp4-rtx5090 "
-            "--json")
+EXAMPLES = ('elsa-tune check --gpu 0 --space qwen3.8-27b-nvfp4-rtx5090 --model '
+            '/models/qwen3.8-27b-nvfp4',
+            'elsa-tune check --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space '
+            'qwen3.8-27b-nvfp4-rtx5090 --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 NAME = "leases"
 HELP = "list the servers elsa-tune started on this host; --reap stops those whose tuner was killed"
+EXAMPLES = ('elsa-tune leases',
+            'elsa-tune leases --reap --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:

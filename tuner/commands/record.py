@@ -12,6 +12,8 @@ from elsa_tune.traffic.trace import DEFAULT_BLOCK_SIZE, write_trace
 
 NAME = "record"
 HELP = "record production traffic from Prometheus (SGLang metrics) into a synthesised trace"
+EXAMPLES = ("elsa-tune record --prometheus http://prom:9090 --since 14d --selector '{job=\"sglang\"}' -o "
+            'prod.parquet',)
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,8 @@ from elsa_tune.errors import ConfigError
 
 NAME = "report"
 HELP = "re-render report.md, report.html and best/ of a study from its history (measures nothing)"
-EXAMPLES = ("elsa-tune report elsa-runs/demo", "elsa-tune report elsa-runs/demo --json --no-plots")
+EXAMPLES = ('elsa-tune report elsa-runs/demo',
+            'elsa-tune report elsa-runs/demo --json --no-plots')
 
 
 def register(parser: argparse.ArgumentParser) -> None:

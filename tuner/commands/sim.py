@@ -21,6 +21,10 @@ from elsa_tune.runtime.sim import flags as sglang_flags
 
 NAME = "sim"
 HELP = "the simulated SGLang server (serve), a configuration's noiseless truth (truth), the shipped profiles"
+EXAMPLES = ("elsa-tune sim profiles --json",
+            "elsa-tune sim serve --sim-profile tiny-test --model-path tiny-hybrid --port 30000",
+            "elsa-tune sim truth --sim-profile rtx5090-qwen3.8-27b-nvfp4 --model-path nvidia/Qwen3.8-27B-NVFP4 "
+            "--page-size 32 --workload workload.json")
 
 
 def register(parser: argparse.ArgumentParser) -> None:

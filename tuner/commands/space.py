@@ -16,8 +16,9 @@ from elsa_tune.search_spaces.space import FlagShape, SearchSpace
 
 NAME = "space"
 HELP = "show a search space, or check it against the installed runtime's flags"
-EXAMPLES = ("elsa-tune space list --json", "elsa-tune space show qwen3.8-27b-nvfp4-rtx5090",
-            "elsa-tune space check my-space.yaml --runtime-python /opt/sglang/bin/python")
+EXAMPLES = ('elsa-tune space list --json',
+            'elsa-tune space show qwen3.8-27b-nvfp4-rtx5090',
+            'elsa-tune space check my-space.yaml --runtime-python /opt/sglang/bin/python')
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,8 @@ from elsa_tune.traffic.trace import read_trace, write_trace
 
 NAME = "traffic"
 HELP = "import public traces or request logs into a trace, and show what a trace looks like"
+EXAMPLES = ('elsa-tune traffic import mooncake_trace.jsonl --format mooncake -o prod.parquet',
+            'elsa-tune traffic show prod.parquet --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:

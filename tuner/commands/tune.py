@@ -18,6 +18,11 @@ from elsa_tune.errors import ConfigError
 
 NAME = "tune"
 HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic prod.parquet)"
+EXAMPLES = ('elsa-tune --gpu 0 --traffic prod.parquet --space qwen3.8-27b-nvfp4-rtx5090 --model '
+            '/models/qwen --budget 8h',
+            'elsa-tune --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space '
+            'qwen3.8-27b-nvfp4-rtx5090 --traffic demo --budget 8m --out elsa-runs/demo',
+            'elsa-tune --gpu 0 --traffic prod.parquet --budget 8h --dry-run --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:
