@@ -3,13 +3,14 @@ as a command line?
 
 Reads ``{"config": PATH, "argv": [...]}`` as JSON on stdin, parses ``["--config", PATH]`` and ``argv`` with
 ``sglang.srt.server_args.prepare_server_args`` (SGLang's own parser and config merger), and writes
-``{"sglang": version, "error": str | null, "differences": {field: [from_config, from_argv]}}`` on stdout.
+``{"sglang": version, "error": str | null, "differences": {field: [from_config, from_argv]}, "compared": n}`` on
+stdout, comparing every field SGLang's parser sets (the destinations of ``ServerArgs.add_cli_args``).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import dataclasses
 import io
 import json
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 def main() -> int:
     import sglang
-    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
 
     item = json.load(sys.stdin)
     result: dict[str, Any] = {"sglang": sglang.__version__, "error": None, "differences": {}}
@@ -32,10 +33,14 @@ def main() -> int:
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
     else:
-        for f in dataclasses.fields(from_argv):
-            a, b = getattr(from_config, f.name, None), getattr(from_argv, f.name, None)
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        fields = sorted({a.dest for a in parser._actions if a.dest not in ("help", "config")})
+        for name in fields:
+            a, b = getattr(from_config, name, None), getattr(from_argv, name, None)
             if a != b:
-                result["differences"][f.name] = [repr(a), repr(b)]
+                result["differences"][name] = [repr(a), repr(b)]
+        result["compared"] = len(fields)
     json.dump(result, sys.stdout)
     return 0
 
