@@ -66,7 +66,7 @@ EXIT_STATUSES = (
 ENVIRONMENT = (
     ("ELSA_TUNE_<SETTING>", "the default of a study setting, below the command line: e.g. ELSA_TUNE_BUDGET_S=8h, "
                             "ELSA_TUNE_GPU=0, ELSA_TUNE_BASELINE_BOOTS=5 (a typo is warned about)"),
-    ("ELSA_TUNE_CACHE", "where the gate's computed boundaries are cached (default ~/.cache/elsa-tune)"),
+    ("ELSA_TUNE_CACHE", "a folder where the gate caches its computed boundaries (default: none, computed each time)"),
     ("ELSA_LEASE_DIR", "the lease folder of servers elsa-tune started (default $XDG_RUNTIME_DIR/elsa-tune/leases)"),
     ("ELSA_SIM_CARD_DIR", "where simulated cards keep their state (default a per-user temporary folder)"),
     ("ELSA_SIM_FAULT", "a fault the simulated server injects (tests; see `elsa-tune sim serve --help`)"),
