@@ -40,9 +40,9 @@ def run(args: argparse.Namespace) -> int:
         listed = [{"name": lease.name, "server_pid": lease.server_pid, "gpu_uuid": lease.gpu_uuid, "port": lease.port,
                    "run_dir": lease.run_dir, "owner_pid": lease.owner.pid, "owner_host": lease.owner.host,
                    "owner_dead": lease.owner.is_dead(), "created_at": lease.created_at} for lease in leases]
-        reaped = [{"name": r.name, "stopped": list(r.stopped), "killed": r.killed, "detail": r.detail}
-                  for r in (book.reap() if args.reap else [])]
-        print(json.dumps({"directory": str(book.directory), "leases": listed, "reaped": reaped}, indent=2))
+        done = [{"name": r.name, "stopped": list(r.stopped), "killed": r.killed, "detail": r.detail}
+                for r in (book.reap() if args.reap else [])]
+        print(json.dumps({"directory": str(book.directory), "leases": listed, "reaped": done}, indent=2))
         return 0
     print(f"{len(leases)} lease(s) in {book.directory}")
     for lease in leases:
