@@ -301,7 +301,7 @@ def _undecided(history: History, status: str) -> list[KeepRejectRow]:
         outcomes = ", ".join(f"{n} {OUTCOME_WORDS[o]}" for o in OUTCOME_WORDS
                              if (n := sum(1 for b in boots if b.outcome is o)))
         why = ("its A/B is still running" if status == "running"
-               else "the study ended (budget or stop) before its A/B reached a decision")
+               else "its phase's time ran out, or the study stopped, before its A/B reached a decision")
         own = sum(1 for b in boots if b.arm is Arm.CANDIDATE)
         rows.append(KeepRejectRow(technique, "", f"no decision: {why}; {len(boots)} boots in its A/B ({own} of it, "
                                   f"{len(boots) - own} of the incumbent; {_span([b.boot_id for b in boots])}: "

@@ -32,14 +32,15 @@ def test_a_technique_booted_without_a_decision_is_listed_with_why(history_templa
     report = build_report(h.run_dir)
     row = next(r for r in report.keep_reject if r.tried == "mamba-track-interval-64")
     assert row.kept is None and row.kept_word == "No decision"
-    assert row.result.startswith("no decision: the study ended (budget or stop) before its A/B reached a decision; "
+    assert row.result.startswith("no decision: its phase's time ran out, or the study stopped, before its A/B "
+                                 "reached a decision; "
                                  "3 boots in its A/B (3 of it, 0 of the incumbent; 0025-mamba-track-interval-64 … "
                                  "0027-mamba-track-interval-64: 2 measured, 1 booted but not measured)")
     booted = {b.technique for b in report.boots if b.technique}
     assert booted <= {r.tried for r in report.keep_reject}
     assert sum(n for _, n in report.boot_counts()) == len(report.boots) == 27
     md = write_outputs(h.run_dir, with_plots=False).markdown.read_text()
-    assert "| mamba-track-interval-64 | no decision: the study ended" in md
+    assert "| mamba-track-interval-64 | no decision: its phase's time ran out" in md
     assert "27 boots: 23 measured, 2 booted but not measured, 1 failed a stress probe" in md
 
 
