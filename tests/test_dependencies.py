@@ -5,6 +5,7 @@ private (underscore) module of Optuna, and every package-data pattern matches a 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import re
 import sys
@@ -20,6 +21,7 @@ def _requirement_name(spec: str) -> str:
     return re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
 
 
+@functools.cache
 def _imports() -> dict[str, set[str]]:
     """Every imported module path (``a.b.c``) of the package → the files importing it."""
     found: dict[str, set[str]] = {}
