@@ -21,6 +21,8 @@ from elsa_tune.tuner.statistics import InsufficientData, boots_per_arm_for, mde_
 
 NAME = "gate"
 HELP = "plan or simulate the A/B gate: boundaries, detectable effects, keep rates at a given noise"
+EXAMPLES = ('elsa-tune gate plan --sigma-boot 0.05 --looks 2,4,6 --json',
+            'elsa-tune gate simulate --effect 1.05 --effect 1.10 --runs 200 --sigma-boot 0.05')
 MDES = (0.02, 0.03, 0.05, 0.10, 0.15, 0.20)
 
 

@@ -9,12 +9,15 @@ SIGKILL after the timeout, then a wait for the GPU memory). A live owner's serve
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from elsa_tune.tuner.argument_types import nonnegative_float
 
 NAME = "leases"
 HELP = "list the servers elsa-tune started on this host; --reap stops those whose tuner was killed"
+EXAMPLES = ('elsa-tune leases',
+            'elsa-tune leases --reap --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +28,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/elsa-tune/leases)")
     parser.add_argument("--stop-timeout", default=30.0, type=nonnegative_float, metavar="S",
                         help="seconds between SIGTERM and SIGKILL when reaping (default 30)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the leases (and, with --reap, what was reaped) as one JSON object")
     parser.set_defaults(func=run)
 
 
@@ -42,6 +47,14 @@ def run(args: argparse.Namespace) -> int:
                           remedy="give --stop-timeout a finite number of seconds ≥ 0, e.g. 30")
     book = LeaseBook(args.dir, stop_timeout_s=args.stop_timeout)
     leases = book.leases()
+    if args.json:
+        listed = [{"name": lease.name, "server_pid": lease.server_pid, "gpu_uuid": lease.gpu_uuid, "port": lease.port,
+                   "run_dir": lease.run_dir, "owner_pid": lease.owner.pid, "owner_host": lease.owner.host,
+                   "owner_dead": lease.owner.is_dead(), "created_at": lease.created_at} for lease in leases]
+        done = [{"name": r.name, "stopped": list(r.stopped), "killed": r.killed, "detail": r.detail}
+                for r in (book.reap() if args.reap else [])]
+        print(json.dumps({"directory": str(book.directory), "leases": listed, "reaped": done}, indent=2))
+        return 0
     print(f"{len(leases)} lease(s) in {book.directory}")
     for lease in leases:
         owner = "owner dead" if lease.owner.is_dead() else (

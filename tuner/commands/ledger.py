@@ -20,6 +20,8 @@ from elsa_tune.history.reasons import interval, pct
 
 NAME = "ledger"
 HELP = "show the ledger of techniques measured and rejected (shared by the studies of a folder)"
+EXAMPLES = ('elsa-tune ledger elsa-runs/demo',
+            'elsa-tune ledger elsa-runs/ledger.jsonl --technique hicache --all --json')
 DEFAULT_PATH = Path("elsa-runs")
 
 

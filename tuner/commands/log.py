@@ -27,6 +27,8 @@ from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 NAME = "log"
 HELP = "explain an SGLang server log: the boot report, or the classified failure with its remedy"
+EXAMPLES = ('elsa-tune log explain server.log',
+            'elsa-tune log explain - --json --flags "--page-size 32"')
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,8 @@ from elsa_tune.tuner.argument_types import positive_float, positive_int
 
 NAME = "record"
 HELP = "record production traffic from Prometheus (SGLang metrics) into a synthesised trace"
+EXAMPLES = ("elsa-tune record --prometheus http://prom:9090 --since 14d --selector '{job=\"sglang\"}' -o "
+            'prod.parquet',)
 
 
 def register(parser: argparse.ArgumentParser) -> None:

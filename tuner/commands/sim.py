@@ -22,6 +22,10 @@ from elsa_tune.tuner.argument_types import positive_float
 
 NAME = "sim"
 HELP = "the simulated SGLang server (serve), a configuration's noiseless truth (truth), the shipped profiles"
+EXAMPLES = ("elsa-tune sim profiles --json",
+            "elsa-tune sim serve --sim-profile tiny-test --model-path tiny-hybrid --port 30000",
+            "elsa-tune sim truth --sim-profile rtx5090-qwen3.8-27b-nvfp4 --model-path nvidia/Qwen3.8-27B-NVFP4 "
+            "--page-size 32 --workload workload.json")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +57,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     truth.set_defaults(func=_truth)
 
     profiles = sub.add_parser("profiles", help="list the shipped simulation profiles")
+    profiles.add_argument("--json", action="store_true", help="print the names as a JSON list")
     profiles.set_defaults(func=_profiles)
 
 
@@ -138,6 +143,11 @@ def _truth(args: argparse.Namespace) -> int:
 def _profiles(args: argparse.Namespace) -> int:
     from elsa_tune.runtime.sim.profile import list_profiles
 
+    if args.json:
+        import json
+
+        print(json.dumps(list_profiles()))
+        return 0
     for name in list_profiles():
         print(name)
     return 0

@@ -14,6 +14,8 @@ from elsa_tune.tuner.argument_types import nonnegative_int, positive_float, posi
 
 NAME = "traffic"
 HELP = "import public traces or request logs into a trace, and show what a trace looks like"
+EXAMPLES = ('elsa-tune traffic import mooncake_trace.jsonl --format mooncake -o prod.parquet',
+            'elsa-tune traffic show prod.parquet --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
@@ -26,6 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover - types only
 
 NAME = "tune"
 HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic prod.parquet)"
+EXAMPLES = ('elsa-tune --gpu 0 --traffic prod.parquet --space qwen3.8-27b-nvfp4-rtx5090 --model '
+            '/models/qwen --budget 8h',
+            'elsa-tune --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space '
+            'qwen3.8-27b-nvfp4-rtx5090 --traffic demo --budget 8m --out elsa-runs/demo',
+            'elsa-tune --gpu 0 --traffic prod.parquet --budget 8h --dry-run --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +66,14 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="target length of one measured pass (default: the budget / 250, within 1-180 s)")
     parser.add_argument("--baseline-boots", type=positive_int, default=None, metavar="N",
                         help="baseline boots (default 4)")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seed of the search's sampler and the boot schedule (default 0), e.g. --seed 7")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show the plan and stop: phases and their budget, estimated boots, every candidate's "
+                             "command line checked against the runtime's flags, what the ledger will skip; "
+                             "boots nothing and creates no run folder")
+    parser.add_argument("--json", action="store_true",
+                        help="print the final summary (or the --dry-run plan) as one JSON object on stdout")
     parser.add_argument("--no-live", dest="live", action="store_false", default=None,
                         help="plain log lines even on a terminal")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more console output")
@@ -77,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.worker_pool import parse_gpus
 
-    cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "verbose", "quiet")}
+    cli = {k: v for k, v in vars(args).items()
+           if k not in ("func", "command", "debug", "verbose", "quiet", "dry_run", "json")}
     cli["verbosity"] = int(args.verbose) - int(args.quiet) or None
     settings = Settings.resolve(cli)
     # --gpu 0,1: the lead owns the first GPU (baseline, screening, confirmation); the search runs on all of them.
@@ -93,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     if gpus and "sim" in gpus:
         raise ConfigError(f"--gpu {','.join(gpus)}: simulated GPUs are numbered",
                           remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
+    if args.dry_run:
+        return _dry_run(settings, as_json=bool(args.json))
     run_dir = OutputPath(settings.run_dir, "--out", folder=True).check([settings.traffic, settings.space])
     if settings.log_file is not None:
         OutputPath(settings.log_file, "--log-file").check([settings.traffic, settings.space])
@@ -139,6 +155,15 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         executor = virtual_executor(pre, clock)
     with StudyView(live=live) as view:
         outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, executor=executor).run()
+    if args.json:
+        print(json.dumps({"study": settings.study_name, "status": outcome.status.value,
+                          "recommended": {"label": outcome.incumbent.label, "argv": outcome.incumbent.argv(),
+                                          "env": dict(outcome.incumbent.env)},
+                          "boots": outcome.boots, "decisions": outcome.decisions, "run_dir": str(outcome.run_dir),
+                          "report": str(Path(outcome.run_dir) / "report.md"),
+                          "launch": str(Path(outcome.run_dir) / "best" / "launch.sh"),
+                          "simulated_hours": clock.now() / 3600 if clock is not None else None}, indent=2))
+        return exit_codes.OK if outcome.status is StudyStatus.FINISHED else exit_codes.INTERRUPTED
     print(f"study {settings.study_name}: {outcome.status.value}; recommended: {outcome.incumbent.label} "
           f"({' '.join(outcome.incumbent.argv())})")
     print(f"  {outcome.boots} boots, {outcome.decisions} decisions; report: {Path(outcome.run_dir) / 'report.md'}")
@@ -161,6 +186,18 @@ def _remove_created(card_dir: Path, run_dir: Path) -> None:
     for folder in (card_dir.parent, run_dir):
         with contextlib.suppress(OSError):   # not empty (another study's files) or already gone: left as it is
             folder.rmdir()
+
+
+def _dry_run(settings: Any, *, as_json: bool) -> int:
+    """The plan of the study, without booting and without creating its run folder."""
+    from elsa_tune.tuner.console import setup_logging
+    from elsa_tune.tuner.plan import plan_study
+    from elsa_tune.tuner.preflight import run_preflight
+
+    setup_logging(settings.log_file, settings.verbosity, console=True)
+    plan = plan_study(run_preflight(settings))
+    print(json.dumps(plan.to_dict(), indent=2) if as_json else "\n".join(plan.lines()))
+    return 0
 
 
 def _add_run_log(path: Path) -> None:

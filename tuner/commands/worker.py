@@ -26,6 +26,8 @@ from elsa_tune.tuner.argument_types import (
 
 NAME = "worker"
 HELP = "run trial workers of a study shared through a database (several GPUs, several hosts)"
+EXAMPLES = ('elsa-tune worker --study night --gpu 0,1 --storage postgresql://elsa@db/elsa --space '
+            'qwen3.8-27b-nvfp4-rtx5090 --traffic prod.parquet',)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
