@@ -58,6 +58,7 @@ class _Probed:
     after: str | None
     tag: str
     estimate: float | None        # its screening boot's throughput over the incumbent's
+    with_: str | None = None      # a memory technique screened together with it (it lacked memory alone)
 
 
 def _priority(probed: _Probed) -> tuple[int, float]:
@@ -125,6 +126,7 @@ class Screening:
         night = self.night
         floor = (1.0 - share) * night.budget.allowance(phase)
         blocked: list[tuple[int, Technique]] = []
+        freeing: list[str] = []          # memory techniques that grew the pool but were not kept on their own
         survivors: list[_Probed] = []
         stage1 = list(todo)
         try:
@@ -144,14 +146,22 @@ class Screening:
                     return
                 decision = self.gate(survivors[0])
                 probed = survivors.pop(0)
-                if decision is None or not (decision.kept is Kept.YES
-                                            and probed.technique.kind is TechniqueKind.MEMORY and blocked):
+                memory = probed.technique.kind is TechniqueKind.MEMORY
+                if decision is not None and memory and decision.kept is not Kept.YES \
+                        and decision.category is ReasonCategory.NO_GAIN:
+                    freeing.append(probed.technique.name)
+                if decision is None or not (decision.kept is Kept.YES and memory and blocked):
                     continue
                 log.info("%s was kept: retrying %s on the larger pool", probed.technique.name,
                          ", ".join(t.name for _, t in blocked))
                 for index, technique in blocked:
                     self.screen(index, technique, after=probed.technique.name)
                 blocked = []
+            # No memory technique was kept, but one grew the pool: each technique that lacked memory is screened
+            # once together with it (the pair is kept or not as one change).
+            for index, technique in blocked:
+                if freeing and self._time(phase, floor, [technique]):
+                    self.screen(index, technique, with_=freeing[0])
         except PhaseOver:
             if phase == "screening":     # an unfinished comparison is screened again, from its start
                 night.unscreened = sorted({(i, t.name): (i, t) for i, t in
@@ -207,23 +217,23 @@ class Screening:
                                f"{reason_from_verdict(first)}")
 
     def screen(self, index: int, technique: Technique, *, first: Verdict | None = None,
-               after: str | None = None) -> DecisionRecord | None:
+               after: str | None = None, with_: str | None = None) -> DecisionRecord | None:
         """Decide one technique now: its probed screening boot, then (if it survives) the A/B gate."""
-        probed = self.probe(index, technique, first=first, after=after)
+        probed = self.probe(index, technique, first=first, after=after, with_=with_)
         return self.gate(probed) if isinstance(probed, _Probed) else probed
 
     def probe(self, index: int, technique: Technique, *, first: Verdict | None = None,
-              after: str | None = None) -> _Probed | DecisionRecord | None:
+              after: str | None = None, with_: str | None = None) -> _Probed | DecisionRecord | None:
         """The rules and the probed screening boot of ``technique`` on the incumbent; the decision when that ends it.
 
         ``first``: this is a retest, and that was the first test's verdict (the decision's sentence says so).
         ``after``: a retry on an incumbent that now has this memory technique (its first try lacked memory).
+        ``with_``: screened together with this memory technique, as one change.
         """
         night = self.night
-        base: dict[str, Any] = dict(technique=technique.name, flags_delta=dict(technique.flags),
-                                    env_delta=dict(technique.env), incumbent_key=night.incumbent.candidate.key())
+        base = self._base(technique, with_)
         try:
-            candidate = night.space.candidate(night.incumbent.values, [*night.incumbent.techniques, technique.name],
+            candidate = night.space.candidate(night.incumbent.values, self._stack(technique, with_),
                                               label=technique.name)
         except (RuleViolation, DerivationError) as exc:
             failure = Failure(FailureKind.BAD_FLAG, f"refused by the space's rules: {exc.message}",
@@ -238,8 +248,8 @@ class Screening:
         base["candidate_key"] = candidate.key()
         attempts, result = 0, None
         tag = f"screening:{technique.name}" + (":retest" if first is not None else "") + \
-            (f":after-{after}" if after is not None else "")
-        if night.incumbent.techniques and first is None and after is None:
+            (f":after-{after}" if after is not None else "") + (f":with-{with_}" if with_ is not None else "")
+        if night.incumbent.techniques and first is None and after is None and with_ is None:
             tag += ":on-" + "+".join(night.incumbent.techniques)
         while attempts < 3:
             attempts += 1
@@ -252,12 +262,12 @@ class Screening:
         boots: tuple[str, ...] = (result.record.boot_id,)
         if result.sample.failed is not None:
             return self._record(after, failure=_named(result.sample.failed), attempts=attempts,
-                                boots_candidate=boots, **base)
+                                boots_candidate=boots, with_=with_, **base)
         report = result.record.report
         ignored = tuple(a for a in (report.adjustments if report else ())
                         if a.flag in technique.flags or a.flag in _derived_of(technique))
         if ignored:
-            return self._record(after, ignored=ignored, boots_candidate=boots, **base)
+            return self._record(after, ignored=ignored, boots_candidate=boots, with_=with_, **base)
         immediate = self.immediate_reject(result)
         if immediate is None or immediate.extra.get("z") is not None:
             # A pool is a fact of the configuration, one boot shows it; a slow boot may be the host (rechecked).
@@ -273,10 +283,11 @@ class Screening:
                 immediate = replace(immediate, boots_candidate=2, reason=immediate.reason.replace(
                     "on its screening boot", "on two screening boots (the second shown)"))
         if immediate is not None:
-            return self._record(after, verdict=immediate, result=immediate.reason, boots_candidate=boots, **base)
+            return self._record(after, verdict=immediate, result=immediate.reason, boots_candidate=boots, with_=with_,
+                                **base)
         tput, incumbent = result.record.throughput_tok_s, night.incumbent.throughput
         return _Probed(index=index, technique=technique, candidate=candidate, boots=boots, first=first,
-                       after=after, tag=tag, estimate=tput / incumbent if tput and incumbent else None)
+                       after=after, tag=tag, estimate=tput / incumbent if tput and incumbent else None, with_=with_)
 
     def gate(self, probed: _Probed) -> DecisionRecord | None:
         """The A/B gate of a technique that survived its screening boot, against the incumbent as it is now.
@@ -285,23 +296,21 @@ class Screening:
         booted with the probes again on the new combination first: its quality and pool are facts of that one.
         """
         night = self.night
-        technique, first, after = probed.technique, probed.first, probed.after
-        current = self._current(technique)
+        technique, first, after, with_ = probed.technique, probed.first, probed.after, probed.with_
+        current = self._current(technique, with_)
         if current is None or current.key() != probed.candidate.key():
-            again = self.probe(probed.index, technique, first=first, after=after)
+            again = self.probe(probed.index, technique, first=first, after=after, with_=with_)
             if not isinstance(again, _Probed):
                 return again
             probed = again
-        base: dict[str, Any] = dict(technique=technique.name, flags_delta=dict(technique.flags),
-                                    env_delta=dict(technique.env), incumbent_key=night.incumbent.candidate.key(),
-                                    candidate_key=probed.candidate.key())
+        base = {**self._base(technique, with_), "candidate_key": probed.candidate.key()}
         kind = technique.kind.value if technique.kind.value in ("speed", "memory") else "speed"
         ab, ids = night.ab(probed.candidate, tag=probed.tag, phase=Phase.SCREENING, technique=technique.name,
                            kind=kind, seed=probed.index if first is None else 7919 + probed.index)
         verdict = night.fdr.review(ab.verdict)
         sentence = (f"retest with fresh boots (the first: {reason_from_verdict(first)}): "
                     f"{reason_from_verdict(verdict)}" if first is not None else "")
-        decision = self._record(after, verdict=verdict, ab_result=ab.to_dict(), result=sentence,
+        decision = self._record(after, verdict=verdict, ab_result=ab.to_dict(), result=sentence, with_=with_,
                                 boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                 boots_candidate=probed.boots + tuple(ids[Arm.CANDIDATE]), **base)
         # faster at the interval's low end (a memory technique: no slower than its non-inferiority margin)
@@ -310,26 +319,40 @@ class Screening:
                 and verdict.ci_low > 1.0 - margin):
             night.promising.append((probed.index, technique, verdict))
         if decision.kept is Kept.YES:
-            night.incumbent = Incumbent(dict(night.incumbent.values), [*night.incumbent.techniques, technique.name],
+            night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(technique, with_),
                                         probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
         return decision
 
-    def _current(self, technique: Technique) -> Candidate | None:
+    def _stack(self, technique: Technique, with_: str | None = None) -> list[str]:
+        """The incumbent's techniques, then ``with_`` (a memory technique screened alongside), then ``technique``."""
+        return [*self.night.incumbent.techniques, *([with_] if with_ else []), technique.name]
+
+    def _base(self, technique: Technique, with_: str | None) -> dict[str, Any]:
+        night = self.night
+        flags, env = dict(technique.flags), dict(technique.env)
+        if with_ is not None:
+            partner = night.space.technique(with_)
+            flags, env = {**partner.flags, **flags}, {**partner.env, **env}
+        return dict(technique=technique.name, flags_delta=flags, env_delta=env,
+                    incumbent_key=night.incumbent.candidate.key())
+
+    def _current(self, technique: Technique, with_: str | None = None) -> Candidate | None:
         """The technique on the incumbent as it is now (``None`` when the space's rules refuse the combination)."""
         night = self.night
         try:
-            return night.space.candidate(night.incumbent.values, [*night.incumbent.techniques, technique.name],
-                                         label=technique.name)
+            return night.space.candidate(night.incumbent.values, self._stack(technique, with_), label=technique.name)
         except (RuleViolation, DerivationError, ConfigError):
             return None
 
-    def _record(self, after: str | None, **fields: Any) -> DecisionRecord:
-        """Record one screening decision; a retry after a memory keep says so in its sentence."""
+    def _record(self, after: str | None, *, with_: str | None = None, **fields: Any) -> DecisionRecord:
+        """Record one screening decision; a retry after a memory keep, or a pair, says so in its sentence."""
         night = self.night
         decision = DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, decided_at=time.time(),
                                   **fields)
         if after is not None:
             decision = replace(decision, result=f"retried after {after} was kept: {decision.result}")
+        if with_ is not None:
+            decision = replace(decision, result=f"screened with {with_}, which frees memory: {decision.result}")
         return night.decide(decision)
 
     def no_memory_gain(self, technique: Technique, result: BootResult) -> Verdict | None:
