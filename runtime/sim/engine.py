@@ -138,6 +138,7 @@ class Engine:
         self.crashed: SimCrash | None = None
         self.generations = 0
         self.retractions = 0
+        self.slowdown = 1.0        # the serving loop's noise: every step's duration is multiplied by it
 
     # ---- requests --------------------------------------------------------------------------------------
 
@@ -296,6 +297,7 @@ class Engine:
                 first.append(live.req.rid)
         self.generations += len(first)
         finished = self._finish()
+        seconds *= self.slowdown
         self.now += seconds
         return self._result("prefill", seconds, emitted, first_token=tuple(first), finished=finished, cached=cached,
                             new_tokens=computed, new_seqs=new_seqs, aborted=aborted, transient_gb=transient)
@@ -306,7 +308,7 @@ class Engine:
         contexts = [live.req.input_tokens + live.generated for live in batch]
         seconds = self.perf.decode_step_s(len(batch), contexts)
         multiplier = sum(self.perf.regime_multiplier(live.req.regime) for live in batch) / len(batch)
-        seconds /= multiplier
+        seconds *= self.slowdown / multiplier
         emitted: dict[str, int] = {}
         for live in batch:
             n = min(self.perf.sample_accepted(live.req.regime, self.rng), live.req.output_tokens - live.generated)
