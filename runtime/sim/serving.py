@@ -163,6 +163,9 @@ class StepSource(Protocol):
     def next_arrival(self) -> float | None:
         """Simulated time of the earliest request queued for a later arrival, or ``None``."""
 
+    def pool_state(self) -> StepResult:
+        """A zero-length ``"idle"`` step: the pools and queues as they are now."""
+
     def advance_to(self, t: float) -> None:
         """Move an idle scheduler's clock forward to ``t`` (never backwards), releasing arrivals up to it."""
 
@@ -260,7 +263,7 @@ class Serving:
         self._window_tokens = 0
         self._window_verify = 0
         self._window_accepted = 0
-        self._window_start = time.monotonic()
+        self._window_start = 0.0         # simulated time the current decode-log window began
         self._last_log = {"prefill": 0.0, "decode": 0.0}
         self._hung = faults.hang_after_requests == 0
         self._hung_since = time.monotonic()
@@ -418,6 +421,8 @@ class Serving:
         self._wake.clear()
         nxt = self.source.next_arrival()
         if nxt is None:
+            # the pool as an idle scheduler reports it (the radix cache's unlocked prompts are not used)
+            self._gauges_and_log(self.source.pool_state(), loop.time())
             idle_from = loop.time()
             await self._wake.wait()
             if loop.time() - idle_from >= NEW_PASS_IDLE_S:
@@ -523,27 +528,30 @@ class Serving:
     def _gauges_and_log(self, step: StepResult, now: float) -> None:
         usage = round(step.used_tokens / max(1, step.token_capacity), 2)
         mamba_usage = round(step.mamba_used / step.mamba_capacity, 2) if step.mamba_capacity else 0.0
-        refresh = step.kind == "prefill"
+        refresh = step.kind in ("prefill", "idle")
         if step.kind == "decode":
             self._decode_steps += 1
             refresh = self._decode_steps % self.decode_log_interval == 0
         if not refresh:
             return
-        elapsed = max(1e-9, now - self._window_start)
+        # in simulated seconds: a sped-up server's wall-clock rate is not the simulated system's
+        elapsed = max(1e-9, self.source.now - self._window_start)
         if step.kind == "decode":
             self.last_gen_throughput = self._window_tokens / elapsed
             self._window_tokens = 0
-            self._window_start = now
+            self._window_start = self.source.now
         # like SGLang's gauge and log line: the average over the last decode-log window, not since start
         accept = self._window_accepted / self._window_verify if self._window_verify else self.avg_spec_accept_length
         if step.kind == "decode":
             self._window_verify = self._window_accepted = 0
         gauges = {"num_running_reqs": step.running, "num_queue_reqs": step.queued, "token_usage": usage,
                   "full_token_usage": usage, "num_used_tokens": step.used_tokens,
-                  "kv_used_tokens": step.used_tokens, "kv_available_tokens": step.token_capacity - step.used_tokens,
+                  "kv_used_tokens": step.used_tokens, "kv_evictable_tokens": step.evictable_tokens,
+                  "kv_available_tokens": step.token_capacity - step.used_tokens - step.evictable_tokens,
                   "gen_throughput": self.last_gen_throughput, "mamba_usage": mamba_usage,
                   "mamba_used_tokens": step.mamba_used,
-                  "mamba_available_tokens": max(0, step.mamba_capacity - step.mamba_used),
+                  "mamba_evictable_tokens": step.mamba_evictable,
+                  "mamba_available_tokens": max(0, step.mamba_capacity - step.mamba_used - step.mamba_evictable),
                   "num_retracted_reqs": len(step.retracted)}
         if step.kind == "prefill":
             total = step.new_tokens + sum(step.cached.values())
@@ -552,7 +560,7 @@ class Serving:
             gauges["spec_accept_length"] = accept
             gauges["spec_accept_rate"] = min(1.0, max(0.0, (accept - 1) / max(1, self._draft_tokens - 1)))
         self.metrics.set_gauges(gauges)
-        if now - self._last_log[step.kind] < 1.0 / LOG_LINES_PER_S:
+        if step.kind == "idle" or now - self._last_log[step.kind] < 1.0 / LOG_LINES_PER_S:
             return
         self._last_log[step.kind] = now
         usage_part: list[tuple[str, object]] = (

@@ -51,6 +51,9 @@ class EngineSource:
     def next_arrival(self) -> float | None:
         return self.engine.next_event
 
+    def pool_state(self) -> StepResult:
+        return self.engine.pool_state()
+
     def advance_to(self, t: float) -> None:
         self.engine.advance_to(t)
 
