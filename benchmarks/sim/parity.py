@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,8 +187,11 @@ def main() -> int:
                 for loop, work in (("open", open_loop(args.requests, args.rate, s, seed=1)),
                                    ("closed", synthetic(args.requests, 2000, 200, STREAMS, block_size=BLOCK,
                                                         tag=f"parity-closed-{s:g}"))):
+                    began = time.monotonic()
                     m = run_elsa(url, work)
-                    note = "simulated time" if m.simulated else "WALL TIME: the server declared no clock"
+                    wall = time.monotonic() - began
+                    note = (f"simulated time, {m.window_s / wall:.1f}× wall on this host" if m.simulated
+                            else "WALL TIME: the server declared no clock")
                     rows.append(Row(s, "elsa-tune loadgen", loop, m.output_throughput_tok_s, m.ttft_s.p50,
                                     m.ttft_s.p99, truths[loop], f"{m.requests_ok}/{m.requests_total}; {note}"))
                 if args.sglang_python and tokenizer is not None:

@@ -481,7 +481,7 @@ class Serving:
                 self.spec_accepted += step.accepted_tokens
                 self._window_verify += step.verify_calls
                 self._window_accepted += step.accepted_tokens
-                m.spec_verify.inc(m.sched, step.verify_calls)
+                m.spec_verify.inc(m.tok, step.verify_calls)
             m.realtime_tokens.inc({**m.sched, "mode": "decode"}, emitted_total)
             if step.kind == "prefill":
                 m.realtime_tokens.inc({**m.sched, "mode": "prefill_compute"}, step.new_tokens)
@@ -513,9 +513,9 @@ class Serving:
             m.e2e.observe(streaming, now - job.created)
             if job.generated > 1 and job.first_token_at is not None:
                 m.tpot.observe(streaming, (now - job.first_token_at) / (job.generated - 1))
-            m.prompt_hist.observe(m.sched, job.spec.input_tokens)
-            m.uncached_hist.observe(m.sched, job.spec.input_tokens - job.cached_tokens)
-            m.generation_hist.observe(m.sched, job.generated)
+            m.prompt_hist.observe(m.tok, job.spec.input_tokens)
+            m.uncached_hist.observe(m.tok, job.spec.input_tokens - job.cached_tokens)
+            m.generation_hist.observe(m.tok, job.generated)
         self.finished_requests += 1
         self.noise.request_finished()
         f = self.faults

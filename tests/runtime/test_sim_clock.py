@@ -31,7 +31,7 @@ from elsa_tune.traffic.sim_time import SimTime
 from elsa_tune.traffic.workload import synthetic
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_sim_server_http import boot, shutdown  # noqa: E402
+from test_sim_server_http import boot, shutdown
 
 PROFILE = "tiny-test"
 
