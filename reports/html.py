@@ -149,6 +149,8 @@ def _summary(report: Report) -> list[str]:
         ["boots", f"{len(report.boots)} ({measured} measured, {failed} crashed or infeasible, "
                   f"{len(report.incomplete_boots)} interrupted)"],
     ]
+    if report.fingerprint is not None and units.simulated(report.fingerprint.runtime):
+        rows.append(["time", units.SIMULATED_TIME])
     if study is not None:
         used = units.duration(study.updated_at - study.started_at)
         rows.insert(1, ["budget", f"{units.duration(study.budget_s)}, used {used}; started "

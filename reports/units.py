@@ -43,3 +43,12 @@ def duration(seconds: float | None) -> str:
 
 def when(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+#: What a report says about its numbers when the runtime was the simulated SGLang (fingerprint ``sglang-sim``).
+SIMULATED_TIME = ("simulated: every rate and latency is the simulated system's, in simulated seconds (the load "
+                  "generator reads the simulated server's clock), not a measurement of real hardware")
+
+
+def simulated(runtime: str | None) -> bool:
+    return runtime == "sglang-sim"

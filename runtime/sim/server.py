@@ -331,7 +331,8 @@ class SimHttpServer:
                       {"type": "stop", "matched": 151645})
         meta: dict[str, Any] = {"id": job.spec.rid, "finish_reason": reason, "prompt_tokens": job.spec.input_tokens,
                                 "completion_tokens": job.generated, "cached_tokens": job.cached_tokens,
-                                "weight_version": "default", "e2e_latency": time.monotonic() - job.created}
+                                "weight_version": "default",
+                                "e2e_latency": (job.last_token_at or job.arrival_sim) - job.arrival_sim}
         if self.model.speculative and self.serving.spec_forwards:
             meta["spec_accept_length"] = self.serving.avg_spec_accept_length
         return {"text": job.completion.text(job.generated), "output_ids": [], "meta_info": meta}

@@ -182,7 +182,7 @@ class Job:
     deliveries: asyncio.Queue[tuple[int, bool]] = field(default_factory=asyncio.Queue)
     generated: int = 0
     cached_tokens: int = 0
-    first_token_at: float | None = None
+    first_token_at: float | None = None   # simulated instants (the Prometheus histograms are in simulated time)
     last_token_at: float | None = None
     error: str | None = None
     sent_at: float | None = None      # the client's x-elsa-sent-at stamp (time.monotonic() on this host)
@@ -437,7 +437,9 @@ class Serving:
             self._pause(loop.time(), due - self.clock.lag_s)
 
     def _deliver(self, step: StepResult, now: float) -> None:
+        """Hand ``step``'s tokens to the streams (``now``: wall) and count them (at its simulated end)."""
         m = self.metrics
+        t = self.source.now
         for rid, message in step.aborted.items():
             job = self.jobs.pop(rid, None)
             if job is not None:
@@ -460,17 +462,17 @@ class Serving:
                     continue
                 emitted_total += n
                 if job.first_token_at is None:
-                    job.first_token_at = now
+                    job.first_token_at = t
                     self._await_ack(job)
                     if job.cache_hit_damage and job.cached_tokens > 0:
                         job.completion = job.completion.with_damage(job.cache_hit_damage, job.damage_salt)
                     elif job.host_hit_damage and job.host_restorable_tokens > job.cached_tokens:
                         job.completion = job.completion.with_damage(job.host_hit_damage, job.damage_salt)
-                    m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, now - job.created)
-                    m.queue_time.observe(m.sched, max(0.0, now - job.created - step.duration_s / self.speedup))
+                    m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, t - job.arrival_sim)
+                    m.queue_time.observe(m.sched, max(0.0, t - job.arrival_sim - step.duration_s))
                 else:
-                    m.itl.observe(m.tok, (now - (job.last_token_at or now)) / n, weight=n)
-                job.last_token_at = now
+                    m.itl.observe(m.tok, (t - (job.last_token_at or t)) / n, weight=n)
+                job.last_token_at = t
                 job.generated += n
                 job.unsent += n
                 if job.generated == n or now - job.flushed_at >= STREAM_FLUSH_S:
@@ -494,6 +496,7 @@ class Serving:
         self._gauges_and_log(step, now)
 
     def _finish(self, rid: str, now: float) -> None:
+        t = self.source.now
         job = self.jobs.pop(rid, None)
         if job is None:
             return
@@ -510,9 +513,9 @@ class Serving:
             m.num_requests.inc(streaming)
             m.cached_tokens.inc({**m.tok, "cache_source": "device"}, job.cached_tokens)
             m.cached_tokens.inc({**m.tok, "cache_source": "total"}, job.cached_tokens)
-            m.e2e.observe(streaming, now - job.created)
+            m.e2e.observe(streaming, t - job.arrival_sim)
             if job.generated > 1 and job.first_token_at is not None:
-                m.tpot.observe(streaming, (now - job.first_token_at) / (job.generated - 1))
+                m.tpot.observe(streaming, (t - job.first_token_at) / (job.generated - 1))
             m.prompt_hist.observe(m.tok, job.spec.input_tokens)
             m.uncached_hist.observe(m.tok, job.spec.input_tokens - job.cached_tokens)
             m.generation_hist.observe(m.tok, job.generated)

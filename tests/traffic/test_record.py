@@ -29,8 +29,8 @@ from prometheus_backfill import (
     running_prometheus,
 )
 
-from elsa_tune.traffic.prometheus import PrometheusClient
 from elsa_tune.errors import TrafficError
+from elsa_tune.traffic.prometheus import PrometheusClient
 from elsa_tune.traffic.recording import Recording, RecordWindow, auto_step, record
 from elsa_tune.traffic.summary import prefix_reuse
 from elsa_tune.traffic.trace import read_trace
