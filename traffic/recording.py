@@ -421,7 +421,7 @@ def _report(client: PrometheusClient, window: RecordWindow, grid: Grid, matchers
     implied = float(counts[covered].mean()) / grid.step * latency if latency is not None and covered.any() else None
     return RecordingReport(
         prometheus=client.url, selector=window.selector, start=_iso(window.start), end=_iso(window.end),
-        step_s=window.step, arrival_metric=metric, requests_observed=float(counts.sum()),
+        step_s=grid.step, arrival_metric=metric, requests_observed=float(counts.sum()),
         requests_synthesized=len(trace), busiest_days=tuple(days[:5]), busiest_hour=hours[0] if hours else None,
         queued_share=_share_positive(queue), running_max=_stat(running, np.nanmax),
         running_mean=_stat(running, np.nanmean), queue_max=_stat(queue, np.nanmax),

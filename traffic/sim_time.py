@@ -95,10 +95,11 @@ class SimTime:
             return max(0.0, self.sim(sent + offset - self.lag_s) - at)
 
         chunk_gaps: list[float] = []
-        first = rec.ttft_s
-        for gap in rec.itl_s if first is not None else ():
-            chunk_gaps.append(max(0.0, self.sim(sent + first + gap) - self.sim(sent + first)))
-            first += gap
+        if rec.ttft_s is not None:
+            chunk = sent + rec.ttft_s
+            for gap in rec.itl_s:
+                chunk_gaps.append(max(0.0, self.sim(chunk + gap) - self.sim(chunk)))
+                chunk += gap
         return dataclasses.replace(
             rec, sent_s=at - origin,
             scheduled_s=None if rec.scheduled_s is None else rec.scheduled_s * self.speedup,
