@@ -59,7 +59,7 @@ STREAM_FLUSH_S = 0.002
 #: After a step that finished requests whose clients announced a follow-up, the simulation waits at most this long
 #: (wall seconds) for the follow-ups before it composes the next step; the clock slows for the wait (``SimClock``),
 #: so simulated time does not move.
-REACTION_S = 0.050
+REACTION_S = 0.250
 #: A delivery later than this (wall seconds) slows the clock; a smaller lateness (a sleep's overshoot) does not
 #: add up, since the next step's deadline comes from the clock's line.
 LATE_TOLERANCE_S = 0.002
