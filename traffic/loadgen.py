@@ -243,6 +243,7 @@ class _Run:
         self.sim0 = 0.0
         self.sent_sim: dict[int, float] = {}   # simulated send instants the client named (SIM_AT_HEADER)
         self.acks: set[asyncio.Task[None]] = set()
+        self.follow_ups: set[int] = set()      # closed loop: requests whose worker sends another when they end
         self.last_end: float | None = None     # when the last request ended (freeing its slot)
         self.client = client
         self.workload = workload
@@ -259,7 +260,8 @@ class _Run:
 
     async def drive(self, cap: int) -> None:
         if self.clock is not None:
-            async with httpx.AsyncClient(base_url=self.gen.base_url, timeout=self.timeouts.connect_s) as side:
+            async with httpx.AsyncClient(base_url=self.gen.base_url, timeout=self.timeouts.connect_s,
+                                         transport=StreamingTransport(max_connections=8)) as side:
                 self.line = _ClockLine(self.clock, side)
                 await self.line.read()
                 self.t0 = time.perf_counter()
@@ -305,15 +307,23 @@ class _Run:
                 return target
 
     async def _worker(self) -> None:
-        specs = self.workload.requests
         trigger: float | None = None
-        while self.next_index < len(specs):
-            spec = specs[self.next_index]
-            self.next_index += 1
+        spec = self._claim()
+        while spec is not None:
+            follow = self._claim()   # claimed now, so that the server can be told a follow-up comes
+            if follow is not None:
+                self.follow_ups.add(spec.index)
             # the first send of each worker is at the run's start, later ones react to the last end
             await self._send(spec, None, None, trigger, sim_at=self.sim0 if trigger is None else None)
             record = self.records[spec.index]
             trigger = None if record is None or record.end_s is None else self.t0 + record.end_s
+            spec = follow
+
+    def _claim(self) -> RequestSpec | None:
+        if self.next_index >= len(self.workload.requests):
+            return None
+        self.next_index += 1
+        return self.workload.requests[self.next_index - 1]
 
     def _headers(self, spec: RequestSpec, base: dict[str, str]) -> dict[str, str]:
         name = self.gen.settings.regime_header
@@ -327,7 +337,7 @@ class _Run:
         if sim_at is not None:
             headers[SIM_AT_HEADER] = f"{sim_at:.6f}"
         if self.workload.mode is ReplayMode.CLOSED_LOOP:
-            if self.next_index < len(self.workload.requests):
+            if spec.index in self.follow_ups:
                 headers[FOLLOW_UP_HEADER] = "1"
             if sim_at is None:
                 headers[FOLLOWS_HEADER] = "1"
@@ -354,11 +364,11 @@ class _Run:
                 body[name] = value
         return json.dumps(body, separators=(",", ":")).encode()
 
-    def _ack(self, key: str, *, first: bool) -> None:
-        """Tell the simulated server this client has its first token / its end (the end of a request a
-        follow-up comes after needs none: the follow-up says so)."""
-        follow_up = self.workload.mode is ReplayMode.CLOSED_LOOP and self.next_index < len(self.workload.requests)
-        if self.line is not None and (first or not follow_up):
+    def _ack(self, key: str) -> None:
+        """Tell the simulated server this client has its first token (ends are not acknowledged: each round
+        trip stands the clock still, and an end's delivery latency only reaches the window's last instant and
+        the per-request decode rate; a closed loop's follow-up says its end arrived)."""
+        if self.line is not None:
             task = asyncio.get_running_loop().create_task(self.line.ack(key))
             self.acks.add(task)
             task.add_done_callback(self.acks.discard)
@@ -420,8 +430,8 @@ class _Run:
                             now = time.perf_counter()
                             had = len(chunk_times)
                             stream.feed(raw, now)
-                            if ack is not None and (stream.done or not had) and (chunk_times or stream.done):
-                                self._ack(ack, first=not had)
+                            if ack is not None and chunk_times and not had:
+                                self._ack(ack)
                             if chunk_times and now - rearmed > stall_slack:
                                 deadline.reschedule(loop.time() + t.stall_s)
                                 rearmed = now

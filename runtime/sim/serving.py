@@ -14,8 +14,8 @@ The lag absorbs the host's own request overhead (client write, parse, hashing) a
 ``lag_s``. A client that will send its next request as soon as one ends (a closed loop) says so on the request
 (``Job.follow_up``); after a step that finished such requests the loop waits, at most ``REACTION_S``, until their
 follow-ups have arrived (``Job.follows``), so that they join the step SGLang would have admitted them to. A client
-that acknowledges receipts (``Job.ack_key``, ``/sim/ack``) has the clock stand still after a first token or an
-end until it has the bytes, so that its reading of that instant carries none of the host's delivery latency. When
+that acknowledges first tokens (``Job.ack_key``, ``/sim/ack``) has the clock stand still after one until it has the
+bytes, so that its TTFT carries none of the host's delivery latency. When
 the
 host cannot keep pace the clock slows instead of skipping, and says where (``/sim/clock``'s knots). A client
 that knows the clock (``traffic/sim_time.py``) converts its own wall-clock readings into simulated time and
@@ -187,7 +187,7 @@ class Job:
     error: str | None = None
     sent_at: float | None = None      # the client's x-elsa-sent-at stamp (time.monotonic() on this host)
     sim_at: float | None = None       # the simulated instant its client named (x-elsa-sim-at)
-    ack_key: str | None = None        # its client acknowledges the first token and the end (x-elsa-ack)
+    ack_key: str | None = None        # its client acknowledges the first token (x-elsa-ack)
     received_at: float = 0.0
     arrival_sim: float = 0.0          # simulated instant it arrived (the clock at its client's send stamp)
     follow_up: bool = False           # its client sends another request as soon as this one ends
@@ -208,6 +208,8 @@ class Pacing:
         self.intended_s = 0.0
         self.late: list[float] = []
         self.keep = keep
+        self.paused_s = 0.0        # wall seconds the clock stood still (a late step, a wait for clients)
+        self.unanswered = 0        # follow-ups and receipts clients announced that did not come in time
 
     def record(self, intended_s: float, late_s: float) -> None:
         self.steps += 1
@@ -224,7 +226,8 @@ class Pacing:
         def pick(q: float) -> float:
             return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
-        return {"steps": self.steps, "intended_s": round(self.intended_s, 4), "late_p50_ms": pick(0.5) * 1e3,
+        return {"steps": self.steps, "intended_s": round(self.intended_s, 4), "paused_s": round(self.paused_s, 4),
+                "unanswered": self.unanswered, "late_p50_ms": pick(0.5) * 1e3,
                 "late_p99_ms": pick(0.99) * 1e3, "late_max_ms": ordered[-1] * 1e3}
 
 
@@ -387,7 +390,7 @@ class Serving:
             self._awaited += 1
 
     def ack(self, key: str) -> bool:
-        """A client says it has received what was delivered for its request ``key`` (first token, end)."""
+        """A client says it has received the first token of its request ``key``."""
         if not self._acks.get(key):
             return False
         self._acks[key] -= 1
@@ -403,6 +406,8 @@ class Serving:
         late delivery, a wait for follow-ups) the clock stands still from ``due`` to ``now − lag`` (a busy host
         slows the simulation; it never skips time). Smaller lateness (a sleep's overshoot) is not added up."""
         late = now - self.clock.lag_s - due
+        if late > LATE_TOLERANCE_S:
+            self.pacing.paused_s += late
         t = self.source.now
         self.clock.move(due + late if late > LATE_TOLERANCE_S else due, t, since=t)
 
@@ -413,6 +418,7 @@ class Serving:
             self._reacted.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._reacted.wait(), until - loop.time())
+        self.pacing.unanswered += self._awaited
         self._awaited = 0
         self._acks.clear()
 
@@ -503,8 +509,6 @@ class Serving:
         job.deliveries.put_nowait((job.unsent, True))
         job.unsent = 0
         self._awaited += job.follow_up
-        if not job.follow_up:
-            self._await_ack(job)
         m = self.metrics
         streaming = {**m.tok, "is_streaming": _flag(job.streaming)}
         with m.lock:
