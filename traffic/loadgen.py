@@ -365,9 +365,8 @@ class _Run:
         return json.dumps(body, separators=(",", ":")).encode()
 
     def _ack(self, key: str) -> None:
-        """Tell the simulated server this client has its first token (ends are not acknowledged: each round
-        trip stands the clock still, and an end's delivery latency only reaches the window's last instant and
-        the per-request decode rate; a closed loop's follow-up says its end arrived)."""
+        """Tell the simulated server this client has the first token, or the end, of the request it tagged
+        ``key`` (the end of a request a follow-up comes after needs none: the follow-up says it arrived)."""
         if self.line is not None:
             task = asyncio.get_running_loop().create_task(self.line.ack(key))
             self.acks.add(task)
@@ -431,6 +430,8 @@ class _Run:
                             had = len(chunk_times)
                             stream.feed(raw, now)
                             if ack is not None and chunk_times and not had:
+                                self._ack(ack)
+                            if ack is not None and stream.done and spec.index not in self.follow_ups:
                                 self._ack(ack)
                             if chunk_times and now - rearmed > stall_slack:
                                 deadline.reschedule(loop.time() + t.stall_s)

@@ -27,8 +27,8 @@ SENT_AT_HEADER = "x-elsa-sent-at"
 #: The simulated instant a request on the client's own schedule is sent at (an open loop's arrival, a run's
 #: start), on the clock the server declared; the server places it there unless its scheduler is already past it.
 SIM_AT_HEADER = "x-elsa-sim-at"
-#: A key the client will acknowledge the first token of this request with (``ACK_PATH?key=``): the simulated clock
-#: stands still until it has, so the client's TTFT carries no host delivery latency.
+#: A key the client will acknowledge the first token and the end of this request with (``ACK_PATH?key=``): the
+#: simulated clock stands still until it has, so the client's readings carry no host delivery latency.
 ACK_HEADER = "x-elsa-ack"
 ACK_PATH = "/sim/ack"
 #: A closed loop's headers: "I send my next request when this one ends" and "this is that request"; the simulated

@@ -1,7 +1,7 @@
 """Does a client measure the simulated system, not the host, at the speed-ups studies use?
 
 Boots ``elsa-tune sim serve`` (``--sim-config stock --sim-noise off``) at each ``--speedup``, drives it with
-elsa-tune's load generator (which stamps its sends, acknowledges its first tokens and converts its own
+elsa-tune's load generator (which stamps its sends, acknowledges its first tokens and ends, and converts its own
 wall-clock readings on the server's declared clock, ``traffic/sim_time.py``) and, when ``--sglang-python``
 names a Python with SGLang 0.5.23, with ``python -m sglang.bench_serving`` (which knows nothing of the
 simulator: its wall-clock figures are converted here with the declared speed-up and delivery lag, no knots).

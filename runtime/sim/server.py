@@ -192,7 +192,7 @@ class SimHttpServer:
         return await send_json(writer, 200, self.serving.clock.describe(since))
 
     async def _sim_ack(self, request: Request, writer: asyncio.StreamWriter) -> int:
-        """Sim-only: a client has received the first token of the request it tagged ``key``."""
+        """Sim-only: a client has received the first token, or the end, of the request it tagged ``key``."""
         key = (request.query.get("key") or [""])[0]
         return await send_json(writer, 200, {"acknowledged": self.serving.ack(key)})
 

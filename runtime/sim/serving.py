@@ -14,8 +14,9 @@ The lag absorbs the host's own request overhead (client write, parse, hashing) a
 ``lag_s``. A client that will send its next request as soon as one ends (a closed loop) says so on the request
 (``Job.follow_up``); after a step that finished such requests the loop waits, at most ``REACTION_S``, until their
 follow-ups have arrived (``Job.follows``), so that they join the step SGLang would have admitted them to. A client
-that acknowledges first tokens (``Job.ack_key``, ``/sim/ack``) has the clock stand still after one until it has the
-bytes, so that its TTFT carries none of the host's delivery latency. When
+that acknowledges receipts (``Job.ack_key``, ``/sim/ack``) has the clock stand still after a first token or an end
+(of a request no follow-up comes after) until it has the bytes, so that its readings carry none of the host's
+delivery latency. When
 the
 host cannot keep pace the clock slows instead of skipping, and says where (``/sim/clock``'s knots). A client
 that knows the clock (``traffic/sim_time.py``) converts its own wall-clock readings into simulated time and
@@ -187,7 +188,7 @@ class Job:
     error: str | None = None
     sent_at: float | None = None      # the client's x-elsa-sent-at stamp (time.monotonic() on this host)
     sim_at: float | None = None       # the simulated instant its client named (x-elsa-sim-at)
-    ack_key: str | None = None        # its client acknowledges the first token (x-elsa-ack)
+    ack_key: str | None = None        # its client acknowledges the first token and the end (x-elsa-ack)
     received_at: float = 0.0
     arrival_sim: float = 0.0          # simulated instant it arrived (the clock at its client's send stamp)
     follow_up: bool = False           # its client sends another request as soon as this one ends
@@ -390,7 +391,7 @@ class Serving:
             self._awaited += 1
 
     def ack(self, key: str) -> bool:
-        """A client says it has received the first token of its request ``key``."""
+        """A client says it has received the first token, or the end, of its request ``key``."""
         if not self._acks.get(key):
             return False
         self._acks[key] -= 1
@@ -509,6 +510,8 @@ class Serving:
         job.deliveries.put_nowait((job.unsent, True))
         job.unsent = 0
         self._awaited += job.follow_up
+        if not job.follow_up:
+            self._await_ack(job)
         m = self.metrics
         streaming = {**m.tok, "is_streaming": _flag(job.streaming)}
         with m.lock:

@@ -100,7 +100,7 @@ def test_an_idle_pool_with_a_warm_radix_cache_is_not_used() -> None:
 def test_the_load_generator_measures_the_simulated_system_at_a_high_speedup(tmp_path: Path) -> None:
     running = boot(tmp_path, PROFILE, seed=3, flags=["--enable-metrics", "--sim-noise", "off"])
     try:
-        work = synthetic(24, 1024, 48, 4, block_size=64, tag="clock-parity")
+        work = synthetic(12, 1024, 32, 4, block_size=64, tag="clock-parity")
         started = time.monotonic()
         m = LoadGenerator(running.base_url, PromptSynth(64), slots=None).measure(work, 0)
         wall = time.monotonic() - started
@@ -110,7 +110,7 @@ def test_the_load_generator_measures_the_simulated_system_at_a_high_speedup(tmp_
         shutdown(running)
     profile = load_profile(PROFILE)
     expected = truth(profile, dict(profile.base_flags), {}, TruthWorkload(
-        concurrency=4, num_requests=24, input_tokens=(1024,), output_tokens=(48,), block_size=64))
+        concurrency=4, num_requests=12, input_tokens=(1024,), output_tokens=(32,), block_size=64))
     assert m.simulated and any("simulated time" in note for note in m.notes)
     assert expected.output_tokens_per_s and expected.ttft_p50_s
     measured = (m.output_throughput_tok_s, m.ttft_s.p50, m.window_s, wall)
