@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from elsa_tune.reports import units
 from elsa_tune.reports.model import ClientNumbers, Report
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
@@ -249,6 +250,8 @@ def client_text(report: Report) -> str:
               + " More queue.",
               f"- `context_len` reported by the server: {_n(c.context_len)}.",
               f"- Read from the startup logs of boots {', '.join(c.boot_ids)}.", ""]
+    if report.fingerprint is not None and units.simulated(report.fingerprint.runtime):
+        lines += [f"_{units.SIMULATED_TIME}._", ""]
     return "\n".join(lines)
 
 

@@ -171,6 +171,8 @@ def _summary(report: Report) -> list[str]:
         ["setup key", _Code(report.fingerprint.key() if report.fingerprint else "?")],
         ["boots", report.boot_count_text()],
     ]
+    if report.fingerprint is not None and units.simulated(report.fingerprint.runtime):
+        rows.append(["time", units.SIMULATED_TIME])
     if study is not None:
         used = units.duration(study.updated_at - study.started_at)
         rows.insert(1, ["budget", f"{units.duration(study.budget_s)}, used {used}; started "

@@ -82,6 +82,8 @@ def _summary(report: Report) -> list[str]:
            f"(ledger key `{report.fingerprint.ledger_key() if report.fingerprint else '?'}`)",
            f"- **Boots:** {text(report.boot_count_text())}",
            f"- **Result:** {text(report.summary_line())}"]
+    if report.fingerprint is not None and units.simulated(report.fingerprint.runtime):
+        out.append(f"- **Time:** {units.SIMULATED_TIME}")
     if study is not None:
         used = study.updated_at - study.started_at
         out.insert(3, f"- **Budget:** {units.duration(study.budget_s)}, used {units.duration(used)}; started "

@@ -22,6 +22,7 @@ from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Phase, Trial
 from elsa_tune.history.run_dir import History, RunDir
 from elsa_tune.history.study_record import NoiseRecord, StudyRecord
 from elsa_tune.history.verdict import Verdict
+from elsa_tune.reports import units
 from elsa_tune.search_spaces.candidate import Candidate
 
 KEPT_WORDS = {Kept.YES: "Yes", Kept.NO: "No", Kept.INCONCLUSIVE: "No (inconclusive)", Kept.SKIPPED: "Skipped"}
@@ -185,7 +186,7 @@ class Report:
     @property
     def simulated(self) -> bool:
         """Whether the study measured elsa-tune's simulated SGLang (its numbers are no hardware's)."""
-        return self.fingerprint is not None and self.fingerprint.runtime == SIMULATED_RUNTIME
+        return self.fingerprint is not None and units.simulated(self.fingerprint.runtime)
 
     def boot_counts(self) -> list[tuple[str, int]]:
         """Boots per outcome, every outcome that occurred, so the parts add up to ``len(boots)``."""
