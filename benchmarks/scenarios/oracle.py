@@ -50,6 +50,8 @@ MIN_EFFECT = 0.03          # the gate's minimum worthwhile gain (``GatePolicy.mi
 MEMORY_MARGIN = 0.02       # a memory technique's non-inferiority margin and minimum pool gain
 SLOWER_BELOW = 0.91        # ``history/reasons.SLOWER_BELOW``: a rejected estimate this low is "slower"
 GRAY_GAIN = 0.10           # a true gain below this is too small for the gate to be sure of at its boot cap
+FLOAT_POINTS = 5           # points of a continuous float range (the generated spaces have lattices only)
+EXHAUSTIVE_LIMIT = 3000    # beyond this many configurations the best is a coordinate sweep (said so), not exhaustive
 
 
 @dataclass(frozen=True)
@@ -164,14 +166,43 @@ class Oracle:
                 except (RuleViolation, DerivationError, ConfigError):
                     continue
 
-    def best(self) -> tuple[float, Candidate]:
-        """The highest true throughput over every feasible configuration (the baseline included)."""
+    def size(self) -> int:
+        return self.grid_size() * 2 ** len(self.viable_techniques())
+
+    def best(self) -> tuple[float, Candidate, str]:
+        """The highest true throughput over every feasible configuration (the baseline included), and how it was
+        found: ``exhaustive``, or ``coordinate sweep`` for a space too large to enumerate (a shipped one)."""
         best_value, best = self.worth(self.space.baseline()), self.space.baseline()
+        if self.size() > EXHAUSTIVE_LIMIT:
+            return (*self._sweep(), "coordinate sweep")
         for c in self.configurations():
             value = self.worth(c)
             if value > best_value:
                 best_value, best = value, c
-        return best_value, best
+        return best_value, best, "exhaustive"
+
+    def _sweep(self) -> tuple[float, Candidate]:
+        """Every viable technique added greedily, then every value of each parameter in turn, until nothing improves."""
+        values: dict[str, Value] = dict(self.space.baseline_values())
+        chosen: list[str] = []
+        best_value = self.worth(self.space.baseline())
+        params = self.effective_parameters()
+        improved = True
+        while improved:
+            improved = False
+            moves: list[tuple[dict[str, Value], list[str]]] = [
+                (values, [*chosen, t]) for t in self.viable_techniques() if t not in chosen]
+            moves += [(values, [x for x in chosen if x != t]) for t in chosen]
+            moves += [({**values, p.name: v}, chosen) for p in params for v in lattice(p) if v != values[p.name]]
+            for vals, techs in moves:
+                try:
+                    c = self.space.candidate(dict(vals), techs)
+                except (RuleViolation, DerivationError, ConfigError):
+                    continue
+                value = self.worth(c)
+                if value > best_value * (1 + 1e-9):
+                    best_value, values, chosen, improved = value, dict(vals), list(techs), True
+        return best_value, self.space.candidate(values, chosen)
 
     # ---- techniques ----------------------------------------------------------------------------------------
 
@@ -237,6 +268,8 @@ def lattice(p: Parameter) -> tuple[Value, ...]:
     if p.kind is ParameterKind.BOOL:
         return (False, True)
     assert p.low is not None and p.high is not None
+    if p.step is None and p.kind is ParameterKind.FLOAT:
+        return tuple(p.grid(FLOAT_POINTS))              # a continuous range: discretised
     step = p.step or 1.0
     count = int(round((p.high - p.low) / step)) + 1
     if p.kind is ParameterKind.INT:

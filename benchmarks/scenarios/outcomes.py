@@ -11,7 +11,7 @@ and otherwise leaves alone) or an ``SGLANG_*`` environment toggle of a patched b
   draft whose acceptance collapses while the answers stay right;
 - speed: a gain or loss by context (−70% … +40%), by concurrency (batch compute), by content regime, a TTFT-only
   effect (prefill), a no-op, a change within the noise;
-- memory: a KV pool gain (sometimes a little slower), a pool loss;
+- memory: a KV pool gain (static memory freed beside the weights; sometimes a little slower), a pool loss;
 - stacking: a fast technique whose static memory drops the pool below the context target unless a memory
   technique frees room first (a pair: the memory one is drawn with it).
 
@@ -57,6 +57,7 @@ class Baseline:
     headroom_gb: float
     kv_tokens: int
     kv_gb: float
+    weights_gb: float
     context_target: int
     spec_on: bool
     hybrid: bool
@@ -181,8 +182,9 @@ def draw_technique(rng: random.Random, outcome: str, name: str, baseline: Baseli
     if outcome == "within-noise":
         return one("speed", carriers.any(), "a small scheduling tweak", decode=[[1000, round(u(0.985, 1.015), 4)]])
     if outcome == "memory-gain":
-        return one("memory", carriers.env(), "a compressed KV layout", kv_pool_factor=round(u(1.15, 2.0), 2),
-                   decode=[[1000, round(u(0.96, 1.01), 3)]])
+        freed = min(0.8 * baseline.weights_gb, baseline.kv_gb * u(0.1, 1.0))
+        return one("memory", carriers.env(), "a smaller copy of a buffer held beside the weights",
+                   static_gb=-round(freed, 2), decode=[[1000, round(u(0.96, 1.01), 3)]])
     if outcome == "memory-loss":
         return one("memory", carriers.any(), "checkpointed state in the radix cache",
                    kv_pool_factor=round(u(0.6, 0.95), 2))
@@ -194,15 +196,15 @@ def draw_technique(rng: random.Random, outcome: str, name: str, baseline: Baseli
 def _unlock_pair(rng: random.Random, name: str, baseline: Baseline, carriers: Carriers) -> Drawn:
     """A fast technique that costs static memory (the pool drops below the target) and a memory one that frees it."""
     need = max(0.0, 1.0 - baseline.context_target / max(1, baseline.kv_tokens))     # share of the pool to spare
-    drop = min(0.9, need + rng.uniform(0.1, 0.3))                                   # below the target alone
+    drop = min(0.95, need + rng.uniform(0.1, 0.3))                                  # below the target alone
     static = round(baseline.kv_gb * drop, 2)
-    factor = round((1.0 + rng.uniform(0.2, 0.6)) / max(0.05, 1.0 - drop), 2)        # enough room with both
+    freed = min(0.8 * baseline.weights_gb, baseline.kv_gb * (drop - need + rng.uniform(0.1, 0.4)))   # room for both
     speed_carrier, memory_carrier = carriers.any(), carriers.env()
     fast, room = name, f"{name}-room"
     space = {fast: {"kind": "speed", "rationale": "a bigger fused graph that needs memory", **speed_carrier},
              room: {"kind": "memory", "rationale": "a compact KV layout that frees memory", **memory_carrier}}
     profile = [{"name": fast, "match": dict(speed_carrier), "static_gb": static,
                 "decode": [[1000, round(rng.uniform(1.1, 1.35), 3)]], "note": "unlock-pair (speed)"},
-               {"name": room, "match": dict(memory_carrier), "kv_pool_factor": factor,
+               {"name": room, "match": dict(memory_carrier), "static_gb": -round(freed, 2),
                 "decode": [[1000, round(rng.uniform(0.98, 1.01), 3)]], "note": "unlock-pair (memory)"}]
     return Drawn("unlock-pair", space, profile)

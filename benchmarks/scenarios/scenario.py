@@ -36,7 +36,7 @@ from elsa_tune.search_spaces.loader import load_space
 
 NOISE_FAMILIES = ("lognormal", "t3", "contaminated", "drift_linear", "drift_step")
 #: configurations the exhaustive truth may have to evaluate (parameter lattice × technique subsets)
-ORACLE_LIMIT = 400
+ORACLE_LIMIT = 300
 
 
 class Rejected(Exception):
@@ -118,6 +118,7 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
         raise Rejected(f"the context target {target} is below the longest request ({longest} tokens)")
     plan = plan_memory(oracle.profile, oracle.space.baseline().flags, oracle.space.baseline().env)
     baseline = Baseline(headroom_gb=plan.headroom_gb, kv_tokens=plan.kv_tokens, kv_gb=plan.kv_gb,
+                        weights_gb=plan.weights_gb,
                         context_target=target, spec_on=spec_on, hybrid=bool(model["is_hybrid"]),
                         default_kv_dtype=str(model["default_kv_dtype"]))
     techniques, effects, planted = _techniques(rng, baseline)
@@ -130,7 +131,7 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
     oracle = Oracle(folder / f"{name}.yaml", folder / "space.yaml", traffic_arg)
     if oracle.truth(oracle.space.baseline()) != base:
         raise Rejected("a technique changed the baseline")
-    size = oracle.grid_size() * 2 ** len(oracle.viable_techniques())
+    size = oracle.size()
     if size > ORACLE_LIMIT:
         raise Rejected(f"{size} configurations for the exhaustive truth (limit {ORACLE_LIMIT})")
     family = str(noise.get("family", "lognormal"))
