@@ -32,7 +32,7 @@ from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.sampler import ABSampler, BootContext, BootExecutor, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
@@ -56,15 +56,17 @@ class PhaseOver(Exception):
 
 
 class StudyClock:
-    """Monotonic seconds since the study began; a boot reused on resume advances it by the boot's recorded time,
-    so a replayed study spends its budget as the original did."""
+    """Seconds since the study began; a boot reused on resume advances it by the boot's recorded time, so a replayed
+    study spends its budget as the original did. ``source`` is monotonic wall time; a virtual study's clock has a
+    constant source and moves only by ``advance`` (the simulated seconds of each boot)."""
 
-    def __init__(self) -> None:
-        self._origin = time.monotonic()
+    def __init__(self, source: Callable[[], float] = time.monotonic) -> None:
+        self._source = source
+        self._origin = source()
         self._offset = 0.0
 
     def now(self) -> float:
-        return time.monotonic() - self._origin + self._offset
+        return self._source() - self._origin + self._offset
 
     def advance(self, seconds: float) -> None:
         self._offset += max(0.0, seconds)
@@ -87,7 +89,7 @@ class Night:
     """
 
     def __init__(self, pre: Preflight, *, store: StudyStore, budget: Budget, clock: StudyClock, view: StudyView,
-                 interrupts: Interrupts, on_decision: Callable[[], None]) -> None:
+                 interrupts: Interrupts, on_decision: Callable[[], None], executor: BootExecutor | None = None) -> None:
         self.pre = pre
         self.settings = pre.settings
         self.space = pre.space
@@ -106,7 +108,7 @@ class Night:
                           warmup_passes=self.settings.warmup_passes, measured_passes=self.settings.measured_passes,
                           seed=self.settings.seed,
                           quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot)
+        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot, executor=executor)
         self.baseline = self.space.baseline()
         self.incumbent = Incumbent(self.space.baseline_values(), [], self.baseline, None)
         self.noise: NoiseReport | None = None

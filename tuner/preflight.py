@@ -30,6 +30,7 @@ from elsa_tune.runtime.flags import FlagSet, harvest
 from elsa_tune.runtime.gpu import GpuState, GpuView
 from elsa_tune.runtime.lease import OrphanReaper
 from elsa_tune.runtime.protocol import Runtime
+from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.traffic.trace import Trace, read_trace
@@ -74,8 +75,8 @@ class Preflight:
         probe = self.space.probes
         request = min(probe.probe_timeout_s, 300.0)
         hang = probe.hang_s
-        if self.settings.simulated:
-            speed = self.settings.sim_speedup
+        if self.settings.speedup > 1.0:
+            speed = self.settings.speedup
             hang = max(min(hang, SIM_HANG_FLOOR_S), hang / speed)
             request = max(min(request, SIM_REQUEST_FLOOR_S), request / speed)
         return ProbeBudget(deadline_s=probe.probe_timeout_s, request_timeout_s=max(hang, request), hang_s=hang,
@@ -135,7 +136,10 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
             problems.append(f"the power cap {state.power_limit_w:.0f} W is below the default "
                             f"{state.power_default_limit_w:.0f} W: results hold for this cap only")
     flags: FlagSet | None = None
-    if harvest_flags and settings.runtime != "docker":
+    if isinstance(runtime, VirtualSGLang):
+        flags = runtime.flag_set()
+        space.validate_flags(flags.all_names())
+    elif harvest_flags and settings.runtime != "docker":
         flags = harvest(launch, timeout_s=300.0)
         space.validate_flags(flags.all_names())
     elif settings.runtime == "docker":
@@ -166,7 +170,7 @@ def load_traffic(traffic: str) -> Trace:
 
 def workloads(trace: Trace, settings: Settings, concurrency: int) -> tuple[Workload, Workload]:
     """The measured pass (closed loop over the trace's requests) and the burst (its busiest window)."""
-    speed = settings.sim_speedup if settings.simulated else 1.0
+    speed = settings.speedup
     ins = trace.column("input_tokens")
     outs = trace.column("output_tokens")
     per_request = (float(statistics.fmean(outs)) / _DECODE_TOK_S + float(statistics.fmean(ins)) / _PREFILL_TOK_S)
@@ -190,6 +194,14 @@ def measured_concurrency(space: SearchSpace) -> int:
 def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
              ) -> tuple[Runtime, GpuView | None, tuple[str, ...], str, str | None]:
     timeout = settings.boot_timeout_s or space.probes.boot_timeout_s
+    if settings.virtual:
+        assert settings.sim_profile is not None
+        try:
+            virtual = VirtualSGLang(settings.sim_profile, model_path=space.model.path)
+        except (OSError, KeyError, ValueError) as exc:
+            raise ConfigError(f"cannot load the simulator profile {settings.sim_profile!r}: {exc}",
+                              remedy="use a profile of runtime/sim/profiles/") from exc
+        return virtual, virtual.gpu, virtual.launch_command, virtual.name, virtual.version
     if settings.simulated:
         from elsa_tune.runtime.sim.runtime import SimulatedSGLang
 

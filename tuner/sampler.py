@@ -21,7 +21,8 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from elsa_tune.errors import BootFailed, MeasurementFailed
 from elsa_tune.history.fingerprint import Fingerprint
@@ -33,6 +34,7 @@ from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
 from elsa_tune.probes.quality import QualityGate, QualitySample
 from elsa_tune.probes.stress import LongContextProbe, StressProbe, burst_probe, soak_probe
 from elsa_tune.probes.watcher import MemoryWatcher
+from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.gpu import GpuState, GpuView
 from elsa_tune.runtime.protocol import HealthState, Runtime, Server
@@ -64,6 +66,37 @@ class BootPlan:
     probes: bool = False
     passes: bool = True
     soak_s: float = 0.0
+
+
+@dataclass
+class BootRun:
+    """What one fresh boot produced, before it is recorded: the booter writes it as a ``BootRecord``.
+
+    ``started``/``ended`` are unix seconds (in the simulated system's time for a virtual boot).
+    """
+
+    started: float
+    ended: float
+    outcome: BootOutcome
+    report: BootReport | None = None
+    failure: Failure | None = None
+    state: GpuState | None = None
+    min_free: int | None = None
+    probes: list[ProbeResult] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    passes: list[PassMeasurement] = field(default_factory=list)
+    quality_passed: bool | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BootExecutor(Protocol):
+    """Runs one boot of ``plan`` some other way than through ``BootContext.runtime`` (``tuner/virtual.py``).
+
+    ``extra`` holds what the booter already records about the boot (tag, block, arm); the executor adds to it.
+    """
+
+    def run(self, plan: BootPlan, folder: Path, extra: dict[str, Any]) -> BootRun: ...
 
 
 @dataclass(frozen=True)
@@ -103,8 +136,9 @@ class CandidateBooter:
     """
 
     def __init__(self, ctx: BootContext, *, on_boot: Callable[[BootResult], None] | None = None,
-                 before_boot: Callable[[BootPlan], None] | None = None) -> None:
+                 before_boot: Callable[[BootPlan], None] | None = None, executor: BootExecutor | None = None) -> None:
         self.ctx = ctx
+        self.executor = executor
         self.on_boot = on_boot
         self.before_boot = before_boot
         self._done: dict[str, BootRecord] = {}
@@ -153,6 +187,15 @@ class CandidateBooter:
     def _fresh(self, plan: BootPlan) -> BootResult:
         ctx = self.ctx
         slot = ctx.store.new_boot(plan.candidate.label or plan.phase.value)
+        if self.executor is not None:
+            run = self.executor.run(plan, slot.folder, {"tag": plan.tag, "block": plan.block,
+                                                        "position": plan.position, "gate_arm": plan.arm.value})
+            record = self._record(plan, slot.boot_id, slot.number, slot.log_relpath, run.started, run.outcome,
+                                  run.report, run.failure, run.state, run.min_free, run.probes, run.measurements,
+                                  run.passes, run.extra, run.note, ended=run.ended)
+            ctx.store.record_boot(record)
+            return BootResult(record, self._sample(plan, run.passes, run.report, run.quality_passed, run.state,
+                                                   run.started, run.min_free, run.failure))
         reseed = getattr(ctx.runtime, "reseed", None)
         if callable(reseed):
             reseed(_seed_of(ctx.seed, plan.tag))
@@ -208,13 +251,19 @@ class CandidateBooter:
             record = self._record(plan, slot.boot_id, slot.number, slot.log_relpath, started, outcome, report,
                                   failure, state, min_free, probes, measurements, passes, extra, note)
             ctx.store.record_boot(record)
-        sample = BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=tuple(passes),
-                            kv_pool_tokens=report.max_total_num_tokens if report else None,
-                            quality_passed=quality_passed, covariates=_covariates(state, started, min_free),
-                            failed=failure, candidate_key=plan.candidate.key())
         if failure is not None:
             log.info("boot %s failed: %s: %s", slot.boot_id, failure.kind.value, failure.summary)
-        return BootResult(record, sample)
+        return BootResult(record, self._sample(plan, passes, report, quality_passed, state, started, min_free,
+                                               failure))
+
+    @staticmethod
+    def _sample(plan: BootPlan, passes: list[PassMeasurement], report: BootReport | None,
+                quality_passed: bool | None, state: GpuState | None, started: float, min_free: int | None,
+                failure: Failure | None) -> BootSample:
+        return BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=tuple(passes),
+                          kv_pool_tokens=report.max_total_num_tokens if report else None,
+                          quality_passed=quality_passed, covariates=_covariates(state, started, min_free),
+                          failed=failure, candidate_key=plan.candidate.key())
 
     def _probe(self, server: Server, plan: BootPlan, probes: list[ProbeResult],
                extra: dict[str, Any]) -> tuple[Failure | None, bool | None, str]:
@@ -298,14 +347,16 @@ class CandidateBooter:
     def _record(self, plan: BootPlan, boot_id: str, number: int, log_path: str | None, started: float,
                 outcome: BootOutcome, report: Any, failure: Failure | None, state: GpuState | None,
                 min_free: int | None, probes: list[ProbeResult], measurements: list[dict[str, Any]],
-                passes: list[PassMeasurement], extra: dict[str, Any], note: str) -> BootRecord:
+                passes: list[PassMeasurement], extra: dict[str, Any], note: str,
+                ended: float | None = None) -> BootRecord:
         measured = [p.output_throughput_tok_s for p in passes if not p.warmup]
         tput = statistics.fmean(measured) if measured and all(math.isfinite(x) and x > 0 for x in measured) else None
         extra = {**extra, "passes": [vars(p).copy() for p in passes]}
         return BootRecord(study=self.ctx.study, boot_id=boot_id, boot_number=number, phase=plan.phase,
                           arm=RecordArm.CANDIDATE if plan.arm is Arm.CANDIDATE else RecordArm.INCUMBENT,
                           candidate=plan.candidate, fingerprint=self.ctx.fingerprint, started_at=started,
-                          ended_at=time.time(), outcome=outcome, trial_number=plan.trial_number,
+                          ended_at=time.time() if ended is None else ended, outcome=outcome,
+                          trial_number=plan.trial_number,
                           technique=plan.technique, report=report, failure=failure,
                           covariates=RecordCovariates.from_gpu_state(state) if state else None,
                           min_free_gpu_bytes=min_free, probes=tuple(probes), measurements=tuple(measurements),

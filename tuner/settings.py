@@ -62,6 +62,7 @@ class Settings:
     max_trials: int = 200
     boot_timeout_s: float | None = None
     live: bool | None = None
+    virtual: bool = False
     schema_version: int = 1
 
     def __post_init__(self) -> None:
@@ -69,6 +70,9 @@ class Settings:
             raise ConfigError(f"unknown runtime {self.runtime!r}", remedy=f"use one of: {', '.join(RUNTIMES)}")
         if self.gpu == "sim" and self.runtime != "sim":
             object.__setattr__(self, "runtime", "sim")
+        if self.virtual and self.runtime != "sim":
+            raise ConfigError("a virtual study runs on the simulated runtime only",
+                              remedy="pass --gpu sim --sim-profile NAME with --virtual")
         if self.runtime == "sim" and not self.sim_profile:
             raise ConfigError("the simulated runtime needs a profile",
                               remedy="pass --sim-profile NAME (see runtime/sim/profiles/, e.g. "
@@ -110,6 +114,12 @@ class Settings:
     @property
     def simulated(self) -> bool:
         return self.runtime == "sim"
+
+    @property
+    def speedup(self) -> float:
+        """Simulated seconds per wall second of the runtime's clock: 1 on a GPU and in a virtual study, where every
+        second is the simulated system's own."""
+        return self.sim_speedup if self.simulated and not self.virtual else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -41,7 +41,7 @@ from elsa_tune.tuner.dimensioning import NoiseReport, dimension
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import BootPlan
+from elsa_tune.tuner.sampler import BootExecutor, BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.signals import Interrupts
@@ -69,7 +69,8 @@ class Study:
     """
 
     def __init__(self, pre: Preflight, *, view: StudyView | None = None, interrupts: Interrupts | None = None,
-                 with_plots: bool = True, search: SearchBackend | None = None) -> None:
+                 with_plots: bool = True, search: SearchBackend | None = None, clock: StudyClock | None = None,
+                 executor: BootExecutor | None = None, outputs_each_decision: bool = True) -> None:
         self.pre = pre
         self.settings = pre.settings
         self.space = pre.space
@@ -77,7 +78,9 @@ class Study:
         self.interrupts = interrupts or Interrupts()
         self.with_plots = with_plots
         self.search = search or LocalSearch()
-        self.clock = StudyClock()
+        self.clock = clock or StudyClock()
+        self.virtual_time = clock is not None
+        self.outputs_each_decision = outputs_each_decision
         self.budget = Budget(self.settings.budget_s, clock=self.clock.now)
         self.name = self.settings.study_name
         self.store = StudyStore(self.settings.run_dir, name=self.name, heartbeat_interval=10, grace_period=30)
@@ -87,9 +90,13 @@ class Study:
         self.resumed = previous is not None
         self.reconcile = self.store.reconcile()
         self.night = Night(pre, store=self.store, budget=self.budget, clock=self.clock, view=self.view,
-                           interrupts=self.interrupts, on_decision=self._write)
+                           interrupts=self.interrupts, on_decision=self._write, executor=executor)
         self.phases: list[PhaseSpan] = []
         self.status = StudyStatus.RUNNING
+
+    def _unix(self) -> float:
+        """Now, in unix seconds: the wall clock, or the study's start plus its simulated seconds in virtual time."""
+        return self.started_at + self.clock.now() if self.virtual_time else time.time()
 
     # ---- the night -----------------------------------------------------------------------------------
 
@@ -131,7 +138,7 @@ class Study:
 
     def _phase(self, name: str, body: Callable[[], object]) -> None:
         self.budget.begin(name)
-        span = PhaseSpan(name=name, started_at=time.time(), budget_s=self.budget.allowance(name))
+        span = PhaseSpan(name=name, started_at=self._unix(), budget_s=self.budget.allowance(name))
         self.phases.append(span)
         self.view.update(phase=name, time_left_s=self.budget.left_s)
         before = self.night.booter.boots
@@ -143,7 +150,7 @@ class Study:
             log.warning("phase %s: %s; moving on", name, over)
             self.night.notes.append(f"{name}: {over}")
         finally:
-            self.phases[-1] = replace(span, ended_at=time.time(), boots=self.night.booter.boots - before)
+            self.phases[-1] = replace(span, ended_at=self._unix(), boots=self.night.booter.boots - before)
             self.budget.end()
 
     # ---- baseline ------------------------------------------------------------------------------------
@@ -277,6 +284,8 @@ class Study:
     # ---- outputs ------------------------------------------------------------------------------------
 
     def _write(self, *, final: bool = False) -> None:
+        if not (final or self.outputs_each_decision):
+            return
         night = self.night
         noise = None
         if night.noise is not None:
@@ -292,7 +301,7 @@ class Study:
                  "policy": night.policy.to_dict() if night.policy else None,
                  "reconcile": dataclasses.asdict(self.reconcile), "space_digest": self.space.digest}
         record = StudyRecord(name=self.name, fingerprint=self.pre.fingerprint, started_at=self.started_at,
-                             updated_at=time.time(), baseline=night.baseline, incumbent=night.incumbent.candidate,
+                             updated_at=self._unix(), baseline=night.baseline, incumbent=night.incumbent.candidate,
                              budget_s=self.budget.total_s, status=self.status, phases=tuple(self.phases),
                              noise=noise, traffic=self.settings.traffic, context_target=night.context_target,
                              image=self.settings.image, note="; ".join(night.notes), extra=extra)

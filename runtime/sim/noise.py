@@ -19,6 +19,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from elsa_tune.runtime.sim.profile import NoiseProfile
+
 
 @dataclass(frozen=True)
 class NoiseSettings:
@@ -74,3 +76,26 @@ class ServingNoise:
                 self._rng.gauss(0.0, 1.0)
         cold = 1.0 + s.first_pass_slowdown if self.cold else 1.0
         return self.drift * self.pass_factor * math.exp(self._wander) * cold
+
+
+def boot_drift(noise: NoiseProfile, rng: random.Random, study_time_s: float = 0.0) -> float:
+    """One boot's drift factor on step durations (``>1`` is slower) for the profile's noise family.
+
+    ``study_time_s`` is when the boot starts, in seconds since the study began (the drifting families use it).
+    Every family draws the same number of variates from ``rng``, so a boot's seed fixes its draw whatever the family.
+    """
+    z = rng.gauss(0.0, 1.0)
+    chi = sum(rng.gauss(0.0, 1.0) ** 2 for _ in range(3))
+    u = rng.random()
+    sigma = noise.boot_sigma
+    if noise.family == "t3":
+        # t(3) has variance 3: scaled by 1/sqrt(3) its spread matches the lognormal's σ, with heavy tails
+        return math.exp(sigma * z / math.sqrt(max(chi / 3.0, 1e-12)) / math.sqrt(3.0))
+    factor = math.exp(sigma * z)
+    if noise.family == "contaminated" and u < noise.contamination:
+        factor *= 1.0 + noise.contamination_slowdown
+    elif noise.family == "drift_linear":
+        factor *= 1.0 + noise.drift_per_hour * study_time_s / 3600.0
+    elif noise.family == "drift_step" and study_time_s >= noise.step_at_s:
+        factor *= 1.0 + noise.step_size
+    return factor

@@ -193,9 +193,19 @@ class ModelProfile:
 _KV_ALIASES = {"bfloat16": "bf16", "fp8_e5m2": "fp8_e4m3", "mxfp8": "fp8_e4m3", "fp4_mx_block16": "nvfp4"}
 
 
+NOISE_FAMILIES = ("lognormal", "t3", "contaminated", "drift_linear", "drift_step")
+
+
 @dataclass(frozen=True)
 class NoiseProfile:
-    """Field-like noise (seeds 001/004): boot drift, run noise, a slow first pass after boot, and the seed."""
+    """Field-like noise (seeds 001/004): boot drift, run noise, a slow first pass after boot, and the seed.
+
+    ``family`` shapes the boot drift (``noise.boot_drift``): ``lognormal`` (``exp(N(0, boot_sigma))``), ``t3`` (a
+    Student t with 3 degrees of freedom scaled to ``boot_sigma``: rare large drifts), ``contaminated`` (lognormal,
+    and a ``contamination`` share of boots ``contamination_slowdown`` slower), ``drift_linear`` (lognormal on top of
+    a slowdown growing by ``drift_per_hour`` per hour of the study) and ``drift_step`` (lognormal, every boot after
+    ``step_at_s`` seconds of the study ``step_size`` slower).
+    """
 
     boot_sigma: float = 0.10
     run_sigma: float = 0.03
@@ -203,6 +213,16 @@ class NoiseProfile:
     warm_requests: int = 16
     correlation_s: float = 5.0
     seed: int = 0
+    family: str = "lognormal"
+    contamination: float = 0.1
+    contamination_slowdown: float = 0.25
+    drift_per_hour: float = 0.02
+    step_at_s: float = 4 * 3600.0
+    step_size: float = 0.10
+
+    def __post_init__(self) -> None:
+        if self.family not in NOISE_FAMILIES:
+            raise ValueError(f"noise family {self.family!r} is not one of {', '.join(NOISE_FAMILIES)}")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ MAX_STEPS = 5_000_000
 class TruthWorkload:
     """A workload for the truth. Closed loop: ``concurrency`` clients each send their next request when the last
     one finishes, ``num_requests`` in all, cycling through ``input_tokens``/``output_tokens``/``regimes`` (every
-    prompt unique unless ``block_hashes`` are given per request). Open loop: ``requests`` with arrival times.
+    prompt unique unless ``block_hashes`` are given per request: one tuple per request, cycled like the lengths, and two
+    requests share a cached prefix as far as their leading ids agree). Open loop: ``requests`` with arrival times.
     """
 
     concurrency: int = 1
@@ -39,12 +40,15 @@ class TruthWorkload:
     requests: tuple[SimRequest, ...] = ()
     block_size: int = 512
     name: str = ""
+    block_hashes: tuple[tuple[int, ...], ...] = ()
 
     def closed_loop_requests(self) -> list[SimRequest]:
         count = self.num_requests or self.concurrency * 2
+        hashes = self.block_hashes
         return [SimRequest(rid=f"r{i}", input_tokens=self.input_tokens[i % len(self.input_tokens)],
                            output_tokens=self.output_tokens[i % len(self.output_tokens)],
-                           regime=self.regimes[i % len(self.regimes)]) for i in range(count)]
+                           regime=self.regimes[i % len(self.regimes)],
+                           block_hashes=hashes[i % len(hashes)] if hashes else ()) for i in range(count)]
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ class Truth:
     quality_damaged: bool
     prefix_cache_hit_rate: float | None = None
     quality_damage: tuple[str, ...] = ()
+    crash_lines: tuple[str, ...] = ()
+    ttft_p90_s: float | None = None
     plan: MemoryPlan | None = field(default=None, compare=False, repr=False)
     schema_version: int = SCHEMA_VERSION
 
@@ -94,7 +100,8 @@ def truth(profile: SimProfile, flags: Mapping[str, FlagValue], env: Mapping[str,
     plan = plan_memory(profile, flags, env)
     base = _Tally(profile, plan)
     if plan.boot_failure is not None:
-        return base.crashed(plan.boot_failure.kind.value, "boot", plan.boot_failure.lines[-1])
+        return base.crashed(plan.boot_failure.kind.value, "boot", plan.boot_failure.lines[-1],
+                            tuple(plan.boot_failure.lines))
     perf = PerformanceModel(profile, plan, flags, env)
     engine = Engine(profile, plan, perf, random.Random(seed), block_size=workload.block_size)
     tally = base
@@ -105,7 +112,7 @@ def truth(profile: SimProfile, flags: Mapping[str, FlagValue], env: Mapping[str,
             _closed_loop(engine, workload, tally)
     except EngineCrash as exc:
         reason = exc.crash.lines[-1] if exc.crash.lines else exc.crash.kind.value
-        return tally.crashed(exc.crash.kind.value, exc.crash.phase, reason)
+        return tally.crashed(exc.crash.kind.value, exc.crash.phase, reason, tuple(exc.crash.lines))
     tally.retractions = engine.retractions
     return tally.result()
 
@@ -151,8 +158,9 @@ class _Tally:
                 "quality_damaged": bool(plan.quality_damage), "plan": plan, "rejected": self.rejected,
                 "aborted": self.aborted, "retractions": self.retractions}
 
-    def crashed(self, kind: str, phase: str, reason: str) -> Truth:
-        return Truth(crashed=True, crash_kind=kind, crash_phase=phase, crash_reason=reason, output_tokens_per_s=None,
+    def crashed(self, kind: str, phase: str, reason: str, lines: tuple[str, ...] = ()) -> Truth:
+        return Truth(crashed=True, crash_kind=kind, crash_phase=phase, crash_reason=reason, crash_lines=lines,
+                     output_tokens_per_s=None,
                      decode_tokens_per_s=None, ttft_p50_s=None, ttft_p99_s=None, mean_accept_length=None,
                      completed=len(self.finish), makespan_s=self.end - self.start,
                      **self._base())  # type: ignore[arg-type]
@@ -169,6 +177,7 @@ class _Tally:
                      output_tokens_per_s=total / makespan if done and makespan > 0 else None,
                      decode_tokens_per_s=statistics.median(rates) if rates else None,
                      ttft_p50_s=_quantile(ttfts, 0.5), ttft_p99_s=_quantile(ttfts, 0.99),
+                     ttft_p90_s=_quantile(ttfts, 0.9),
                      mean_accept_length=self.accepted / self.verifies if self.verifies else None,
                      prefix_cache_hit_rate=self.cached_tokens / prompt if prompt else None,
                      completed=len(done), makespan_s=makespan, **self._base())  # type: ignore[arg-type]

@@ -43,6 +43,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-profile", default=None, metavar="NAME", help="the simulator profile (--gpu sim)")
     parser.add_argument("--sim-speedup", type=float, default=None, metavar="X",
                         help="simulated seconds per wall second (default 40)")
+    parser.add_argument("--virtual", action="store_true", default=None,
+                        help="with --gpu sim: run the study in the simulated system's time, with no server processes "
+                             "(a what-if: an 8-hour study on a profile in seconds; every number is simulated)")
     parser.add_argument("--pass-seconds", type=float, default=None, metavar="S",
                         help="target length of one measured pass (default: the budget / 250, within 1-180 s)")
     parser.add_argument("--baseline-boots", type=int, default=None, metavar="N", help="baseline boots (default 4)")
@@ -75,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if settings.resume and not (settings.run_dir / "study.json").exists():
         raise ConfigError(f"--resume: {settings.run_dir} holds no study",
                           remedy="drop --resume to start a new study there, or point --out at the study's folder")
+    if gpus and settings.virtual:
+        raise ConfigError(f"--gpu {','.join(gpus)} --virtual: a virtual study runs on one simulated card",
+                          remedy="pass --gpu sim --virtual")
     if gpus and "sim" in gpus:
         raise ConfigError(f"--gpu {','.join(gpus)}: simulated GPUs are numbered",
                           remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
@@ -90,11 +96,21 @@ def run(args: argparse.Namespace) -> int:
         from elsa_tune.tuner.fleet import FleetSearch
 
         search = FleetSearch(gpus, verbose=int(args.verbose))
+    clock, executor = None, None
+    if settings.virtual:
+        from elsa_tune.tuner.night import StudyClock
+        from elsa_tune.tuner.virtual import virtual_executor
+
+        clock = StudyClock(source=lambda: 0.0)
+        executor = virtual_executor(pre, clock)
     with StudyView(live=live) as view:
-        outcome = Study(pre, view=view, interrupts=Interrupts(), search=search).run()
+        outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, executor=executor).run()
     print(f"study {settings.study_name}: {outcome.status.value}; recommended: {outcome.incumbent.label} "
           f"({' '.join(outcome.incumbent.argv())})")
     print(f"  {outcome.boots} boots, {outcome.decisions} decisions; report: {Path(outcome.run_dir) / 'report.md'}")
+    if clock is not None:
+        print(f"  virtual time: {clock.now() / 3600:.1f} simulated hours on {settings.sim_profile} (a simulation, "
+              "not a measurement of real hardware)")
     if gpus:
         from elsa_tune.tuner.workers import local_run_dir
 

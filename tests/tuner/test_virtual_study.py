@@ -1,0 +1,87 @@
+"""Virtual-time studies: the real study on ``VirtualSGLang`` under a simulated clock (``tuner/virtual.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from elsa_tune.history.records import BootOutcome
+from elsa_tune.history.run_dir import RunDir
+from elsa_tune.runtime.failure import FailureKind
+from elsa_tune.runtime.sim.virtual import VirtualSGLang
+from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.cli import main
+from elsa_tune.tuner.virtual import VirtualBench, run_virtual_study
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_SPACE = REPO / "benchmarks" / "workers" / "tiny-space.yaml"
+TINY = {"mem-fraction-static": 0.6, "max-running-requests": 2, "max-mamba-cache-size": 24,
+        "speculative-algorithm": "EAGLE", "speculative-eagle-topk": 1, "speculative-num-steps": 2,
+        "speculative-num-draft-tokens": 3}
+
+
+def test_a_virtual_launch_is_read_by_the_real_log_parser_and_classifier() -> None:
+    runtime = VirtualSGLang("tiny-test")
+    ok = runtime.launch(Candidate(flags=TINY))
+    assert ok.failure is None and ok.report is not None
+    assert ok.report.max_total_num_tokens and ok.report.max_running_requests == 2
+    assert "The server is fired up and ready to roll!" in ok.log_text
+    assert ok.boot_s > 20
+    crash = runtime.launch(Candidate(flags={**TINY, "enable-hierarchical-cache": True}))
+    assert crash.failure is not None and crash.failure.kind is FailureKind.TECHNIQUE_CRASH
+    assert "layer_num" in crash.log_text
+    ignored = runtime.launch(Candidate(flags={**TINY, "enable-mixed-chunk": True}))
+    assert ignored.report is not None
+    assert [a.flag for a in ignored.report.adjustments] == ["enable-mixed-chunk"]
+    bad = runtime.launch(Candidate(flags={**TINY, "no-such-flag": 3}))
+    assert bad.failure is not None and bad.failure.kind is FailureKind.BAD_FLAG
+
+
+def test_serving_crashes_are_classified_from_sglang_lines() -> None:
+    bench = VirtualBench(profile="tiny-test", space=str(TINY_SPACE), budget_s=3600)
+    oom = bench.boot(Candidate(flags={**TINY, "speculative-algorithm": "NGRAM"}), 0)
+    assert oom.failed is not None and oom.failed.kind is FailureKind.OOM_UNDER_LOAD
+    hang = bench.boot(Candidate(flags={**TINY, "max-mamba-cache-size": 64, "max-running-requests": 1}), 1)
+    assert hang.failed is not None and hang.failed.kind is FailureKind.HANG
+
+
+def test_boot_noise_follows_the_profile_and_the_boot_seed() -> None:
+    bench = VirtualBench(profile="tiny-test", space=str(TINY_SPACE), budget_s=3600)
+    candidate = Candidate(flags=TINY)
+    truth = bench.truth(candidate)
+    assert truth is not None and truth.output_tokens_per_s
+    first = [bench.boot(candidate, i) for i in range(12)]
+    again = [bench.boot(candidate, i) for i in range(12)]
+    means = [s.measured[0].output_throughput_tok_s for s in first]
+    assert means == [s.measured[0].output_throughput_tok_s for s in again]     # a boot's seed fixes its draw
+    assert len(set(means)) == 12                                               # boots differ
+    ratio = sorted(m / truth.output_tokens_per_s for m in means)[6]
+    assert 0.8 < ratio < 1.2                                                   # around the truth
+    assert bench.clock.now() > 24 * bench.boot_seconds(candidate) * 0.5        # the clock moved by the boots
+
+
+def test_a_whole_virtual_study_spends_simulated_time(tmp_path: Path) -> None:
+    result = run_virtual_study(profile="tiny-test", space=str(TINY_SPACE), out=tmp_path / "study",
+                               budget_s=3600, seed=3)
+    assert result.status == "finished"
+    assert 0.8 * 3600 <= result.sim_seconds <= 1.1 * 3600
+    history = RunDir(result.run_dir).load()
+    assert len(history.boots) == result.boots > 10
+    assert all(b.extra.get("virtual") for b in history.boots)
+    assert sum(b.seconds for b in history.boots) == pytest.approx(result.sim_seconds, rel=0.05)
+    measured = [b for b in history.boots if b.outcome is BootOutcome.MEASURED]
+    assert measured and all((result.run_dir / (b.log_path or "")).read_text().strip() for b in measured)
+    assert (result.run_dir / "report.md").exists()
+
+
+def test_the_cli_runs_a_virtual_what_if(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "what-if"
+    code = main(["--gpu", "sim", "--virtual", "--sim-profile", "tiny-test", "--space", str(TINY_SPACE),
+                 "--traffic", "demo", "--budget", "30m", "--out", str(out), "--no-live"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "simulated hours" in printed and "not a measurement of real hardware" in printed
+    study = json.loads((out / "study.json").read_text())
+    assert study["extra"]["settings"]["virtual"] is True
