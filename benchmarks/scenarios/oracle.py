@@ -36,15 +36,11 @@ from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.sim.profile import SimProfile, load_profile
 from elsa_tune.runtime.sim.truth import Truth, TruthWorkload, truth
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.parameter import Parameter, ParameterKind, Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
 from elsa_tune.errors import ConfigError
-try:  # PLACEHOLDER-REMOVE: until tuner.virtual lands on main
-    from elsa_tune.tuner.virtual import VirtualBench
-except ImportError:
-    VirtualBench = None
+from elsa_tune.tuner.virtual import VirtualBench
 
 MIN_EFFECT = 0.03          # the gate's minimum worthwhile gain (``GatePolicy.min_effect``)
 MEMORY_MARGIN = 0.02       # a memory technique's non-inferiority margin and minimum pool gain
@@ -90,14 +86,10 @@ class Oracle:
     """Noiseless truth for one scenario (profile, space, traffic) on the study's measured workload."""
 
     def __init__(self, profile: str | Path, space: str | Path, traffic: str, *, budget_s: float = 8 * 3600) -> None:
+        self.bench = VirtualBench(profile=str(profile), space=str(space), traffic=traffic, budget_s=budget_s, seed=0)
         self.profile: SimProfile = load_profile(profile)
-        self.space: SearchSpace = load_space(str(space))
-        if VirtualBench is None:  # PLACEHOLDER-REMOVE
-            self.bench = None
-            self.workload = _placeholder_workload(self.space, traffic)
-        else:
-            self.bench = VirtualBench(profile=str(profile), space=str(space), traffic=traffic, budget_s=budget_s, seed=0)
-            self.workload: TruthWorkload = self.bench.workload
+        self.space: SearchSpace = self.bench.space
+        self.workload: TruthWorkload = self.bench.workload
         self.target = self.space.guardrails.min_context_tokens or self.space.model.context_target or 0
         self._cache: dict[str, Truth] = {}
         self._baseline = self.truth(self.space.baseline())
@@ -105,9 +97,12 @@ class Oracle:
     # ---- truth ---------------------------------------------------------------------------------------------
 
     def truth(self, candidate: Candidate) -> Truth:
+        """The bench's noiseless measured pass; for a launch that never becomes ready, the plan's own crash."""
         key = candidate.key()
         if key not in self._cache:
-            self._cache[key] = truth(self.profile, candidate.flags, candidate.env, self.workload)
+            served = self.bench.truth(candidate)
+            self._cache[key] = served if served is not None else truth(self.profile, candidate.flags, candidate.env,
+                                                                      self.workload)
         return self._cache[key]
 
     def candidate(self, config: Config) -> Candidate:
@@ -288,14 +283,3 @@ def _ratio(a: float | None, b: float | None) -> float:
 def _within(value: float | None, base: float | None, margin: float) -> bool:
     return value is None or base is None or value <= base * (1.0 + margin)
 
-
-def _placeholder_workload(space, traffic):  # PLACEHOLDER-REMOVE
-    from elsa_tune.tuner.preflight import load_traffic, measured_concurrency, workloads
-    from elsa_tune.tuner.settings import Settings
-    s = Settings(space=space.path, sim_profile="x", gpu="sim", traffic=traffic, sim_speedup=1.0)
-    m, _ = workloads(load_traffic(traffic), s, measured_concurrency(space))
-    reqs = m.requests
-    return TruthWorkload(concurrency=m.concurrency or 1, num_requests=len(reqs),
-                         input_tokens=tuple(r.input_tokens for r in reqs),
-                         output_tokens=tuple(r.output_tokens for r in reqs),
-                         regimes=tuple(r.kind or "chat" for r in reqs))
