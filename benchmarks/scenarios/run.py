@@ -81,8 +81,9 @@ def _generate(job: tuple[int, str, str | None]) -> Case:
     return Case(s.name, str(s.profile), str(s.space), s.traffic, s.shape, s.noise_family)
 
 
-def _best(case: Case) -> Case:
-    oracle = Oracle(case.profile, case.space, case.traffic)
+def _best(job: tuple[Case, float]) -> Case:
+    case, budget_s = job
+    oracle = Oracle(case.profile, case.space, case.traffic, budget_s=budget_s)   # the workload depends on the budget
     best, candidate, method = oracle.best()
     return Case(case.name, case.profile, case.space, case.traffic, case.shape, case.noise_family, best,
                 candidate.label, method)
@@ -211,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 jobs = [(i, str(root), args.traffic) for i in range(args.first, args.first + args.scenarios)]
                 cases = pool.map(_generate, jobs, chunksize=1)
-            cases = pool.map(_best, cases, chunksize=1)
+            cases = pool.map(_best, [(c, budget_s) for c in cases], chunksize=1)
             print(f"{len(cases)} scenario(s) ready, best the space allows computed "
                   f"({time.monotonic() - started:.0f} s)", flush=True)
             work = [(c, seed, budget_s, str(root / "runs"), methods) for c in cases for seed in seeds]

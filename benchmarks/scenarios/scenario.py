@@ -62,13 +62,15 @@ class Scenario:
                 for k, v in dataclasses.asdict(self).items()}
 
 
-def generate(index: int, root: Path, *, traffic: str | None = None, attempts: int = 60) -> Scenario:
-    """Scenario ``index`` under ``root`` (drawn again until it passes every check); ``traffic`` overrides the shape."""
+def generate(index: int, root: Path, *, traffic: str | None = None, attempts: int = 60,
+             oracle_limit: int = ORACLE_LIMIT) -> Scenario:
+    """Scenario ``index`` under ``root`` (drawn again until it passes every check); ``traffic`` overrides the shape;
+    ``oracle_limit`` caps the configurations the exhaustive truth evaluates (small scenarios for fast tests)."""
     last = ""
     for attempt in range(attempts):
         rng = random.Random(f"scenario:{index}:{attempt}")
         try:
-            return _draw(rng, index, attempt, root, traffic)
+            return _draw(rng, index, attempt, root, traffic, oracle_limit)
         except Rejected as exc:
             last = str(exc)
         except ElsaTuneError as exc:
@@ -76,7 +78,8 @@ def generate(index: int, root: Path, *, traffic: str | None = None, attempts: in
     raise RuntimeError(f"scenario {index}: no valid draw in {attempts} attempts (last: {last})")
 
 
-def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str | None) -> Scenario:
+def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str | None, oracle_limit: int
+          ) -> Scenario:
     name = f"scenario-{index:03d}"
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,8 +135,8 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
     if oracle.truth(oracle.space.baseline()) != base:
         raise Rejected("a technique changed the baseline")
     size = oracle.size()
-    if size > ORACLE_LIMIT:
-        raise Rejected(f"{size} configurations for the exhaustive truth (limit {ORACLE_LIMIT})")
+    if size > oracle_limit:
+        raise Rejected(f"{size} configurations for the exhaustive truth (limit {oracle_limit})")
     family = str(noise.get("family", "lognormal"))
     return Scenario(name=name, folder=folder, profile=folder / f"{name}.yaml", space=folder / "space.yaml",
                     traffic=traffic_arg, shape=shape, noise_family=family, planted=planted, attempt=attempt)
