@@ -219,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs = []
             for run in pool.imap_unordered(_study, work, chunksize=1):
                 runs.append(run)
+                args.json.write_text(json.dumps({"runs": runs}, indent=1, default=str))   # a killed run keeps these
                 print(f"  {run['scenario']} seed {run['seed']}: {run['recommended_share']:.1%} of the best "
                       f"({run['recommended_label']}), {run['right_categories']}/{run['judged']} right, "
                       f"{run['false_keeps']} false keeps", flush=True)
