@@ -173,7 +173,7 @@ def _parameters(rng: random.Random, fraction: float, slots: int, chunk: int, spe
                                                    "when": "speculative-eagle-topk == 1"}
     knobs: list[str] = []
     words = rng.sample(("TILE", "SPLITK", "WAVES", "STAGES", "UNROLL", "BLOCKS", "LANES"), 5)
-    wanted = rng.randint(max(3, len(params)), 8)
+    wanted = min(rng.randint(max(3, len(params)), 8), len(params) + len(words))
     while len(params) < wanted:
         knob = f"SGLANG_SCHED_{words[len(knobs)]}"
         knobs.append(knob)
