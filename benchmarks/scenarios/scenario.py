@@ -63,14 +63,15 @@ class Scenario:
 
 
 def generate(index: int, root: Path, *, traffic: str | None = None, attempts: int = 60,
-             oracle_limit: int = ORACLE_LIMIT) -> Scenario:
+             oracle_limit: int = ORACLE_LIMIT, budget_s: float = 8 * 3600.0) -> Scenario:
     """Scenario ``index`` under ``root`` (drawn again until it passes every check); ``traffic`` overrides the shape;
-    ``oracle_limit`` caps the configurations the exhaustive truth evaluates (small scenarios for fast tests)."""
+    ``oracle_limit`` caps the configurations the exhaustive truth evaluates (small scenarios for fast tests);
+    ``budget_s`` is the study budget whose measured workload the checks replay."""
     last = ""
     for attempt in range(attempts):
         rng = random.Random(f"scenario:{index}:{attempt}")
         try:
-            return _draw(rng, index, attempt, root, traffic, oracle_limit)
+            return _draw(rng, index, attempt, root, traffic, oracle_limit, budget_s)
         except Rejected as exc:
             last = str(exc)
         except ElsaTuneError as exc:
@@ -78,8 +79,8 @@ def generate(index: int, root: Path, *, traffic: str | None = None, attempts: in
     raise RuntimeError(f"scenario {index}: no valid draw in {attempts} attempts (last: {last})")
 
 
-def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str | None, oracle_limit: int
-          ) -> Scenario:
+def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str | None, oracle_limit: int,
+          budget_s: float) -> Scenario:
     name = f"scenario-{index:03d}"
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -110,7 +111,9 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
     _write(folder, name, card, model, profile, space)
 
     # the baseline as it stands (no technique yet): it must boot and serve; its pool sets the context target
-    oracle = Oracle(folder / f"{name}.yaml", folder / "space.yaml", traffic_arg)
+    oracle = Oracle(folder / f"{name}.yaml", folder / "space.yaml", traffic_arg, budget_s=budget_s)
+    if oracle.grid_size() > oracle_limit:
+        raise Rejected(f"{oracle.grid_size()} parameter combinations for the exhaustive truth (limit {oracle_limit})")
     base = oracle.truth(oracle.space.baseline())
     if base.crashed or not base.output_tokens_per_s or base.plan is None:
         raise Rejected(f"the baseline does not serve: {base.crash_reason}")
@@ -131,7 +134,7 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
     space["guardrails"]["min_context_tokens"] = target
     _write(folder, name, card, model, profile, space)
 
-    oracle = Oracle(folder / f"{name}.yaml", folder / "space.yaml", traffic_arg)
+    oracle = Oracle(folder / f"{name}.yaml", folder / "space.yaml", traffic_arg, budget_s=budget_s)
     if oracle.truth(oracle.space.baseline()) != base:
         raise Rejected("a technique changed the baseline")
     size = oracle.size()

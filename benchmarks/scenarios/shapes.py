@@ -23,8 +23,8 @@ SHAPES = ("demo", "decode-heavy", "cold-long", "prefix-reuse", "concurrency")
 REQUESTS = 240
 
 
-def write_shape(shape: str, path: Path, seed: int) -> str:
-    """Write the trace of ``shape`` to ``path`` (``demo``: nothing) and return what ``--traffic`` takes."""
+def write_shape(shape: str, path: Path, seed: int, requests: int = REQUESTS) -> str:
+    """Write ``requests`` requests of ``shape`` to ``path`` (``demo``: nothing) and return what ``--traffic`` takes."""
     if shape == "demo":
         return "demo"
     if shape not in SHAPES:
@@ -32,11 +32,11 @@ def write_shape(shape: str, path: Path, seed: int) -> str:
     rng = random.Random(f"{shape}:{seed}")
     make = {"decode-heavy": _decode_heavy, "cold-long": _cold_long, "prefix-reuse": _prefix_reuse,
             "concurrency": _concurrency}[shape]
-    requests = make(rng)
+    drawn = make(rng)[:requests]
     meta = TraceMetadata(schema_version=1, source=f"scenario shape {shape} (seed {seed})",
                          block_size=DEFAULT_BLOCK_SIZE, start=None, end=None, synthesized=True,
                          notes=f"synthetic {shape} traffic drawn by benchmarks/scenarios/shapes.py")
-    write_trace(Trace.from_requests(requests, meta), path)
+    write_trace(Trace.from_requests(drawn, meta), path)
     return str(path)
 
 
