@@ -15,7 +15,8 @@ guardrail margins of the baseline's.
 
 **A technique's truth** is judged where the study judged it: against the incumbent at the time of the decision.
 ``expected`` maps that truth to the ``ReasonCategory`` values a correct decision may record, from the truth alone:
-the crash kind (``history/reasons.failure_category``), new quality damage, a flag of the technique adjusted in the
+the crash kind (``history/reasons.failure_category``), new quality damage (a collapsed draft, whose answers stay
+right, may also be judged on its speed), a flag of the technique adjusted in the
 memory plan (ignored or clamped), the pool against the context target and (memory techniques) against the
 incumbent's, TTFT against the guardrail margins, and the throughput ratio against the gate's thresholds (keep from
 +3%; a memory technique no slower than −2%). Where the gate cannot tell two categories apart at any boot count it
@@ -221,6 +222,8 @@ class Oracle:
             return (failure_category(failure),)
         if any(not d.startswith("draft_garbage") for d in damage):
             return (C.WRONG_ANSWERS,)
+        if damage:   # a collapsed draft: answers stay right, so the quality gate or the speed may reject it
+            return (C.WRONG_ANSWERS, *self._expected(kind, flags, ti, tc, (), ratio, kv_ratio))
         if _adjusted(tc, flags):
             return (C.IGNORED,)
         if tc.kv_pool_tokens < self.target:

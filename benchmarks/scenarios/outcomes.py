@@ -57,6 +57,7 @@ class Baseline:
     headroom_gb: float
     kv_tokens: int
     kv_gb: float
+    kv_share: float            # the share of memory freed (or taken) beside the weights that the KV pool gets
     weights_gb: float
     context_target: int
     spec_on: bool
@@ -197,8 +198,9 @@ def _unlock_pair(rng: random.Random, name: str, baseline: Baseline, carriers: Ca
     """A fast technique that costs static memory (the pool drops below the target) and a memory one that frees it."""
     need = max(0.0, 1.0 - baseline.context_target / max(1, baseline.kv_tokens))     # share of the pool to spare
     drop = min(0.95, need + rng.uniform(0.1, 0.3))                                  # below the target alone
-    static = round(baseline.kv_gb * drop, 2)
-    freed = min(0.8 * baseline.weights_gb, baseline.kv_gb * (drop - need + rng.uniform(0.1, 0.4)))   # room for both
+    static = round(baseline.kv_gb * drop / baseline.kv_share, 2)
+    freed = min(0.8 * baseline.weights_gb,
+                baseline.kv_gb * (drop - need + rng.uniform(0.1, 0.4)) / baseline.kv_share)   # room for both
     speed_carrier, memory_carrier = carriers.any(), carriers.env()
     fast, room = name, f"{name}-room"
     space = {fast: {"kind": "speed", "rationale": "a bigger fused graph that needs memory", **speed_carrier},

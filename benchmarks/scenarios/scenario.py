@@ -17,6 +17,7 @@ and an interaction), a prefill effect that depends on the chunk size, a gain tha
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,6 +95,10 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
     fraction = round(auto_mem_fraction(card["memory_gb"], chunk, slots) - rng.uniform(0.0, 0.06), 2)
     parameters, base_flags, derived, knobs = _parameters(rng, fraction, slots, chunk, spec_on)
     hidden = _knob_effects(rng, knobs, slots)
+    matched = {key for effect in hidden for key in (effect["match"].get("env") or {})}
+    grid = math.prod(_points(p) for p in parameters.values() if "env" not in p or p["env"] in matched)
+    if grid > oracle_limit:      # the same count as ``Oracle.grid_size``, before any file or truth
+        raise Rejected(f"{grid} parameter combinations for the exhaustive truth (limit {oracle_limit})")
     noise = _noise(rng, index)
     profile = {"schema_version": 1, "name": name, "card": name, "model": name, "runtime_version": "0.5.23",
                "memory_rules": {"mamba_ratio_solver": "joint", "runtime_overhead_gb": round(rng.uniform(0.1, 0.6), 2),
@@ -124,7 +129,7 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
         raise Rejected(f"the context target {target} is below the longest request ({longest} tokens)")
     plan = plan_memory(oracle.profile, oracle.space.baseline().flags, oracle.space.baseline().env)
     baseline = Baseline(headroom_gb=plan.headroom_gb, kv_tokens=plan.kv_tokens, kv_gb=plan.kv_gb,
-                        weights_gb=plan.weights_gb,
+                        kv_share=plan.kv_gb / max(1e-9, plan.kv_gb + plan.mamba_gb), weights_gb=plan.weights_gb,
                         context_target=target, spec_on=spec_on, hybrid=bool(model["is_hybrid"]),
                         default_kv_dtype=str(model["default_kv_dtype"]))
     techniques, effects, planted = _techniques(rng, baseline)
@@ -143,6 +148,12 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
     family = str(noise.get("family", "lognormal"))
     return Scenario(name=name, folder=folder, profile=folder / f"{name}.yaml", space=folder / "space.yaml",
                     traffic=traffic_arg, shape=shape, noise_family=family, planted=planted, attempt=attempt)
+
+
+def _points(p: Mapping[str, Any]) -> int:
+    if p["type"] == "categorical":
+        return len(p["choices"])
+    return int(round((p["high"] - p["low"]) / p.get("step", 1))) + 1
 
 
 def _write(folder: Path, name: str, card: Mapping[str, Any], model: Mapping[str, Any],
