@@ -16,18 +16,19 @@ is spent (a comparison cut short keeps the incumbent). What it recommends is sco
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from elsa_tune.errors import ConfigError
+from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
-from elsa_tune.errors import ConfigError
-from elsa_tune.history.verdict import Decision
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
 from elsa_tune.tuner.protocol import BootSample
 from elsa_tune.tuner.schedule import Arm
@@ -96,10 +97,8 @@ def passes_probes(sample: BootSample, target: int | None) -> bool:
 def run_protocol(method: str, bench: VirtualBench, space: SearchSpace, budget_s: float, seed: int) -> ProtocolResult:
     boots = _Boots(bench, budget_s)
     state = _State(space.baseline_values(), ())
-    try:
+    with contextlib.suppress(OutOfBudget):
         {"random": _random, "grid": _grid, "naive": _naive}[method](boots, space, state, random.Random(seed), seed)
-    except OutOfBudget:
-        pass
     return ProtocolResult(method, dict(state.values), state.techniques,
                           space.candidate(dict(state.values), list(state.techniques)), boots.count,
                           bench.clock.now())

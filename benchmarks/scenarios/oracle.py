@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from elsa_tune.errors import ConfigError
 from elsa_tune.history.reasons import failure_category
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.sim.profile import SimProfile, load_profile
@@ -40,7 +41,6 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Parameter, ParameterKind, Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
-from elsa_tune.errors import ConfigError
 from elsa_tune.tuner.virtual import VirtualBench
 
 MIN_EFFECT = 0.03          # the gate's minimum worthwhile gain (``GatePolicy.min_effect``)
@@ -131,7 +131,7 @@ class Oracle:
         return [p for p in self.space.parameters if p.flag is not None or (p.env is not None and p.env in matched)]
 
     def grid_size(self) -> int:
-        return math.prod(len(lattice(p)) for p in self.effective_parameters())
+        return int(math.prod(len(lattice(p)) for p in self.effective_parameters()))
 
     def viable_techniques(self) -> list[str]:
         """Screened techniques that do not crash, damage quality or get ignored on the baseline."""
@@ -163,7 +163,7 @@ class Oracle:
                     continue
 
     def size(self) -> int:
-        return self.grid_size() * 2 ** len(self.viable_techniques())
+        return int(self.grid_size() * 2 ** len(self.viable_techniques()))
 
     def best(self) -> tuple[float, Candidate, str]:
         """The highest true throughput over every feasible configuration (the baseline included), and how it was
@@ -269,9 +269,9 @@ def lattice(p: Parameter) -> tuple[Value, ...]:
     if p.step is None and p.kind is ParameterKind.FLOAT:
         return tuple(p.grid(FLOAT_POINTS))              # a continuous range: discretised
     step = p.step or 1.0
-    count = int(round((p.high - p.low) / step)) + 1
+    count = round((p.high - p.low) / step) + 1
     if p.kind is ParameterKind.INT:
-        return tuple(int(round(p.low + i * step)) for i in range(count))
+        return tuple(round(p.low + i * step) for i in range(count))
     return tuple(round(p.low + i * step, 6) for i in range(count))
 
 

@@ -179,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", help="a sim profile (name or YAML path) instead of generated scenarios")
     parser.add_argument("--space", help="the search space (name or YAML path) that goes with --profile")
     parser.add_argument("--traffic", default=None,
-                        help="demo or a Parquet trace (default: each generated scenario's own shape; demo with --profile)")
+                        help="demo or a Parquet trace (default: each generated scenario's own shape; "
+                             "demo with --profile)")
     parser.add_argument("--seeds", default="0-2", help="study seeds, e.g. 0-4 or 0,3,7")
     parser.add_argument("--budget", default="8h", help="simulated budget per study (e.g. 8h, 30m)")
     parser.add_argument("--json", type=Path, required=True, help="where to write the runs")
@@ -208,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
             if args.profile:
-                cases = [Case(Path(args.space).name.removesuffix(".yaml"), args.profile, args.space, args.traffic or "demo", "given")]
+                name = Path(args.space).name.removesuffix(".yaml")
+                cases = [Case(name, args.profile, args.space, args.traffic or "demo", "given")]
             else:
                 jobs = [(i, str(root), args.traffic) for i in range(args.first, args.first + args.scenarios)]
                 cases = pool.map(_generate, jobs, chunksize=1)

@@ -11,7 +11,8 @@ The space: 3–8 parameters. ``mem-fraction-static`` (its top value may leave no
 cliff), ``max-running-requests``, ``chunked-prefill-size``, ``speculative-num-steps`` when the model has a draft
 head, and knobs (``SGLANG_*`` environment integers of a patched build). A knob is inert or carries hidden effects in
 the profile: a gain that turns into a crash under load past a threshold at high concurrency (an infeasible region
-and an interaction), a prefill effect that depends on the chunk size, a gain that costs static memory. Techniques: 3–6 drawn outcomes, in a random screening order.
+and an interaction), a prefill effect that depends on the chunk size, a gain that costs static memory.
+Techniques: 3–6 drawn outcomes, in a random screening order.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
                "memory_rules": {"mamba_ratio_solver": "joint", "runtime_overhead_gb": round(rng.uniform(0.1, 0.6), 2),
                                 "tokenizer_context_gb": round(rng.uniform(0.0, 0.6), 2), "draft_state_slots": False},
                "noise": noise, "base_flags": {}, "techniques": hidden}
-    space = {"schema_version": 1, "name": name, "description": f"generated scenario {index} ({shape} traffic)",
+    space: dict[str, Any] = {
+             "schema_version": 1, "name": name, "description": f"generated scenario {index} ({shape} traffic)",
              "model": {"path": f"scenarios/{name}", "hybrid_mamba": bool(model["is_hybrid"]), "vision": False,
                        "speculative_head": "draft" in model, "context_target": 1},
              "runtime": {"command": ["python", "-m", "sglang.launch_server"], "version": "0.5.23"},
@@ -153,7 +155,7 @@ def _draw(rng: random.Random, index: int, attempt: int, root: Path, traffic: str
 def _points(p: Mapping[str, Any]) -> int:
     if p["type"] == "categorical":
         return len(p["choices"])
-    return int(round((p["high"] - p["low"]) / p.get("step", 1))) + 1
+    return int(round((p["high"] - p["low"]) / p.get("step", 1))) + 1   # noqa: RUF046 (YAML numbers are Any)
 
 
 def _write(folder: Path, name: str, card: Mapping[str, Any], model: Mapping[str, Any],
@@ -241,7 +243,8 @@ def _techniques(rng: random.Random, baseline: Baseline
 
 
 def _noise(rng: random.Random, index: int) -> dict[str, Any]:
-    noise: dict[str, Any] = {"boot_sigma": round(rng.uniform(0.03, 0.10), 3), "run_sigma": round(rng.uniform(0.01, 0.03), 3),
+    noise: dict[str, Any] = {"boot_sigma": round(rng.uniform(0.03, 0.10), 3),
+                             "run_sigma": round(rng.uniform(0.01, 0.03), 3),
                              "first_pass_slowdown": round(rng.uniform(0.05, 0.15), 3), "warm_requests": 8,
                              "seed": index}
     if "family" not in {f.name for f in dataclasses.fields(NoiseProfile)}:

@@ -89,19 +89,20 @@ def score_study(oracle: Oracle, recommended: Candidate, decisions: Sequence[Deci
     value_sets = [space.baseline_values()] + ([recommended_values] if recommended_values else [])
     kept_so_far: list[str] = []
     judged: list[Judged] = []
-    for d in decisions:
-        if d.technique not in names or last.get(d.technique) is not d:
-            if d.technique in names and d.kept is Kept.YES and d.technique not in kept_so_far:
-                kept_so_far.append(d.technique)
+    for record in decisions:
+        if record.technique not in names or id(last.get(record.technique)) != id(record):
+            if record.technique in names and record.kept is Kept.YES and record.technique not in kept_so_far:
+                kept_so_far.append(record.technique)
             continue
-        incumbent, matched = _incumbent(oracle, d.incumbent_key, value_sets, kept_so_far)
+        incumbent, matched = _incumbent(oracle, record.incumbent_key, value_sets, kept_so_far)
         values, techniques = incumbent
-        with_it = oracle.space.candidate(dict(values), [*techniques, d.technique])
-        truth = oracle.technique_truth(d.technique, oracle.space.candidate(dict(values), list(techniques)), with_it)
-        category = d.category.value if d.category is not None else None
-        judged.append(Judged(d.technique, category, d.kept.value, truth, matched))
-        if d.kept is Kept.YES and d.technique not in kept_so_far:
-            kept_so_far.append(d.technique)
+        with_it = oracle.space.candidate(dict(values), [*techniques, record.technique])
+        truth = oracle.technique_truth(record.technique, oracle.space.candidate(dict(values), list(techniques)),
+                                       with_it)
+        category = record.category.value if record.category is not None else None
+        judged.append(Judged(record.technique, category, record.kept.value, truth, matched))
+        if record.kept is Kept.YES and record.technique not in kept_so_far:
+            kept_so_far.append(record.technique)
     return _score(oracle, recommended, judged, best)
 
 

@@ -104,7 +104,8 @@ def _prefix_reuse(rng: random.Random) -> list[TraceRequest]:
 
 def _concurrency(rng: random.Random) -> list[TraceRequest]:
     blocks = _Blocks(rng)
-    out, t = [], 0.0
+    out: list[TraceRequest] = []
+    t = 0.0
     while len(out) < REQUESTS:
         t += rng.expovariate(0.5)
         for _ in range(rng.randint(8, 24)):                    # bursts of clients at once

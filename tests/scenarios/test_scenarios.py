@@ -3,8 +3,9 @@
 A handful of small generated scenarios (fixed indices, a 16-request decode-heavy trace, spaces of at most 60
 configurations, a one-hour simulated budget, so the file takes seconds of CPU) are run through
 ``run_virtual_study`` and scored by ``benchmarks/scenarios`` exactly as the benchmark scores them. The thresholds
-are the issue's targets loosened for a short budget and three studies; a change to the study's rules that breaks generalisation (a kept crash, a kept quality regression, a
-recommendation worse than the baseline, reasons filed under the wrong category) fails here.
+are the issue's targets loosened for a short budget and three studies; a change to the study's rules that breaks
+generalisation (a kept crash, a kept quality regression, a recommendation far from the best, reasons filed under
+the wrong category) fails here.
 """
 
 from __future__ import annotations
