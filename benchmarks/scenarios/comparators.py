@@ -123,9 +123,10 @@ def _screenable(space: SearchSpace) -> list[str]:
 
 def _random(boots: _Boots, space: SearchSpace, state: _State, rng: random.Random, seed: int) -> None:
     g = space.guardrails
-    policy = GatePolicy(guardrails=GuardrailPolicy(ttft_p50_margin=1 + g.ttft_p50_margin,
-                                                   ttft_p99_margin=1 + g.ttft_p99_margin))
     target = boots.bench.context_target
+    policy = GatePolicy(guardrails=GuardrailPolicy(      # the study's guardrails (``tuner/study.py``)
+        ttft_p50_margin=1 + g.ttft_p50_margin, ttft_p99_margin=1 + g.ttft_p99_margin,
+        kv_pool_min_ratio=None if target else GuardrailPolicy().kv_pool_min_ratio, require_quality=g.quality_gate))
     for trial in range(_MAX_DRAWS):
         values = {p.name: p.coerce(p.sample(rng)) for p in space.parameters}
         techniques = tuple(t for t in _screenable(space) if rng.random() < 0.5)

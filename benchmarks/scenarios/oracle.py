@@ -18,7 +18,8 @@ guardrail margins of the baseline's.
 the crash kind (``history/reasons.failure_category``), new quality damage (a collapsed draft, whose answers stay
 right, may also be judged on its speed), a flag of the technique adjusted in the
 memory plan (ignored or clamped), the pool against the context target and (memory techniques) against the
-incumbent's, TTFT against the guardrail margins, and the throughput ratio against the gate's thresholds (keep from
+incumbent's (a speed technique's pool only when the space sets no context target, as the study's KV guardrail),
+TTFT against the guardrail margins, and the throughput ratio against the gate's thresholds (keep from
 +3%; a memory technique no slower than −2%). Where the gate cannot tell two categories apart at any boot count it
 spends (a true +3–10%, a true −2–9%, a TTFT change within 10% of its margin), both are accepted; the first one
 listed is the truth's own.
@@ -243,8 +244,8 @@ class Oracle:
             if any(r > m * 1.1 for r, m in ttft):
                 return (C.SLOWER,)
             return (C.KEPT,) if ratio >= 1.0 else (C.KEPT, C.NO_GAIN)
-        if kv_ratio < 1.0 - MEMORY_MARGIN:
-            return (C.MEMORY_LOSS,)
+        if kv_ratio < 1.0 - MEMORY_MARGIN and not self.target:
+            return (C.MEMORY_LOSS,)     # the study's KV guardrail; with a context target the target is the guardrail
         if any(r > m * 1.1 for r, m in ttft):
             return (C.SLOWER,)
         borderline_ttft = any(r > m / 1.1 for r, m in ttft)
