@@ -1,0 +1,244 @@
+"""Generated scenarios: how close the study's recommendation comes to the best the space allows, and why.
+
+    python benchmarks/scenarios/run.py --scenarios 100 --seeds 0-2 --budget 8h --json out.json --workers 16
+    python benchmarks/scenarios/run.py --profile rtx5090-qwen3.8-27b-nvfp4 --space qwen3.8-27b-nvfp4-rtx5090 \
+        --seeds 0-9 --budget 8h --json shipped.json
+    python benchmarks/scenarios/run.py --scenarios 20 --traffic prod.parquet --seeds 0-4 --json out.json
+
+Each scenario (``scenario.py``: a generated card, model, space and traffic; or ``--profile``/``--space``) is run as a
+virtual-time study per seed (``elsa_tune.tuner.virtual.run_virtual_study``), and, on the same virtual boots and the
+same simulated budget, by random search with the same gate, a vLLM-style grid and the naive protocol
+(``comparators.py``). Everything is scored against the simulator's noiseless truth (``oracle.py``, ``score.py``):
+the recommendation's share of the best the space allows (exhaustive truth over the space), each technique's
+recorded reason category beside the one its truth implies, false keeps, keeps of a technique that damages answers.
+
+The JSON is ``{"runs": [{"seed", "recommended_share", "recommended_label", "decisions": [{"technique", "category",
+"kept", ...}], "scenario", "regret", "false_keeps", "damage_keeps", "boots", "sim_seconds", "cpu_seconds",
+"comparators": {"random"|"grid"|"naive": {...}}, ...}]}`` with categories as ``ReasonCategory`` values. The table
+printed at the end puts the study beside the comparators. The simulator is calibrated to the seeds' field notes;
+none of this is a measurement of real hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from comparators import METHODS, run_protocol  # noqa: E402
+from oracle import Oracle  # noqa: E402
+from scenario import generate  # noqa: E402
+from score import score_protocol, score_study  # noqa: E402
+
+from elsa_tune.errors import ElsaTuneError  # noqa: E402
+from elsa_tune.tuner.budget import parse_duration  # noqa: E402
+from elsa_tune.tuner.virtual import VirtualBench, run_virtual_study  # noqa: E402
+
+REGRET_BAD = 0.10
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scenario to run: its files, the traffic, and the oracle's best (filled in before the studies)."""
+
+    name: str
+    profile: str
+    space: str
+    traffic: str
+    shape: str = ""
+    noise_family: str = ""
+    best: float = 0.0
+    best_label: str = ""
+    best_method: str = ""
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds.extend(range(int(low), int(high or low) + 1))
+    return seeds
+
+
+# ---- work in the pool ------------------------------------------------------------------------------------
+
+
+def _generate(job: tuple[int, str, str | None]) -> Case:
+    index, root, traffic = job
+    s = generate(index, Path(root), traffic=traffic)
+    return Case(s.name, str(s.profile), str(s.space), s.traffic, s.shape, s.noise_family)
+
+
+def _best(job: tuple[Case, float]) -> Case:
+    case, budget_s = job
+    oracle = Oracle(case.profile, case.space, case.traffic, budget_s=budget_s)   # the workload depends on the budget
+    best, candidate, method = oracle.best()
+    return Case(case.name, case.profile, case.space, case.traffic, case.shape, case.noise_family, best,
+                candidate.label, method)
+
+
+def _study(job: tuple[Case, int, float, str, Sequence[str]]) -> dict[str, Any]:
+    case, seed, budget_s, out_root, methods = job
+    oracle = Oracle(case.profile, case.space, case.traffic, budget_s=budget_s)
+    out = Path(tempfile.mkdtemp(prefix=f"{case.name}-s{seed}-", dir=out_root)) / "study"
+    result = run_virtual_study(profile=case.profile, space=case.space, traffic=case.traffic, budget_s=budget_s,
+                               seed=seed, out=out)
+    values = _values_of(oracle, result.recommended)
+    score = score_study(oracle, result.recommended, result.decisions, case.best, values)
+    run: dict[str, Any] = {
+        "seed": seed, "scenario": case.name, "shape": case.shape, "noise_family": case.noise_family,
+        "traffic": case.traffic, "best_label": case.best_label, "best_tok_s": case.best,
+        "best_method": case.best_method,
+        **score.to_dict(), "status": result.status, "boots": result.boots, "sim_seconds": result.sim_seconds,
+        "cpu_seconds": result.cpu_seconds, "run_dir": str(result.run_dir),
+        "decisions": [j.to_dict() for j in score.judged],
+    }
+    comparators: dict[str, Any] = {}
+    for method in methods:
+        started = time.process_time()
+        bench = VirtualBench(profile=case.profile, space=case.space, traffic=case.traffic, budget_s=budget_s,
+                             seed=seed)
+        proto = run_protocol(method, bench, oracle.space, budget_s, seed)
+        s = score_protocol(oracle, proto.values, proto.techniques, case.best)
+        comparators[method] = {**s.to_dict(), "boots": proto.boots, "sim_seconds": proto.sim_seconds,
+                               "cpu_seconds": time.process_time() - started}
+    run["comparators"] = comparators
+    return run
+
+
+def _values_of(oracle: Oracle, candidate: Any) -> dict[str, Any] | None:
+    """The parameter values behind a recommended candidate, read back from its flags and env."""
+    values: dict[str, Any] = {}
+    for p in oracle.space.parameters:
+        raw = candidate.flags.get(p.flag) if p.flag else candidate.env.get(p.env or "")
+        if raw is None:
+            return None
+        try:
+            values[p.name] = p.coerce(type(p.baseline)(raw) if not isinstance(p.baseline, bool) else raw)
+        except (TypeError, ValueError):
+            return None
+    return values
+
+
+# ---- summary ---------------------------------------------------------------------------------------------
+
+
+def summary(runs: Sequence[dict[str, Any]], methods: Sequence[str]) -> str:
+    rows = [("elsa-tune", runs)] + [(m, [r["comparators"][m] for r in runs if m in r.get("comparators", {})])
+                                    for m in methods]
+    lines = ["| method | runs | median regret | P(regret > 10%) | false keeps / techniques with true effect ≤ 0 | "
+             "quality-damage keeps | right category | median boots | median sim h | median CPU s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, rs in rows:
+        if not rs:
+            continue
+        regrets = [r["regret"] for r in rs]
+        false_keeps, harmful = sum(r["false_keeps"] for r in rs), sum(r["harmful_total"] for r in rs)
+        right = (f"{sum(r['right_categories'] for r in rs)} / {sum(r['judged'] for r in rs)} "
+                 f"({sum(r['right_categories'] for r in rs) / max(1, sum(r['judged'] for r in rs)):.1%})"
+                 if name == "elsa-tune" else "—")
+        lines.append(f"| {name} | {len(rs)} | {statistics.median(regrets):.1%} | "
+                     f"{sum(g > REGRET_BAD for g in regrets) / len(rs):.1%} | {false_keeps} / {harmful} "
+                     f"({false_keeps / max(1, harmful):.1%}) | {sum(r['damage_keeps'] for r in rs)} | {right} | "
+                     f"{statistics.median(r['boots'] for r in rs):.0f} | "
+                     f"{statistics.median(r['sim_seconds'] for r in rs) / 3600:.1f} | "
+                     f"{statistics.median(r['cpu_seconds'] for r in rs):.1f} |")
+    return "\n".join(lines)
+
+
+def mismatches(runs: Sequence[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in runs:
+        for d in r["decisions"]:
+            if not d["right"]:
+                ratio = f"×{d['true_ratio']:.3f}" if d["true_ratio"] is not None else "crashes"
+                out.append(f"- {r['scenario']} seed {r['seed']}: {d['technique']}: recorded {d['category']} "
+                           f"({d['kept']}), truth {ratio}, expected {' / '.join(d['expected'])}")
+    return out
+
+
+# ---- CLI -------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--scenarios", type=int, default=10, help="generated scenarios (default 10)")
+    parser.add_argument("--first", type=int, default=0, help="index of the first generated scenario")
+    parser.add_argument("--profile", help="a sim profile (name or YAML path) instead of generated scenarios")
+    parser.add_argument("--space", help="the search space (name or YAML path) that goes with --profile")
+    parser.add_argument("--traffic", default=None,
+                        help="demo or a Parquet trace (default: each generated scenario's own shape; "
+                             "demo with --profile)")
+    parser.add_argument("--seeds", default="0-2", help="study seeds, e.g. 0-4 or 0,3,7")
+    parser.add_argument("--budget", default="8h", help="simulated budget per study (e.g. 8h, 30m)")
+    parser.add_argument("--json", type=Path, required=True, help="where to write the runs")
+    parser.add_argument("--workers", type=int, default=1, help="processes (scenarios × seeds run in parallel)")
+    parser.add_argument("--root", type=Path, default=None, help="where scenarios and run folders go (default: /tmp)")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comparators to run beside the study ('' = none)")
+    args = parser.parse_args(argv)
+    if bool(args.profile) != bool(args.space):
+        print("--profile and --space go together: give both (a shipped profile and its space) or neither to run "
+              "generated scenarios.", file=sys.stderr)
+        return 2
+    try:
+        budget_s = parse_duration(args.budget)
+        seeds = parse_seeds(args.seeds)
+    except (ElsaTuneError, ValueError) as exc:
+        print(f"{exc}; give --budget like 8h or 30m and --seeds like 0-4 or 0,3,7.", file=sys.stderr)
+        return 2
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        print(f"unknown comparator {unknown[0]!r}; use some of {', '.join(METHODS)}.", file=sys.stderr)
+        return 2
+    root = args.root or Path(tempfile.mkdtemp(prefix="elsa-scenarios-"))
+    (root / "runs").mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    try:
+        with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
+            if args.profile:
+                name = Path(args.space).name.removesuffix(".yaml")
+                cases = [Case(name, args.profile, args.space, args.traffic or "demo", "given")]
+            else:
+                jobs = [(i, str(root), args.traffic) for i in range(args.first, args.first + args.scenarios)]
+                cases = pool.map(_generate, jobs, chunksize=1)
+            cases = pool.map(_best, [(c, budget_s) for c in cases], chunksize=1)
+            print(f"{len(cases)} scenario(s) ready, best the space allows computed "
+                  f"({time.monotonic() - started:.0f} s)", flush=True)
+            work = [(c, seed, budget_s, str(root / "runs"), methods) for c in cases for seed in seeds]
+            runs = []
+            for run in pool.imap_unordered(_study, work, chunksize=1):
+                runs.append(run)
+                args.json.write_text(json.dumps({"runs": runs}, indent=1, default=str))   # a killed run keeps these
+                print(f"  {run['scenario']} seed {run['seed']}: {run['recommended_share']:.1%} of the best "
+                      f"({run['recommended_label']}), {run['right_categories']}/{run['judged']} right, "
+                      f"{run['false_keeps']} false keeps", flush=True)
+    except ElsaTuneError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return 2
+    runs.sort(key=lambda r: (r["scenario"], r["seed"]))
+    args.json.write_text(json.dumps({"runs": runs}, indent=1, default=str))
+    print(f"\n{len(runs)} studies, {len(cases)} scenario(s) × {len(seeds)} seed(s), budget {args.budget}, "
+          f"{time.monotonic() - started:.0f} s wall; scenarios in {root}\n")
+    print(summary(runs, methods))
+    wrong = mismatches(runs)
+    if wrong:
+        print(f"\nwrong categories ({len(wrong)}):")
+        print("\n".join(wrong))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
