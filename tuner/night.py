@@ -23,6 +23,7 @@ from elsa_tune.history.store import StudyStore
 from elsa_tune.history.verdict import Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
+from elsa_tune.traffic.workload import Workload
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
@@ -158,6 +159,12 @@ class Night:
         self.view.update(decisions=(*self.view.status.decisions, line), last_event=line)
         self.on_decision()
         return decision
+
+    def use_workload(self, workload: Workload) -> None:
+        """Measure every later boot on ``workload`` (the baseline shortens a pass that ran far too long)."""
+        self.booter.ctx.workload = workload
+        if self.booter.executor is not None:
+            self.booter.executor.use_workload(workload)
 
     def charge_recorded(self, phase: Phase) -> float:
         """Charge the clock, once, with every finished boot of ``phase`` a killed run recorded; returns the seconds.

@@ -98,6 +98,9 @@ class BootExecutor(Protocol):
 
     def run(self, plan: BootPlan, folder: Path, extra: dict[str, Any]) -> BootRun: ...
 
+    def use_workload(self, workload: Workload) -> None:
+        """Measure later boots on ``workload`` instead."""
+
 
 @dataclass(frozen=True)
 class BootResult:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from elsa_tune.errors import StudyError
@@ -34,6 +36,8 @@ from elsa_tune.history.study_record import PhaseSpan, StudyRecord, StudyStatus
 from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
+from elsa_tune.traffic.workload import closed_loop
+from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
@@ -49,6 +53,9 @@ from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
 
 log = logging.getLogger(__name__)
+
+#: A first pass this many times longer than planned is shortened (``Study._fit_pass``).
+PASS_TOLERANCE = 2.0
 
 __all__ = ["Incumbent", "PhaseOver", "StopStudy", "Study", "StudyClock", "StudyOutcome"]
 
@@ -157,10 +164,12 @@ class Study:
 
     def _baseline(self) -> None:
         night = self.night
-        samples = []
-        for i in range(self.settings.baseline_boots):
+        samples: list[BootSample] = []
+        i, resized = 0, False
+        while len(samples) < self.settings.baseline_boots:
             result = night.boot(BootPlan(tag=f"baseline:{i}", candidate=night.baseline, phase=Phase.BASELINE,
                                          probes=i == 0))
+            i += 1
             if result.sample.failed is not None:
                 f = result.sample.failed
                 raise StudyError(f"the baseline configuration fails on this setup: {f.kind.value}: {f.summary}",
@@ -168,6 +177,9 @@ class Study:
                                         f"{self.store.run_dir / (result.record.log_path or '')}")
             if result.sample.quality_passed is False:
                 raise StudyError("the baseline failed its own stress probes", remedy="read the boot's probes")
+            if not resized and self._fit_pass(result.sample.passes):
+                resized = True       # the first boot measured a pass of another length: it is not a noise sample
+                continue
             samples.append(result.sample)
         try:
             noise = dimension(samples, context={"runtime": self.pre.fingerprint.describe()})
@@ -183,6 +195,32 @@ class Study:
         log.info("gate: looks at %s blocks per arm, noise floor %.1f%%, minimum effect %.1f%%",
                  list(policy.looks), 100 * policy.noise_floor, 100 * policy.min_effect)
         self._write()
+
+    def _fit_pass(self, passes: Sequence[PassMeasurement]) -> bool:
+        """Shorten the measured pass when the first baseline boot's passes ran far longer than planned.
+
+        The pass is sized before anything was measured, from a guess of a stream's speed; a slow card or model can
+        make it many times longer, and a night of such passes has too few boots to decide anything. Only where a
+        pass's duration is in the runtime's own seconds (a GPU, a virtual-time study). Returns whether it changed.
+        """
+        settings, night = self.settings, self.night
+        durations = [p.duration_s for p in passes if not p.warmup and p.duration_s]
+        if settings.speedup != 1.0 or not durations:
+            return False
+        took, target = statistics.median(durations), settings.pass_s
+        current = len(self.pre.workload)
+        if took <= PASS_TOLERANCE * target:
+            return False
+        wanted = max(2 * self.pre.concurrency, math.floor(current * target / took))
+        if wanted >= current:
+            return False
+        workload = closed_loop(self.pre.trace, concurrency=self.pre.concurrency, n_requests=wanted)
+        night.use_workload(workload)
+        note = (f"the measured pass took {took:.0f} s, not the planned {target:.0f} s: shortened from {current} to "
+                f"{wanted} requests")
+        log.info("baseline: %s", note)
+        night.notes.append(note)
+        return True
 
     def _policy(self, noise: NoiseReport) -> GatePolicy:
         return gate_policy(self.space, noise, self.settings, looks=self.settings.looks or self._looks(),

@@ -101,6 +101,9 @@ class VirtualBoots:
         self.epoch = epoch
         self.reference_recorded = False
 
+    def use_workload(self, workload: Workload) -> None:
+        self.workloads = replace(self.workloads, measured=truth_workload(workload, f"measured-{len(workload)}"))
+
     def run(self, plan: BootPlan, folder: Path, extra: dict[str, Any]) -> BootRun:
         start = self.clock.now()
         run = self.boot(plan.candidate, _seed_of(self.seed, plan.tag), start, probes=plan.probes,
