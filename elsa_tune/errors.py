@@ -14,7 +14,8 @@
         ├── TrafficError           a trace cannot be read, recorded or replayed
         └── HistoryError           the study store or ledger is unreadable or inconsistent
 
-The CLI maps these to exit codes in one place (``elsa_tune.tuner.cli``) through ``exit_code``.
+The CLI maps these to exit codes in one place (``elsa_tune.tuner.cli``) through ``exit_code``, whose values
+are the one table of ``elsa_tune.exit_codes``.
 Nothing below the CLI calls ``sys.exit`` or prints. Foreign exceptions are translated at the
 boundary with ``raise X(...) from exc``.
 """
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from elsa_tune import exit_codes
+
 if TYPE_CHECKING:  # pragma: no cover - types only, runtime owns Failure
     from elsa_tune.runtime.failure import Failure
 
@@ -30,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - types only, runtime owns Failure
 class ElsaTuneError(Exception):
     """Base of every error elsa-tune raises on purpose."""
 
-    exit_code: ClassVar[int] = 1
+    exit_code: ClassVar[int] = exit_codes.FAILED
 
     def __init__(self, message: str, *, remedy: str = "") -> None:
         super().__init__(message)
@@ -50,7 +53,7 @@ class ElsaTuneError(Exception):
 class CandidateError(ElsaTuneError):
     """A candidate configuration failed; the study records it and goes on."""
 
-    exit_code = 3
+    exit_code = exit_codes.CANDIDATE
 
 
 class BootFailed(CandidateError):
@@ -84,13 +87,13 @@ class MeasurementFailed(CandidateError):
 class StudyError(ElsaTuneError):
     """The study cannot go on; the message names the remedy."""
 
-    exit_code = 2
+    exit_code = exit_codes.USAGE
 
 
 class ConfigError(StudyError):
     """A bad argument, flag, search space or setting."""
 
-    exit_code = 2
+    exit_code = exit_codes.USAGE
 
 
 class SpaceError(ConfigError):
@@ -106,22 +109,22 @@ class SpaceError(ConfigError):
 class EnvironmentError_(StudyError):
     """The machine is not fit for a study: missing GPU, GPU in use, driver trouble."""
 
-    exit_code = 4
+    exit_code = exit_codes.ENVIRONMENT
 
 
 class RuntimeUnavailable(StudyError):
     """The runtime's launch command or image cannot be run at all."""
 
-    exit_code = 4
+    exit_code = exit_codes.ENVIRONMENT
 
 
 class TrafficError(StudyError):
     """A trace cannot be read, recorded or replayed."""
 
-    exit_code = 2
+    exit_code = exit_codes.USAGE
 
 
 class HistoryError(StudyError):
     """The study store or the ledger is unreadable or inconsistent."""
 
-    exit_code = 5
+    exit_code = exit_codes.HISTORY

@@ -112,6 +112,7 @@ class DecisionRecord:
             "ignored": [a.to_dict() for a in self.ignored], "skipped": self.skipped,
             "boots_incumbent": list(self.boots_incumbent), "boots_candidate": list(self.boots_candidate),
             "decided_at": self.decided_at, "result": self.result, "kept": self.kept.value,
+            "category": self.category.value if self.category is not None else None,
             "ab_result": dict(self.ab_result) if self.ab_result is not None else None, "attempts": self.attempts,
         }
 

@@ -10,11 +10,20 @@ from __future__ import annotations
 import logging
 import threading
 from types import TracebackType
+from typing import Protocol, runtime_checkable
 
 from optuna.storages import BaseStorage
-from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Beating(Protocol):
+    """What a storage with heartbeats offers (Optuna's ``RDBStorage``, through its public methods)."""
+
+    def record_heartbeat(self, trial_id: int) -> None: ...
+
+    def get_heartbeat_interval(self) -> int | None: ...
 
 
 class Heartbeat:
@@ -29,12 +38,12 @@ class Heartbeat:
         self._trial_id = trial_id
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.enabled = is_heartbeat_enabled(storage)
+        self.enabled = isinstance(storage, Beating) and storage.get_heartbeat_interval() is not None
 
     def start(self) -> Heartbeat:
         if not self.enabled or self._thread is not None:
             return self
-        assert isinstance(self._storage, BaseHeartbeat)
+        assert isinstance(self._storage, Beating)
         interval = self._storage.get_heartbeat_interval()
         assert interval is not None
         self._storage.record_heartbeat(self._trial_id)
@@ -50,7 +59,7 @@ class Heartbeat:
             self._thread = None
 
     def _beat(self, interval: int) -> None:
-        assert isinstance(self._storage, BaseHeartbeat)
+        assert isinstance(self._storage, Beating)
         while not self._stop.wait(timeout=interval):
             try:
                 self._storage.record_heartbeat(self._trial_id)

@@ -4,15 +4,15 @@ The sentences follow the field notes: "−20% at short prompts, −30% at 63K", 
 object has no attribute 'layer_num'", "accepted and silently ignored: server_args shows False",
 "no demonstrated benefit: +1.2% [−4%, +7%] over 12 boots". A missing number is said, never shown as 0.
 
-``reason_category`` files the same outcome under one of the tables' few words (crash, oom, hang, ignored,
-context drop, memory loss, wrong answers, slower, no gain, kept), so a study's table can be checked row by row
-against a seed's.
+``reason_category`` files a decision under one of the tables' few words (crash, oom, hang, ignored, context drop,
+memory loss, wrong answers, slower, no gain, kept) from typed facts: a failure's kind, a silent ignore, or the
+category the decider set on its verdict. "Slower" is said only where the evidence shows it (an interval below no
+change, a guardrail confidently worse, a screening boot far below the incumbent); otherwise "no gain".
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 
 from elsa_tune.history.verdict import Decision, Verdict
@@ -72,21 +72,22 @@ def effect_text(verdict: Verdict) -> str:
 
 
 def reason_from_verdict(verdict: Verdict) -> str:
-    """The ledger/report sentence for an A/B verdict."""
+    """The ledger/report sentence for an A/B verdict, read from its decision, category and typed facts."""
     failed = [g for g in verdict.guardrails if g.passed is False]
-    boot_failure = verdict.extra.get("failure") if isinstance(verdict.extra, Mapping) else None
+    extra = verdict.extra if isinstance(verdict.extra, Mapping) else {}
+    category = verdict.category or _legacy_category(verdict)
+    boot_failure = extra.get("failure")
     if verdict.decision is Decision.REJECT and isinstance(boot_failure, Mapping) and verdict.effect is None:
         # an A/B boot of the candidate failed before any estimate: that failure is the reason
         return f"an A/B boot failed: {reason_from_failure(Failure.from_dict(boot_failure))}"
     if verdict.decision is Decision.INCONCLUSIVE:
-        level = verdict.extra.get("multiplicity_level") if isinstance(verdict.extra, Mapping) else None
-        if ("after false-keep control" in verdict.reason and verdict.adjusted_p_value is not None
-                and isinstance(level, (int, float))):
+        level = extra.get("multiplicity_level")
+        if extra.get("held_by_night_control") and verdict.adjusted_p_value is not None and \
+                isinstance(level, (int, float)):
             # the gate kept it; the night's false-keep control did not: a gain shown, not strongly enough for the night
             return (f"not kept under the night's false-keep control: {effect_text(verdict)}, adjusted p "
                     f"{verdict.adjusted_p_value:.2g} > {float(level):.2f}")
-        pending = _GUARDRAIL_PENDING.search(verdict.reason)
-        guard = next((g for g in verdict.guardrails if pending and g.name == pending["name"]), None)
+        guard = next((g for g in verdict.guardrails if g.name == extra.get("pending_guardrail")), None)
         if guard is not None:
             return (f"{effect_text(verdict)}, but {guard.name} not shown within {pct(guard.margin)}: "
                     f"{pct(guard.ratio)} {interval(guard.ci_low, guard.ci_high)}")
@@ -100,11 +101,12 @@ def reason_from_verdict(verdict: Verdict) -> str:
                 + (f" ({g.detail})" if g.detail else ""))
     if verdict.decision is Decision.REJECT and verdict.effect is not None and verdict.effect >= 1.0:
         return f"no demonstrated benefit: {effect_text(verdict)}"
-    confidently_worse = isinstance(verdict.extra, Mapping) and verdict.extra.get("failed_guardrail")
-    if (verdict.decision is Decision.REJECT and not confidently_worse and verdict.ci_high is not None
-            and verdict.ci_high >= 1.0 and verdict.reason.startswith("futile")):
+    if verdict.decision is Decision.REJECT and category is ReasonCategory.NO_GAIN:
         # stopped for futility with an interval that still reaches a gain: not shown slower, only not better
         return f"no demonstrated benefit (stopped early, futile): {effect_text(verdict)}"
+    if verdict.decision is Decision.REJECT and category is ReasonCategory.SLOWER and verdict.effect is not None \
+            and not extra.get("failed_guardrail") and not extra.get("by_workload"):
+        return f"slower: {effect_text(verdict)}"
     return effect_text(verdict)
 
 
@@ -138,16 +140,6 @@ _FAILURE_CATEGORY: Mapping[FailureKind, ReasonCategory] = {
     FailureKind.TECHNIQUE_CRASH: ReasonCategory.CRASH,
     FailureKind.UNKNOWN_CRASH: ReasonCategory.CRASH,
 }
-_GUARDRAIL_REJECT = re.compile(r"guardrail (?P<name>\w+) failed")
-_GUARDRAIL_PENDING = re.compile(r"guardrail (?P<name>\w+) was (?:still )?not shown non-inferior")
-_BELOW_NOISE = "below the incumbent's boot-to-boot noise"
-#: "A difference is real only above ~9% (2.8σ)" (seed 004's protocol): a rejected estimate this far down is filed
-#: as "slower" even when its interval still reaches zero (the seeds file their own point estimates the same way;
-#: the ledger's sentence still says "no demonstrated benefit (stopped early, futile)" with the interval);
-#: closer to zero it is "no gain".
-SLOWER_BELOW = 0.91
-
-
 def failure_category(failure: Failure) -> ReasonCategory:
     """The category of a failed boot: a CUDA-graph capture that ran out of memory is an OOM, else a crash."""
     if failure.kind is FailureKind.CUDA_GRAPH_FAILED and any(
@@ -160,10 +152,9 @@ def reason_category(verdict: Verdict | None, failure: Failure | None = None,
                     ignored: Sequence[Adjustment] = ()) -> ReasonCategory | None:
     """Why a technique was (not) kept, in one ``ReasonCategory``; ``None`` when nothing was decided.
 
-    Read from what the study recorded: the failure's kind, a silent ignore, the verdict's guardrails and
-    effect, and the facts a screening shortcut stores in ``verdict.extra`` (``context_target``: the pool fell
-    below the target; ``incumbent_kv_pool``: a memory technique bought no pool; ``z``: a screening boot far
-    below the incumbent; ``quality_failed``). An INCONCLUSIVE verdict is "no gain": no demonstrated benefit.
+    A failure files under its kind, a silent ignore under "ignored", a verdict under the category its decider set
+    (the gate, a screening shortcut, the night's false-keep control). Verdicts recorded before they carried one are
+    filed from their typed facts (``_legacy_category``), never from their sentence.
     """
     if failure is not None:
         return failure_category(failure)
@@ -171,35 +162,31 @@ def reason_category(verdict: Verdict | None, failure: Failure | None = None,
         return ReasonCategory.IGNORED
     if verdict is None:
         return None
+    return verdict.category or _legacy_category(verdict)
+
+
+def _legacy_category(verdict: Verdict) -> ReasonCategory:
+    """The category of a verdict written without one (schema 1), from its decision and the facts in ``extra``."""
     if verdict.decision is Decision.KEEP:
         return ReasonCategory.KEPT
     extra = verdict.extra if isinstance(verdict.extra, Mapping) else {}
     gate_failure = extra.get("failure")
     if isinstance(gate_failure, Mapping) and verdict.decision is Decision.REJECT:
         return failure_category(Failure.from_dict(gate_failure))
-    # records written before the screening shortcuts stored their facts are recognised by their sentence
-    if "context_target" in extra or verdict.reason.startswith("context drops to"):
+    if "context_target" in extra:
         return ReasonCategory.CONTEXT_DROP
-    if extra.get("quality_failed") or verdict.reason.startswith(("answers regressed", "failed the quality gate",
-                                                                  "the candidate failed the quality gate")):
+    if extra.get("quality_failed"):
         return ReasonCategory.WRONG_ANSWERS
-    if "incumbent_kv_pool" in extra:
-        return ReasonCategory.MEMORY_LOSS
-    # a guardrail only rejects when confidently worse (``failed_guardrail``); passed=False alone is "not shown"
-    match = _GUARDRAIL_REJECT.match(verdict.reason)
-    guardrail = extra.get("failed_guardrail") or (match["name"] if match else None)
+    guardrail = extra.get("failed_guardrail")
     memory = next((g for g in verdict.guardrails if g.name == "memory_gain"), None)
-    if verdict.decision is Decision.REJECT and (guardrail == "kv_pool_tokens" or (
-            memory is not None and memory.passed is False)):
+    if "incumbent_kv_pool" in extra or (verdict.decision is Decision.REJECT and (
+            guardrail == "kv_pool_tokens" or (memory is not None and memory.passed is False))):
         return ReasonCategory.MEMORY_LOSS
     if verdict.decision is not Decision.REJECT:
         return ReasonCategory.NO_GAIN
-    if extra.get("z") is not None or guardrail in ("ttft_p50", "ttft_p99") or _BELOW_NOISE in verdict.reason:
+    if extra.get("z") is not None or guardrail in ("ttft_p50", "ttft_p99"):
         return ReasonCategory.SLOWER
-    effect, high = verdict.effect, verdict.ci_high
-    if high is not None and high < 1.0:
-        return ReasonCategory.SLOWER
-    if effect is not None and effect <= SLOWER_BELOW:
+    if verdict.ci_high is not None and verdict.ci_high < 1.0:
         return ReasonCategory.SLOWER
     return ReasonCategory.NO_GAIN
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from elsa_tune.durable_file import read_json, write_json
 from elsa_tune.errors import HistoryError
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.durable_file import read_json, write_json
 from elsa_tune.history.records import BootRecord, TrialRecord
 from elsa_tune.history.study_record import StudyRecord
 

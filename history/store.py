@@ -4,7 +4,7 @@ Ordering is what makes it kill-safe: a boot's ``boot.json`` (and a trial's ``Tri
 atomically to disk BEFORE Optuna is told, so after a SIGKILL at any instant the files hold every
 finished boot and ``reconcile`` brings Optuna up to date with them:
 
-* boots on disk that Optuna's registry does not list are registered;
+* boots on disk that the boot registry (``BootRegistry``, a table beside Optuna's) does not list are registered;
 * trials left RUNNING by the dead process are failed once their heartbeat is stale;
 * trials whose result was written but never told are re-added as finished trials, so the sampler keeps
   what was measured (including the constraint of a crashed candidate).
@@ -52,6 +52,7 @@ from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
 
 from elsa_tune.errors import HistoryError
+from elsa_tune.history.boot_registry import BootRegistry
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.heartbeat import Heartbeat
@@ -68,14 +69,13 @@ BOOTS_ATTR = "boot_ids"
 RECOVERED_ATTR = "recovered_from"
 CONSTRAINT_KEY = "feasibility"          # Optuna >= 5 constraint name (system attr ``constraints:feasibility``)
 _NATIVE_CONSTRAINTS = hasattr(optuna.trial.Trial, "set_constraint")
-_REGISTRY_SUFFIX = ":boots"
 
 
 @dataclass(frozen=True)
 class Reconciliation:
     """What ``StudyStore.reconcile`` found and repaired after a restart."""
 
-    registered_boots: tuple[str, ...]     # on disk, missing from Optuna's registry: now registered
+    registered_boots: tuple[str, ...]     # on disk, missing from the boot registry: now registered
     incomplete_boots: tuple[str, ...]     # folders without boot.json: boots the dead process never finished
     failed_stale_trials: tuple[int, ...]  # RUNNING trials whose heartbeat stopped: now FAIL
     recovered_trials: tuple[int, ...]     # written to disk but never told: re-added as finished trials
@@ -88,6 +88,11 @@ def constraint_values(trial: FrozenTrial) -> Sequence[float]:
     if isinstance(value, (list, tuple)):
         return tuple(float(v) for v in value)
     return (float(value),)
+
+
+def unreachable_values(directions: Sequence[StudyDirection]) -> list[float]:
+    """The value told for an infeasible trial: the worst no measurement can reach, per objective."""
+    return [-math.inf if d is StudyDirection.MAXIMIZE else math.inf for d in directions]
 
 
 class StudyStore:
@@ -112,9 +117,10 @@ class StudyStore:
                 self.storage = RDBStorage(self.storage_url, engine_kwargs=engine_kwargs,
                                           heartbeat_interval=heartbeat_interval, grace_period=grace_period)
         except Exception as exc:  # sqlalchemy/alembic errors have no common base worth naming here
-            raise HistoryError(f"cannot open the study storage {self.storage_url}: {exc}",
-                               remedy="check the URL, the database server and its permissions") from exc
-        self._registry_id = self._registry_study_id()
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HistoryError(f"cannot open the study storage {self.storage_url}: {cause}",
+                               remedy=_storage_remedy(self.storage_url, exc)) from exc
+        self.registry = BootRegistry(self.storage.engine, self.name)
 
     # ---- files ---------------------------------------------------------------------------------------
 
@@ -133,8 +139,7 @@ class StudyStore:
         return path
 
     def registered_boots(self) -> dict[str, dict[str, Any]]:
-        attrs = self.storage.get_study_user_attrs(self._registry_id)
-        return {key.removeprefix("boot:"): value for key, value in attrs.items() if key.startswith("boot:")}
+        return self.registry.boots()
 
     def load(self) -> History:
         return self.files.load()
@@ -180,8 +185,13 @@ class StudyStore:
     # ---- Optuna -------------------------------------------------------------------------------------
 
     def create_or_load_study(self, name: str, directions: Sequence[str | StudyDirection],
-                             sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
-        """Create the Optuna study or load it (resume); refuses a study stored with other directions."""
+                             sampler: optuna.samplers.BaseSampler | None = None, *,
+                             metric_names: Sequence[str] | None = None) -> optuna.Study:
+        """Create the Optuna study or load it (resume); refuses a study stored with other directions.
+
+        ``metric_names`` (one per direction; default ``objective``, ``objective_2``…) are stored on the study,
+        so optuna-dashboard names its axes.
+        """
         wanted = [d if isinstance(d, StudyDirection) else StudyDirection[str(d).upper()] for d in directions]
         study = optuna.create_study(study_name=name, storage=self.storage, directions=wanted, sampler=sampler,
                                     load_if_exists=True)
@@ -189,6 +199,15 @@ class StudyStore:
             raise HistoryError(f"study {name!r} in {self.storage_url} has directions "
                                f"{[d.name for d in study.directions]}, not {[d.name for d in wanted]}",
                                remedy="use a new study name or a fresh run directory")
+        names = list(metric_names) if metric_names else [
+            "objective" if i == 0 else f"objective_{i + 1}" for i in range(len(wanted))]
+        if len(names) != len(wanted):
+            raise HistoryError(f"study {name!r}: {len(names)} metric names for {len(wanted)} objectives",
+                               remedy="give one metric name per objective")
+        if study.metric_names != names:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                study.set_metric_names(names)
         return study
 
     def ask(self, study: optuna.Study, fixed_distributions: dict[str, BaseDistribution] | None = None
@@ -214,8 +233,10 @@ class StudyStore:
         """Tell Optuna a trial's result, after writing it to ``trials/`` atomically.
 
         ``values`` ``None`` with ``constraint`` > 0 (or a ``failure``): an infeasible candidate (crash, OOM,
-        context target missed); it is told COMPLETE with the worst values seen so far and the constraint,
-        so constrained samplers avoid it. ``values`` ``None`` without a constraint: told FAIL.
+        context target missed); it is told COMPLETE with the constraint, so constrained samplers avoid it, and
+        with the unreachable worst value of each objective (−inf when maximising, +inf when minimising), which
+        no measured trial can tie and Optuna's constrained samplers never rank; its ``TrialRecord`` holds no
+        values. ``values`` ``None`` without a constraint: told FAIL.
         """
         if failure is not None and constraint <= 0:
             constraint = 1.0
@@ -225,11 +246,11 @@ class StudyStore:
         if values is not None:
             state, told = (TrialState.COMPLETE if constraint <= 0 else TrialState.INFEASIBLE), list(values)
         elif constraint > 0:
-            state, told = TrialState.INFEASIBLE, self._penalty_values(study)
+            state, told = TrialState.INFEASIBLE, unreachable_values(study.directions)
         else:
             state, told = TrialState.FAILED, None
         record = TrialRecord(study=study.study_name, number=trial.number, params=dict(trial.params), state=state,
-                             values=tuple(told) if told is not None else None, constraint=float(constraint),
+                             values=tuple(values) if values is not None else None, constraint=float(constraint),
                              boot_ids=tuple(boot_ids) or tuple(trial.user_attrs.get(BOOTS_ATTR, ())),
                              failure_kind=failure.kind.value if failure else None, told_at=time.time())
         self.files.write_trial(record)
@@ -298,39 +319,14 @@ class StudyStore:
 
     # ---- internals ------------------------------------------------------------------------------------
 
-    def _registry_study_id(self) -> int:
-        name = self.name + _REGISTRY_SUFFIX
-        try:
-            return self.storage.get_study_id_from_name(name)
-        except KeyError:
-            try:
-                return self.storage.create_new_study([StudyDirection.MINIMIZE], name)
-            except optuna.exceptions.DuplicatedStudyError:  # another process created it just now
-                return self.storage.get_study_id_from_name(name)
-
     def _register(self, record: BootRecord) -> None:
-        summary = {"outcome": record.outcome.value, "phase": record.phase.value, "arm": record.arm.value,
-                   "candidate": record.candidate.key(), "trial": record.trial_number,
-                   "fingerprint": record.fingerprint.key(), "ended_at": record.ended_at}
-        self.storage.set_study_user_attr(self._registry_id, f"boot:{record.boot_id}", summary)
-
-    def _penalty_values(self, study: optuna.Study) -> list[float]:
-        done = [t for t in study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE,))
-                if not t.user_attrs.get("penalty_values") and t.values is not None]
-        penalty = []
-        for i, direction in enumerate(study.directions):
-            seen = [t.values[i] for t in done]
-            if not seen:
-                penalty.append(0.0)
-            elif direction is StudyDirection.MAXIMIZE:
-                penalty.append(min(seen))
-            else:
-                penalty.append(max(seen))
-        return penalty
+        self.registry.register(record)
 
     def _recover(self, study: optuna.Study, record: TrialRecord) -> bool:
         """Re-add a trial whose result is on disk but not in Optuna (told FAIL or never told). Idempotent."""
-        if record.values is None:
+        values = (list(record.values) if record.values is not None
+                  else unreachable_values(study.directions) if record.state is TrialState.INFEASIBLE else None)
+        if values is None:
             return False
         trials = study.get_trials(deepcopy=False)
         original = next((t for t in trials if t.number == record.number), None)
@@ -349,15 +345,30 @@ class StudyStore:
                     self.storage.set_trial_system_attr(original._trial_id, f"constraints:{CONSTRAINT_KEY}",
                                                        record.constraint)
                 self.storage.set_trial_user_attr(original._trial_id, BOOTS_ATTR, list(record.boot_ids))
-                self.storage.set_trial_state_values(original._trial_id, OptunaState.COMPLETE, list(record.values))
+                if record.values is None:
+                    self.storage.set_trial_user_attr(original._trial_id, "penalty_values", True)
+                self.storage.set_trial_state_values(original._trial_id, OptunaState.COMPLETE, values)
                 return True
             except optuna.exceptions.UpdateFinishedTrialError:
                 return self._recover(study, record)
         attrs = {CONSTRAINT_ATTR: [record.constraint], BOOTS_ATTR: list(record.boot_ids), RECOVERED_ATTR: record.number}
         if record.failure_kind:
             attrs["failure_kind"] = record.failure_kind
+        if record.values is None:
+            attrs["penalty_values"] = True
         system_attrs = {f"constraints:{CONSTRAINT_KEY}": record.constraint} if _NATIVE_CONSTRAINTS else {}
         study.add_trial(optuna.trial.create_trial(params=dict(record.params), distributions=original.distributions,
-                                                  values=list(record.values), user_attrs=attrs,
+                                                  values=values, user_attrs=attrs,
                                                   system_attrs=system_attrs, state=OptunaState.COMPLETE))
         return True
+
+
+def _storage_remedy(url: str, exc: Exception) -> str:
+    """What to do about a storage that would not open: a damaged SQLite file is not a server problem."""
+    text = str(exc).lower()
+    if url.startswith("sqlite"):
+        if "not a database" in text or "malformed" in text or "file is encrypted" in text:
+            return ("the study's SQLite file is damaged: move it aside (the boots/ and decisions/ records stay) and "
+                    "rerun to start the study's Optuna storage afresh, or give another --out")
+        return "check that the study.db file and its folder can be read and written"
+    return "check the URL, the database server and its permissions"

@@ -44,7 +44,7 @@ class PhaseSpan:
 
 
 @dataclass(frozen=True)
-class NoiseReport:
+class NoiseRecord:
     """The baseline's noise as relative standard deviations (0.10 = 10%) and the warm-up bias.
 
     ``sigma_boot``: spread of per-boot means between restarts of the same config; ``sigma_run``: spread of
@@ -64,7 +64,7 @@ class NoiseReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> NoiseReport:
+    def from_dict(cls, data: Mapping[str, Any]) -> NoiseRecord:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
@@ -85,7 +85,7 @@ class StudyRecord:
     budget_s: float | None = None
     status: StudyStatus = StudyStatus.RUNNING
     phases: tuple[PhaseSpan, ...] = ()
-    noise: NoiseReport | None = None
+    noise: NoiseRecord | None = None
     objective: str = "output_throughput_tok_s"
     traffic: str = ""
     context_target: int | None = None
@@ -113,5 +113,5 @@ class StudyRecord:
                       baseline=Candidate.from_dict(data["baseline"]), incumbent=Candidate.from_dict(data["incumbent"]),
                       status=StudyStatus(data.get("status", "running")),
                       phases=tuple(PhaseSpan.from_dict(p) for p in data.get("phases", ())),
-                      noise=NoiseReport.from_dict(noise) if noise else None, extra=dict(data.get("extra", {})))
+                      noise=NoiseRecord.from_dict(noise) if noise else None, extra=dict(data.get("extra", {})))
         return cls(**kwargs)

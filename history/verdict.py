@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+from elsa_tune.search_spaces.space import ReasonCategory
+
+SCHEMA_VERSION = 2
 
 
 class Decision(enum.Enum):
@@ -53,10 +55,13 @@ class Verdict:
     adjusted_p_value: float | None = None   # after multiple-testing control across the night
     schema_version: int = SCHEMA_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: why, in the seeds' few words; set by whoever decides (the gate, a screening shortcut, the night's control)
+    category: ReasonCategory | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["decision"] = self.decision.value
+        data["category"] = self.category.value if self.category is not None else None
         data["guardrails"] = [vars(g).copy() for g in self.guardrails]
         data["extra"] = dict(self.extra)
         return data
@@ -65,6 +70,7 @@ class Verdict:
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
         kwargs = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         kwargs["decision"] = Decision(data["decision"])
+        kwargs["category"] = ReasonCategory(data["category"]) if data.get("category") else None
         kwargs["guardrails"] = tuple(GuardrailResult(**g) for g in data.get("guardrails", ()))
         kwargs["extra"] = dict(data.get("extra", {}))
         return cls(**kwargs)

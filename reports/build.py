@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from elsa_tune.history.durable_file import write_atomic
+from elsa_tune.durable_file import write_atomic
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.reports import plots
 from elsa_tune.reports.deploy import build_bundle

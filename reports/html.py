@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from elsa_tune.history.reasons import interval, pct
 from elsa_tune.reports import units
+from elsa_tune.reports.deploy import SIMULATED
 from elsa_tune.reports.model import Report
 
 _CSS = """
@@ -23,7 +24,9 @@ table{border-collapse:collapse;margin:.6em 0;font-size:13px}td,th{border:1px sol
 vertical-align:top;text-align:left}th{background:#f4f4f4}code,pre{font:12px/1.4 ui-monospace,monospace}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;white-space:pre-wrap}.warn{background:#fff4e5;
 border-left:4px solid #f0a020;padding:.5em .8em}.yes{color:#1a7f37;font-weight:600}.no{color:#c62828}
-.inconclusive,.skipped{color:#777}img{max-width:100%}.muted{color:#777}
+.inconclusive,.skipped,.undecided{color:#777}img{max-width:100%}.muted{color:#777}
+#decision{border:1px solid #ccc;border-left:6px solid #777;padding:.2em 1em;margin:1em 0}
+#decision.deploy{border-left-color:#1a7f37}#decision h2{margin-top:.4em;border:0}.sim{font-size:1.1em}
 """
 
 
@@ -33,6 +36,7 @@ def render_html(report: Report, plots: Mapping[str, bytes | None] | None = None)
     parts: list[str] = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
                         f"<title>elsa-tune report: {_e(report.study_name)}</title>", f"<style>{_CSS}</style>",
                         "</head><body>", f"<h1>elsa-tune report: {_e(report.study_name)}</h1>"]
+    parts += _decision(report)
     parts += [f'<p class="warn">{_e(w)}</p>' for w in report.warnings]
     parts += _summary(report)
     parts += ["<h2>Winner vs baseline</h2>", f"<p><strong>{_e(report.summary_line())}</strong></p>"]
@@ -48,7 +52,7 @@ def render_html(report: Report, plots: Mapping[str, bytes | None] | None = None)
     parts += ["<h2>Search</h2>", _img(plots.get("search"), "objective per boot")]
     parts += ["<h2>Tried / Result / Kept?</h2>"]
     parts += _table(["Tried", "flags / env", "Result", "Kept?"],
-                    [[r.tried, _Code(r.delta), r.result, _Class(r.kept_word, r.kept.value)]
+                    [[r.tried, _Code(r.delta), r.result, _Class(r.kept_word, r.kept_value)]
                      for r in report.keep_reject])
     parts += ["<h2>A/B tests</h2>", _img(plots.get("forest"), "A/B effects with confidence intervals")]
     parts += _table(["#", "phase", "technique", "delta", "effect", "CI", "p", "boots (inc./cand.)", "decision",
@@ -138,17 +142,37 @@ def _img(png: bytes | None, alt: str) -> str:
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
 
+def _decision(report: Report) -> list[str]:
+    d = report.decision()
+    out = [f'<p class="warn sim"><strong>{_e(SIMULATED)}:</strong> every number below comes from elsa-tune\'s '
+           "simulated SGLang, not from a GPU.</p>"] if d.simulated else []
+    out += [f'<section id="decision" class="{"deploy" if d.deploy else "keep"}"><h2>Decision</h2>',
+            f"<p class=\"action\"><strong>{_e(d.action)}.</strong></p><ul>",
+            f"<li><strong>Effect:</strong> {_e(d.effect)}</li>",
+            f"<li><strong>Files</strong> ({_e(d.holds)}): "
+            + ", ".join(f"<code>{_e(path)}</code> ({_e(what)})" for path, what in d.files) + "</li>"]
+    if d.changes:
+        out.append("<li><strong>Changes from the baseline:</strong> "
+                   + ", ".join(f"<code>{_e(c)}</code>" for c in d.changes) + "</li>")
+    c = report.client
+    if c is not None:
+        out.append(f"<li><strong>Clients:</strong> largest request {_e(units.integer(c.max_request_tokens))} tokens "
+                   f"(prompt + output), at most {_e(units.integer(c.max_running_requests))} concurrent requests "
+                   "served</li>")
+    return [*out, f"<li><strong>Study:</strong> {_e(report.status)}; {_e(report.boot_count_text())}</li>",
+            "</ul></section>"]
+
+
 def _summary(report: Report) -> list[str]:
     study = report.study
-    measured = sum(1 for b in report.boots if b.throughput is not None)
-    failed = sum(1 for b in report.boots if not b.outcome.feasible)
     rows: list[list[object]] = [
         ["status", report.status],
         ["setup", report.fingerprint.describe() if report.fingerprint else "unknown"],
         ["setup key", _Code(report.fingerprint.key() if report.fingerprint else "?")],
-        ["boots", f"{len(report.boots)} ({measured} measured, {failed} crashed or infeasible, "
-                  f"{len(report.incomplete_boots)} interrupted)"],
+        ["boots", report.boot_count_text()],
     ]
+    if report.fingerprint is not None and units.simulated(report.fingerprint.runtime):
+        rows.append(["time", units.SIMULATED_TIME])
     if study is not None:
         used = units.duration(study.updated_at - study.started_at)
         rows.insert(1, ["budget", f"{units.duration(study.budget_s)}, used {used}; started "

@@ -6,15 +6,19 @@ break a table and ``<``/``>``/``&`` become entities, so a log line can never inj
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from elsa_tune.history.reasons import interval, pct
 from elsa_tune.reports import units
+from elsa_tune.reports.deploy import SIMULATED
 from elsa_tune.reports.model import Report
 
 
 def render_markdown(report: Report) -> str:
+    """The report, leading with the decision (what to deploy, its effect, the files) in its first lines."""
     out: list[str] = [f"# elsa-tune report: {text(report.study_name)}", ""]
+    out += _decision(report)
     for warning in report.warnings:
         out.append(f"> **Warning:** {text(warning)}")
     if report.warnings:
@@ -71,16 +75,15 @@ def render_markdown(report: Report) -> str:
 
 def _summary(report: Report) -> list[str]:
     study, noise = report.study, report.noise
-    measured = sum(1 for b in report.boots if b.throughput is not None)
-    failed = sum(1 for b in report.boots if not b.outcome.feasible)
     out = ["## Study", "",
            f"- **Status:** {text(report.status)}",
            f"- **Setup:** {text(report.fingerprint.describe()) if report.fingerprint else 'unknown'}",
            f"- **Setup key:** `{report.fingerprint.key() if report.fingerprint else '?'}` "
            f"(ledger key `{report.fingerprint.ledger_key() if report.fingerprint else '?'}`)",
-           f"- **Boots:** {len(report.boots)} ({measured} measured, {failed} crashed or infeasible, "
-           f"{len(report.incomplete_boots)} interrupted)",
+           f"- **Boots:** {text(report.boot_count_text())}",
            f"- **Result:** {text(report.summary_line())}"]
+    if report.fingerprint is not None and units.simulated(report.fingerprint.runtime):
+        out.append(f"- **Time:** {units.SIMULATED_TIME}")
     if study is not None:
         used = study.updated_at - study.started_at
         out.insert(3, f"- **Budget:** {units.duration(study.budget_s)}, used {units.duration(used)}; started "
@@ -100,6 +103,22 @@ def _summary(report: Report) -> list[str]:
                        f"{units.duration(used_p) if used_p is not None else 'running'} | {p.boots} |")
         out.append("")
     return out
+
+
+def _decision(report: Report) -> list[str]:
+    d = report.decision()
+    out = ([f"> **{SIMULATED}:** every number below comes from elsa-tune's simulated SGLang, not from a GPU.", ""]
+           if d.simulated else [])
+    out += ["## Decision", "", f"**{text(d.action)}.**", "",
+            f"- **Effect:** {text(d.effect)}",
+            f"- **Files** ({text(d.holds)}): {', '.join(f'`{path}` ({text(what)})' for path, what in d.files)}"]
+    if d.changes:
+        out.append(f"- **Changes from the baseline:** {', '.join(f'`{cell(c)}`' for c in d.changes)}")
+    c = report.client
+    if c is not None:
+        out.append(f"- **Clients:** largest request {units.integer(c.max_request_tokens)} tokens (prompt + output), "
+                   f"at most {units.integer(c.max_running_requests)} concurrent requests served")
+    return [*out, f"- **Study:** {text(report.status)}; {text(report.boot_count_text())}", ""]
 
 
 def _winner(report: Report) -> list[str]:
@@ -168,6 +187,13 @@ def cell(value: object) -> str:
 
 
 def text(value: object) -> str:
-    """Neutralise quoted text for Markdown: one line, HTML special characters as entities."""
+    """Neutralise quoted text for Markdown: one line, and every ``<`` or ``&`` that could open an HTML tag,
+    comment or entity (``<s``, ``</``, ``<!``, ``<?``, ``&amp``) written as an entity; a ``<`` before a digit or
+    a space (``<0.001``) cannot start markup in CommonMark and stays as it reads."""
     s = " ".join(str(value).split())
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _ENTITY_OPENER.sub("&amp;", s)
+    return _TAG_OPENER.sub("&lt;", s).replace(">", "&gt;")
+
+
+_TAG_OPENER = re.compile(r"<(?=[A-Za-z/!?])")
+_ENTITY_OPENER = re.compile(r"&(?=[A-Za-z#])")

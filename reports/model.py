@@ -18,13 +18,21 @@ from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.ledger import Ledger, LedgerEntry
 from elsa_tune.history.reasons import effect_text, pct, reason_from_failure
-from elsa_tune.history.records import BootOutcome, BootRecord, Phase, TrialRecord
+from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Phase, TrialRecord
 from elsa_tune.history.run_dir import History, RunDir
-from elsa_tune.history.study_record import NoiseReport, StudyRecord
+from elsa_tune.history.study_record import NoiseRecord, StudyRecord
 from elsa_tune.history.verdict import Verdict
+from elsa_tune.reports import units
 from elsa_tune.search_spaces.candidate import Candidate
 
 KEPT_WORDS = {Kept.YES: "Yes", Kept.NO: "No", Kept.INCONCLUSIVE: "No (inconclusive)", Kept.SKIPPED: "Skipped"}
+NO_DECISION = "No decision"
+SIMULATED_RUNTIME = "sglang-sim"
+#: How each boot outcome reads in the boot count (every outcome is counted, so the parts add up to the total).
+OUTCOME_WORDS = {BootOutcome.MEASURED: "measured", BootOutcome.READY: "booted but not measured",
+                 BootOutcome.PROBE_FAILED: "failed a stress probe or the quality gate",
+                 BootOutcome.BOOT_FAILED: "failed to boot", BootOutcome.DIED: "died or hung after booting",
+                 BootOutcome.INTERRUPTED: "interrupted"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class BootRow:
     started_at: float
     seconds: float
     failure: str = ""
+    key: str = ""               # the candidate's key: which configuration this boot measured
 
 
 @dataclass(frozen=True)
@@ -58,16 +67,35 @@ class AbRow:
 
 @dataclass(frozen=True)
 class KeepRejectRow:
-    """One row of the "Tried / Result / Kept?" table."""
+    """One row of the "Tried / Result / Kept?" table; ``kept`` is ``None`` for a technique that was booted but
+    never reached a decision (``result`` says why)."""
 
     tried: str
     delta: str
     result: str
-    kept: Kept
+    kept: Kept | None
 
     @property
     def kept_word(self) -> str:
-        return KEPT_WORDS[self.kept]
+        return NO_DECISION if self.kept is None else KEPT_WORDS[self.kept]
+
+    @property
+    def kept_value(self) -> str:
+        return "undecided" if self.kept is None else self.kept.value
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the operator should do, first in every report: ``action`` is one sentence, ``effect`` the gate's
+    estimate with its interval (or why there is none), ``files`` the deploy files with what each is for."""
+
+    action: str
+    effect: str
+    holds: str                   # the configuration best/ holds: "the winner (label)", "the baseline"
+    deploy: bool                 # the files in best/ hold a configuration better than the baseline
+    files: tuple[tuple[str, str], ...]
+    changes: tuple[str, ...]
+    simulated: bool
 
 
 @dataclass(frozen=True)
@@ -124,7 +152,7 @@ class Report:
     status: str
     fingerprint: Fingerprint | None
     study: StudyRecord | None
-    noise: NoiseReport | None
+    noise: NoiseRecord | None
     boots: tuple[BootRow, ...]
     incomplete_boots: tuple[str, ...]
     ab_rows: tuple[AbRow, ...]
@@ -155,6 +183,52 @@ class Report:
             return []
         return candidate_changes(self.baseline.candidate, self.winner.candidate)
 
+    @property
+    def simulated(self) -> bool:
+        """Whether the study measured elsa-tune's simulated SGLang (its numbers are no hardware's)."""
+        return self.fingerprint is not None and units.simulated(self.fingerprint.runtime)
+
+    def boot_counts(self) -> list[tuple[str, int]]:
+        """Boots per outcome, every outcome that occurred, so the parts add up to ``len(boots)``."""
+        counts = {outcome: sum(1 for b in self.boots if b.outcome is outcome) for outcome in OUTCOME_WORDS}
+        return [(OUTCOME_WORDS[o], n) for o, n in counts.items() if n]
+
+    def boot_count_text(self) -> str:
+        """"97 boots: 85 measured, 5 booted but not measured, 7 failed to boot" (+ folders never finished)."""
+        parts = ", ".join(f"{n} {word}" for word, n in self.boot_counts())
+        text = f"{len(self.boots)} boots" + (f": {parts}" if parts else "")
+        if self.incomplete_boots:
+            text += f"; and {len(self.incomplete_boots)} boot folder(s) the study was stopped during"
+        return text
+
+    def decision(self) -> Decision:
+        """The decision the report leads with: deploy the confirmed winner, or keep the baseline, and why."""
+        files = (("best/launch.sh", "run it on this host"),
+                 ("best/docker-compose.yml", "or run it in a container: docker compose -f best/docker-compose.yml up"),
+                 ("best/server-args.yaml", "or give it to SGLang: --config best/server-args.yaml"),
+                 ("best/client.md", "the request limits clients must be told"))
+        changes = tuple(self.winner_changes())
+        confirmed = self.confirmation is not None and self.confirmation.verdict is not None
+        if self.winner is None:
+            action = ("Keep the baseline: no technique or setting beat it"
+                      + ("" if self.status == "finished" else f" so far (the study is {self.status})"))
+            effect = "no change from the baseline"
+            return Decision(action, effect, "the baseline", False, files, changes, self.simulated)
+        holds = f"the winner ({self.winner.candidate.label})"
+        if confirmed and self.confirmation is not None and self.confirmation.verdict is not None:
+            effect = (f"output tok/s {effect_text(self.confirmation.verdict)} against the baseline "
+                      "(the confirmation A/B on fresh boots of both, with the gate's interval)")
+            if self.confirmation.kept is Kept.YES:
+                return Decision("Deploy the winner: the gate confirmed it against the baseline", effect, holds,
+                                True, files, changes, self.simulated)
+            return Decision("Keep the baseline: the gate did not confirm the winner against it", effect, holds,
+                            False, files, changes, self.simulated)
+        ratio = f"{pct(self.winner_ratio)} on per-boot means" if self.winner_ratio is not None else "not measured"
+        return Decision("Not decided yet: the winner has not been confirmed against the baseline"
+                        + (" (the study is still running)" if self.status == "running" else ""),
+                        f"{ratio} (no confirmation A/B, so no interval)", holds, False, files, changes,
+                        self.simulated)
+
     def summary_line(self) -> str:
         """"winner +10.9% [+6%, +16%] over 6 boots vs baseline" or why there is none."""
         if self.confirmation is not None and self.confirmation.verdict is not None:
@@ -163,7 +237,8 @@ class Report:
             return f"winner vs baseline: {effect_text(self.confirmation.verdict)} ({word})"
         if self.winner_ratio is not None:
             return f"winner vs baseline: {pct(self.winner_ratio)} on per-boot means (not confirmed by the gate)"
-        return "no winner yet: the baseline is the incumbent"
+        return ("no winner: the baseline stays" if self.status == "finished"
+                else "no winner yet: the baseline is the incumbent")
 
 
 def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report:
@@ -200,14 +275,39 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
         incomplete_boots=history.incomplete_boots,
         ab_rows=tuple(AbRow(d.number, d.phase.value, d.technique, d.delta_text(), d.verdict, d.kept, d.result)
                       for d in history.decisions if d.verdict is not None),
-        keep_reject=tuple(KeepRejectRow(d.technique, d.delta_text(), d.result, d.kept)
-                          for d in history.decisions if d.phase is not Phase.CONFIRMATION),
+        keep_reject=(*(KeepRejectRow(d.technique, d.delta_text(), d.result, d.kept)
+                       for d in history.decisions if d.phase is not Phase.CONFIRMATION),
+                     *_undecided(history, status)),
         adjustments=_adjustments(history.boots), baseline=baseline, winner=winner, confirmation=confirmation,
         client=_client_numbers(history, winner_c or baseline_c), ledger=ledger_entries, ledger_problems=problems,
         failures=tuple((b.boot_id, _failure_text(b), b.failure.evidence if b.failure else ())
                        for b in history.boots if b.failure is not None),
         trials=tuple(sorted([*history.trials, *fleet_trials], key=lambda t: t.number)), trial_gpus=trial_gpus,
         warnings=tuple(warnings), generated_from=str(history.run_dir))
+
+
+def _span(ids: Sequence[str]) -> str:
+    return ids[0] if len(ids) == 1 else f"{ids[0]} … {ids[-1]}"
+
+
+def _undecided(history: History, status: str) -> list[KeepRejectRow]:
+    """Techniques the study booted that no decision names, each with the reason it has none."""
+    decided = {d.technique for d in history.decisions}
+    booted: dict[str, list[BootRecord]] = {}
+    for b in history.boots:
+        if b.technique and b.technique not in decided and b.phase is not Phase.CONFIRMATION:
+            booted.setdefault(b.technique, []).append(b)
+    rows = []
+    for technique, boots in booted.items():
+        outcomes = ", ".join(f"{n} {OUTCOME_WORDS[o]}" for o in OUTCOME_WORDS
+                             if (n := sum(1 for b in boots if b.outcome is o)))
+        why = ("its A/B is still running" if status == "running"
+               else "its phase's time ran out, or the study stopped, before its A/B reached a decision")
+        own = sum(1 for b in boots if b.arm is Arm.CANDIDATE)
+        rows.append(KeepRejectRow(technique, "", f"no decision: {why}; {len(boots)} boots in its A/B ({own} of it, "
+                                  f"{len(boots) - own} of the incumbent; {_span([b.boot_id for b in boots])}: "
+                                  f"{outcomes})", None))
+    return rows
 
 
 def candidate_changes(old: Candidate, new: Candidate) -> list[str]:
@@ -229,7 +329,7 @@ def candidate_changes(old: Candidate, new: Candidate) -> list[str]:
     return changes
 
 
-def derive_noise(boots: Sequence[BootRecord]) -> NoiseReport | None:
+def derive_noise(boots: Sequence[BootRecord]) -> NoiseRecord | None:
     """Recompute the baseline's noise from its boots when the study did not record it.
 
     σ_boot: standard deviation of log per-boot means; σ_run: pooled within-boot standard deviation of log
@@ -247,7 +347,7 @@ def derive_noise(boots: Sequence[BootRecord]) -> NoiseReport | None:
     sigma_run = math.sqrt(sum(n * var for n, var in within) / dof) if dof else None
     warmup = statistics.fmean(first / statistics.fmean(steady) - 1 for first, steady in per_boot)
     passes = statistics.fmean(len(steady) + 1 for _, steady in per_boot)
-    return NoiseReport(sigma_boot=sigma_boot, sigma_run=sigma_run, warmup_bias=warmup, boots=len(per_boot),
+    return NoiseRecord(sigma_boot=sigma_boot, sigma_run=sigma_run, warmup_bias=warmup, boots=len(per_boot),
                        passes_per_boot=passes, derived_from="boots")
 
 
@@ -271,7 +371,7 @@ def _boot_row(b: BootRecord) -> BootRow:
                    throughput=b.boot_throughput() if b.outcome.feasible else None, min_free_bytes=free,
                    kv_tokens=b.report.max_total_num_tokens if b.report else None,
                    slots=b.report.max_running_requests if b.report else None, started_at=b.started_at,
-                   seconds=b.seconds, failure=_failure_text(b) if b.failure else "")
+                   seconds=b.seconds, failure=_failure_text(b) if b.failure else "", key=b.candidate.key())
 
 
 def _failure_text(b: BootRecord) -> str:

@@ -43,3 +43,13 @@ def duration(seconds: float | None) -> str:
 
 def when(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+#: What a report says about its numbers when the runtime was the simulated SGLang (fingerprint ``sglang-sim``).
+SIMULATED_TIME = ("simulated: every rate and latency is the simulated system's, in simulated seconds (the load "
+                  "generator reads the simulated server's clock), not a measurement of real hardware")
+
+
+def simulated(runtime: str | None) -> bool:
+    """Whether a fingerprint's runtime is the simulated SGLang (served, ``sglang-sim``, or virtual-time)."""
+    return runtime is not None and runtime.startswith("sglang-sim")

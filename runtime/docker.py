@@ -34,16 +34,15 @@ import httpx
 import requests
 from docker.types import DeviceRequest
 
-from elsa_tune.errors import BootFailed, RuntimeUnavailable
-from elsa_tune.runtime.classify import classify, study_stopper
-from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
-from elsa_tune.runtime.failure import Failure, FailureHints
+from elsa_tune.errors import RuntimeUnavailable
+from elsa_tune.runtime.endpoints import server_info
+from elsa_tune.runtime.failure import Failure
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import SCHEMA_VERSION, Owner, Reaped
 from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot, wait_memory_released
 from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process import DEFAULT_LAUNCH
-from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
+from elsa_tune.runtime.protocol import DEFAULT_TIMEOUTS, Exit, Health, HealthState, RuntimeTimeouts, Server
 from elsa_tune.runtime.server_log import LogTee
 from elsa_tune.runtime.startup_log import build_report
 from elsa_tune.search_spaces.candidate import Candidate
@@ -62,6 +61,11 @@ BASELINE_LABEL = "elsa-tune.gpu-used-before"
 @dataclass(kw_only=True)
 class _Boot(LiveBoot):
     container: Any
+
+    def exit_code(self) -> int | None:
+        """The container's exit status as Popen would give it (``None`` while it runs)."""
+        self.container.reload()
+        return _as_signal_code(_exit_code(self.container))
 
 
 def _exit_code(container: Any) -> int | None:
@@ -83,9 +87,8 @@ class SGLangDocker:
                  launch: Sequence[str] = DEFAULT_LAUNCH, model_dir: Path | None = None, model_mount: str = "/model",
                  hf_cache: Path | None = None, hf_cache_mount: str = "/root/.cache/huggingface",
                  volumes: Mapping[str, str] | None = None, shm_size: str = "32g", ipc_host: bool = False,
-                 extra_env: Mapping[str, str] | None = None, boot_timeout_s: float = 900.0,
-                 stop_timeout_s: float = 30.0, memory_release_timeout_s: float = 60.0, health_timeout_s: float = 20.0,
-                 memory_margin_bytes: int = 512 << 20, poll_interval_s: float = 0.2,
+                 extra_env: Mapping[str, str] | None = None, timeouts: RuntimeTimeouts = DEFAULT_TIMEOUTS,
+                 memory_margin_bytes: int = 512 << 20,
                  name_prefix: str = "elsa-tune") -> None:
         self.image = image
         self.gpu = gpu
@@ -102,12 +105,8 @@ class SGLangDocker:
         self.shm_size = shm_size
         self.ipc_host = ipc_host
         self.extra_env = dict(extra_env or {})
-        self.boot_timeout_s = boot_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self.memory_release_timeout_s = memory_release_timeout_s
-        self.health_timeout_s = health_timeout_s
+        self.timeouts = timeouts
         self.memory_margin_bytes = memory_margin_bytes
-        self.poll_interval_s = poll_interval_s
         self.name_prefix = name_prefix
         self._boots: dict[str, _Boot] = {}
 
@@ -174,8 +173,9 @@ class SGLangDocker:
             boot = _Boot(container=container, tee=tee, baseline_used=baseline, started=started)
             base_url = f"http://127.0.0.1:{port}"
             with httpx.Client(trust_env=False) as http:
-                self._wait_ready(boot, http, base_url, log_path)
-                info = server_info(http, base_url, self.health_timeout_s)
+                boot.wait_ready(http, base_url, exit_code=boot.exit_code, halt=lambda: None, log_path=log_path,
+                                timeouts=self.timeouts)
+                info = server_info(http, base_url, self.timeouts.health_s)
             report = build_report(tee.text(), candidate, info)
             (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
             ready = True
@@ -211,52 +211,19 @@ class SGLangDocker:
         except _ENGINE_ERRORS as exc:
             log.debug("log stream of %s ended: %s", container.id[:12], exc)
 
-    def _wait_ready(self, boot: _Boot, http: httpx.Client, base_url: str, log_path: Path) -> None:
-        deadline = boot.started + self.boot_timeout_s
-        while True:
-            boot.container.reload()
-            code = _exit_code(boot.container)
-            if code is not None:
-                boot.tee.closed.wait(timeout=5.0)
-                stopper = study_stopper(boot.tee.text())
-                if stopper is not None:
-                    raise stopper
-                failure = classify(boot.tee.text(), FailureHints(exit_code=_as_signal_code(code),
-                                                                 elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            if boot.tee.ready.is_set() and healthy(http, base_url, self.health_timeout_s):
-                return
-            if time.monotonic() >= deadline:
-                failure = classify(boot.tee.text(), FailureHints(timed_out=True,
-                                                                 elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            boot.tee.ready.wait(timeout=self.poll_interval_s)
-
     # ---- check / stop -----------------------------------------------------------------------------
 
     def check(self, server: Server) -> Health:
         """Running and ``/health`` 200 → HEALTHY; running but failing → UNHEALTHY; exited → DEAD (classified)."""
         boot = self._boots.get(server.handle)
-        if boot is None or boot.exit is not None:
+        if boot is None:
             return Health(HealthState.DEAD, "stopped")
         try:
-            boot.container.reload()
+            return boot.check(boot.exit_code, server.base_url, self.timeouts.health_s, server="the container")
         except docker.errors.NotFound:
             return Health(HealthState.DEAD, "the container is gone")
         except _ENGINE_ERRORS as exc:
             return Health(HealthState.UNHEALTHY, f"the Docker engine did not answer: {exc}")
-        code = _exit_code(boot.container)
-        if code is not None:
-            boot.tee.closed.wait(timeout=5.0)
-            return Health(HealthState.DEAD, f"the container exited with {code}", boot.died(_as_signal_code(code)))
-        try:
-            with httpx.Client(trust_env=False) as http:
-                status = http.get(f"{server.base_url}/health", timeout=self.health_timeout_s).status_code
-        except httpx.HTTPError as exc:
-            return unhealthy(boot.tee.text(), f"/health did not answer: {type(exc).__name__}")
-        if status == 200:
-            return Health(HealthState.HEALTHY, "ok")
-        return unhealthy(boot.tee.text(), f"/health answered {status}")
 
     def stop(self, server: Server) -> Exit:
         """Stop (SIGTERM, then SIGKILL after the timeout) and remove the container, then wait for the GPU."""
@@ -281,13 +248,13 @@ class SGLangDocker:
             boot.tee.closed.wait(timeout=5.0)
             return code, killed, failure
 
-        return boot.finish(halt, self.gpu, memory_release_timeout_s=self.memory_release_timeout_s,
+        return boot.finish(halt, self.gpu, memory_release_s=self.timeouts.memory_release_s,
                            margin_bytes=self.memory_margin_bytes)
 
     def _stop_container(self, container: Any) -> tuple[int, bool]:
         """The engine's stop (SIGTERM, SIGKILL after the timeout) and its exit code; ``killed`` if it took a SIGKILL."""
-        container.stop(timeout=int(self.stop_timeout_s))
-        code = int(container.wait(timeout=self.stop_timeout_s + 30).get("StatusCode", -1))
+        container.stop(timeout=int(self.timeouts.stop_s))
+        code = int(container.wait(timeout=self.timeouts.stop_s + 30).get("StatusCode", -1))
         return code, code == 137
 
     def reap_orphans(self) -> list[Reaped]:
@@ -321,7 +288,7 @@ class SGLangDocker:
             log.warning("stopping the orphaned container %s: %s", container.name, exc)
         self._remove(container)
         released, detail = wait_memory_released(self.gpu, int(baseline) if baseline else None,
-                                                timeout_s=self.memory_release_timeout_s,
+                                                timeout_s=self.timeouts.memory_release_s,
                                                 margin_bytes=self.memory_margin_bytes)
         log.warning("stopped an orphaned server whose owner is dead: container %s (%s) on GPU %s, started by %s; "
                     "exit %s%s in %.1f s; %s", container.name, container.id[:12], gpu or "?", owner.describe(), code,

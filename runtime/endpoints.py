@@ -17,12 +17,13 @@ from elsa_tune.runtime.protocol import Health, HealthState
 log = logging.getLogger(__name__)
 
 
-def healthy(client: httpx.Client, base_url: str, timeout_s: float) -> bool:
-    """``GET /health`` answered 200 within ``timeout_s``."""
+def health(client: httpx.Client, base_url: str, timeout_s: float) -> tuple[bool, str]:
+    """``GET /health``: whether it answered 200 within ``timeout_s``, and what it answered ("ok" when it did)."""
     try:
-        return client.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
-    except httpx.HTTPError:
-        return False
+        status = client.get(f"{base_url}/health", timeout=timeout_s).status_code
+    except httpx.HTTPError as exc:
+        return False, f"/health did not answer: {type(exc).__name__}"
+    return (True, "ok") if status == 200 else (False, f"/health answered {status}")
 
 
 def server_info(client: httpx.Client, base_url: str, timeout_s: float) -> dict[str, Any] | None:

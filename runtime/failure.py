@@ -11,7 +11,7 @@ SCHEMA_VERSION = 1
 
 
 class FailureKind(enum.Enum):
-    """How a runtime failed (``../shared/research/sglang.md`` §3)."""
+    """How a runtime failed: each kind is recognised from the server's log by ``runtime/classify.py``."""
 
     BAD_FLAG = "bad_flag"                  # argparse exit 2 before any log
     WEIGHTS_OOM = "weights_oom"            # CUDA OOM while loading weights

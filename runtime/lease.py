@@ -6,10 +6,12 @@ a server it writes a ``ServerLease`` (its ``Owner``: host, kernel boot, pid and 
 process group and start time; GPU UUID or simulated card; port; run folder; command) atomically into the lease
 folder, and removes it after the stop. ``LeaseBook.reap`` (called by preflight for its GPU, and by the worker
 pool when a worker dies by a signal) stops the servers of leases whose owner is dead — pid gone, or the pid
-reused by another process (its start time differs) — the way ``stop`` does: SIGTERM the group, SIGKILL after
-the timeout, then wait until the GPU no longer lists the server's processes. A live owner's lease is never
-touched; a lease of another host is not judged here; a lease from an earlier kernel boot names no process
-and is dropped without a signal. Docker containers carry the same ``Owner`` as labels instead
+reused by another process (its start time differs) — the way ``stop`` does, and only when the group's leader
+is provably the leased server (``leader_mismatch``: this user's process with the lease's start time and command
+line; otherwise the lease is dropped and nothing is signalled): SIGTERM the group, SIGKILL after the timeout,
+then wait until the GPU no longer lists the server's processes. A live owner's lease is never touched; a lease
+of another host is not judged here; a lease from an earlier kernel boot names no process and is dropped without
+a signal. Docker containers carry the same ``Owner`` as labels instead
 (``SGLangDocker.reap_orphans``).
 
 The folder: ``$ELSA_LEASE_DIR``, else ``$XDG_RUNTIME_DIR/elsa-tune/leases``, else ``~/.cache/elsa-tune/leases``.
@@ -246,13 +248,13 @@ class LeaseBook:
         if lease.owner.from_earlier_boot():
             return self._drop(lease, "recorded before the last reboot: no process of it can be running")
         group = ProcessGroup(lease.server_pgid)
-        if (start_time(lease.server_pid) is not None and lease.server_start is not None
-                and not is_running(lease.server_pid, lease.server_start)):
-            # the leader's pid now names another process: its group is not the server's
-            return self._drop(lease, f"pid {lease.server_pid} now belongs to another process; nothing stopped")
         pids = tuple(group.members())
         if not pids:
             return self._drop(lease, "the server had already exited")
+        refusal = leader_mismatch(lease)
+        if refusal:
+            # only a group whose leader is provably the leased server (same start, same command, our user) is ours
+            return self._drop(lease, f"{refusal}; nothing stopped")
         killed = group.stop(self.stop_timeout_s)
         released, detail = _wait_gpu_free(pids, gpu, lease, self.memory_release_timeout_s)
         self.remove(lease)
@@ -266,6 +268,64 @@ class LeaseBook:
         self.remove(lease)
         log.warning("dropped the lease of a dead owner: %s (%s)", lease.describe(), detail)
         return Reaped(lease.name, lease.owner, lease.gpu_uuid, (), False, True, detail)
+
+
+def leader_mismatch(lease: ServerLease) -> str:
+    """Why the group's leader is not provably the leased server, or ``""`` when it is.
+
+    The leader must be running under this user, have the start time the lease recorded (a missing one proves
+    nothing), and run the leased command line (an interpreter a script's shebang put in front is allowed).
+    """
+    pid = lease.server_pid
+    if lease.server_pgid != pid:
+        return f"the lease names group {lease.server_pgid} but leader pid {pid}"
+    if lease.server_start is None:
+        return f"the lease records no start time for pid {pid}, so it cannot prove the process is its server"
+    now = start_time(pid)
+    if now is None:
+        return f"the leader pid {pid} has exited (its group is left alone: it cannot be proved to be the server)"
+    if now != lease.server_start:
+        return f"pid {pid} now belongs to another process (started at tick {now}, the lease says {lease.server_start})"
+    uid = process_uid(pid)
+    if uid is None or uid != os.getuid():
+        return f"pid {pid} belongs to user {uid if uid is not None else '?'}, not to this user ({os.getuid()})"
+    actual = command_line(pid)
+    if actual is None or not same_command(lease.command, actual):
+        shown = " ".join(actual) if actual is not None else "unreadable"
+        return f"pid {pid} runs another command ({shown[:120]!r}) than the lease's"
+    return ""
+
+
+def process_uid(pid: int) -> int | None:
+    """The real user id of ``pid``, or ``None`` when it cannot be read."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def command_line(pid: int) -> tuple[str, ...] | None:
+    """``pid``'s argument vector from /proc, or ``None`` when it cannot be read (gone, a kernel thread)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    if not raw:
+        return None
+    return tuple(part.decode("utf-8", "surrogateescape") for part in raw.rstrip(b"\0").split(b"\0"))
+
+
+def same_command(leased: Sequence[str], actual: Sequence[str]) -> bool:
+    """``actual`` is ``leased``, or ``leased`` run through an interpreter (``python script.py args``)."""
+    leased, actual = tuple(leased), tuple(actual)
+    if not leased:
+        return False
+    if actual == leased:
+        return True
+    tail = leased[1:]
+    head = actual[:len(actual) - len(tail)]
+    return (len(head) in (2, 3) and actual[len(head):] == tail
+            and os.path.basename(head[-1]) == os.path.basename(leased[0]))
 
 
 def _wait_gpu_free(pids: Sequence[int], gpu: GpuView | None, lease: ServerLease,

@@ -1,10 +1,13 @@
-"""``LiveBoot``: what a runtime keeps about a server it started, and the stop that ends every one alike.
+"""``LiveBoot``: what a runtime keeps about a server it started: the wait until it is ready, its health check,
+and the stop that ends every one alike.
 
-The process runtime (a process group) and the Docker runtime (a container) halt a server differently; what
-surrounds the halt is the same and lives here: a server the runtime did not start has nothing to stop; a second
-stop returns the first one's ``Exit``; a server that had died on its own is classified from its log as having
-died after it was ready; after the halt, the GPU memory is waited for (bounded) until it is back at its
-pre-boot level.
+The process runtime (a process group) and the Docker runtime (a container) read a server's exit and halt it
+differently; what surrounds that is the same and lives here. Ready means the log said so and ``/health``
+answered 200; a server that exits first, or is not ready by the boot timeout, is a ``BootFailed`` classified
+from its log (or the ``StudyError`` its log names). A server the runtime did not start has nothing to stop; a
+second stop returns the first one's ``Exit``; a server that had died on its own is classified from its log as
+having died after it was ready; after the halt, the GPU memory is waited for (bounded) until it is back at
+its pre-boot level.
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from elsa_tune.runtime.classify import classify
+import httpx
+
+from elsa_tune.errors import BootFailed
+from elsa_tune.runtime.classify import classify, study_stopper
+from elsa_tune.runtime.endpoints import health, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints
 from elsa_tune.runtime.gpu import GpuView
-from elsa_tune.runtime.protocol import Exit
+from elsa_tune.runtime.protocol import Exit, Health, HealthState, RuntimeTimeouts
 from elsa_tune.runtime.server_log import LogTee
 
 #: The stop of a server this runtime did not start.
@@ -59,19 +67,65 @@ class LiveBoot:
     started: float
     exit: Exit | None = None
 
+    def wait_ready(self, http: httpx.Client, base_url: str, *, exit_code: Callable[[], int | None],
+                   halt: Callable[[], object], log_path: Path, timeouts: RuntimeTimeouts) -> None:
+        """Return once the log said ready and ``/health`` answers 200.
+
+        ``exit_code`` reads the server's exit status (``None`` while it runs). When it exits first, or is not ready
+        ``timeouts.boot_s`` after it started, ``halt`` is called and ``BootFailed`` raised, classified from the log
+        (a timeout without the exit status of our own kill); a log that names a study-wide problem raises that.
+        """
+        deadline = self.started + timeouts.boot_s
+        while True:
+            code = exit_code()
+            if code is not None:
+                self.tee.closed.wait(timeout=5.0)
+                halt()
+                text = self.tee.text()
+                stopper = study_stopper(text)
+                if stopper is not None:
+                    raise stopper
+                failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - self.started))
+                raise BootFailed(failure, log_path=str(log_path))
+            if self.tee.ready.is_set() and health(http, base_url, timeouts.health_s)[0]:
+                return
+            if time.monotonic() >= deadline:
+                halt()
+                failure = classify(self.tee.text(), FailureHints(timed_out=True,
+                                                                 elapsed_s=time.monotonic() - self.started))
+                raise BootFailed(failure, log_path=str(log_path))
+            if self.tee.ready.wait(timeout=timeouts.poll_s):
+                time.sleep(timeouts.poll_s)        # ready, not healthy yet: ask /health again after a pause
+
+    def check(self, exit_code: Callable[[], int | None], base_url: str, timeout_s: float, *, server: str) -> Health:
+        """DEAD once stopped, or once ``exit_code`` reads an exit (classified from the log as died after it was
+        ready; ``server`` names it in the detail); otherwise what ``/health`` says."""
+        if self.exit is not None:
+            return Health(HealthState.DEAD, "stopped")
+        code = exit_code()
+        if code is not None:
+            self.tee.closed.wait(timeout=5.0)
+            return Health(HealthState.DEAD, f"{server} exited with {code}", self.died(code))
+        return self.health(base_url, timeout_s)
+
+    def health(self, base_url: str, timeout_s: float) -> Health:
+        """``/health`` 200 → HEALTHY; anything else → UNHEALTHY (a hang when the log says so)."""
+        with httpx.Client(trust_env=False) as http:
+            ok, detail = health(http, base_url, timeout_s)
+        return Health(HealthState.HEALTHY, detail) if ok else unhealthy(self.tee.text(), detail)
+
     def died(self, exit_code: int | None) -> Failure:
         """How the server died on its own after it was ready, classified from its log."""
         return classify(self.tee.text(), FailureHints(exit_code=exit_code, became_ready=True,
                                                       elapsed_s=time.monotonic() - self.started))
 
-    def finish(self, halt: Halt, gpu: GpuView | None, *, memory_release_timeout_s: float,
-               margin_bytes: int) -> Exit:
+    def finish(self, halt: Halt, gpu: GpuView | None, *, memory_release_s: float, margin_bytes: int) -> Exit:
         """Halt the server once, then wait for the GPU memory; a second call returns the first ``Exit``."""
         if self.exit is not None:
             return self.exit
         began = time.monotonic()
         returncode, killed, failure = halt()
-        released, detail = wait_memory_released(gpu, self.baseline_used, timeout_s=memory_release_timeout_s,
+        released, detail = wait_memory_released(gpu, self.baseline_used, timeout_s=memory_release_s,
                                                 margin_bytes=margin_bytes)
         self.exit = Exit(returncode=returncode, killed=killed, gpu_memory_released=released,
                          seconds=round(time.monotonic() - began, 3), failure=failure, detail=detail)

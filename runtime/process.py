@@ -6,7 +6,7 @@ launcher, scheduler(s), detokenizer — is signalled together. The GPU is pinned
 output is teed into ``boot_dir/server.log``. Ready means the ready line was printed **and**
 ``GET /health`` answers 200. Any boot failure kills the tree, classifies the log and raises
 ``BootFailed``; nothing is left running. ``stop`` sends SIGTERM to the group, SIGKILL after
-``stop_timeout_s``, then waits (bounded) through the ``GpuView`` until the memory used falls back to
+``timeouts.stop_s``, then waits (bounded) through the ``GpuView`` until the memory used falls back to
 the pre-boot level. Every server has a lease (``runtime/lease.py``) from its start to its stop, so that the
 server of a tuner killed in between is found and stopped later (``reap_orphans``).
 
@@ -30,16 +30,15 @@ import httpx
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.boot_report import BootReport
-from elsa_tune.runtime.classify import classify, study_stopper
-from elsa_tune.runtime.endpoints import healthy, server_info, unhealthy
-from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
+from elsa_tune.runtime.endpoints import server_info
+from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import LeaseBook, Reaped, ServerLease
 from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot
 from elsa_tune.runtime.live_boot import wait_memory_released as wait_memory_released  # re-exported (was defined here)
 from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process_group import ProcessGroup
-from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
+from elsa_tune.runtime.protocol import DEFAULT_TIMEOUTS, Exit, Health, HealthState, RuntimeTimeouts, Server
 from elsa_tune.runtime.server_log import LogTee
 from elsa_tune.runtime.startup_log import READY_LINE, build_report
 from elsa_tune.search_spaces.candidate import Candidate
@@ -61,10 +60,9 @@ class SGLangProcess:
     """The ``Runtime`` for SGLang as a local process. One server per instance at a time is typical."""
 
     def __init__(self, launch: Sequence[str] = DEFAULT_LAUNCH, gpu: GpuView | None = None, *,
-                 host: str = "127.0.0.1", boot_timeout_s: float = 900.0, stop_timeout_s: float = 30.0,
-                 memory_release_timeout_s: float = 60.0, health_timeout_s: float = 20.0,
+                 host: str = "127.0.0.1", timeouts: RuntimeTimeouts = DEFAULT_TIMEOUTS,
                  extra_env: Mapping[str, str] | None = None, ready_line: str = READY_LINE,
-                 memory_margin_bytes: int = 512 << 20, poll_interval_s: float = 0.1, port_retries: int = 1,
+                 memory_margin_bytes: int = 512 << 20, port_retries: int = 1,
                  leases: LeaseBook | None = None) -> None:
         if not launch:
             raise RuntimeUnavailable("empty launch command",
@@ -72,14 +70,10 @@ class SGLangProcess:
         self.launch = tuple(launch)
         self.gpu = gpu
         self.host = host
-        self.boot_timeout_s = boot_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self.memory_release_timeout_s = memory_release_timeout_s
-        self.health_timeout_s = health_timeout_s
+        self.timeouts = timeouts
         self.extra_env = dict(extra_env or {})
         self.ready_line = ready_line
         self.memory_margin_bytes = memory_margin_bytes
-        self.poll_interval_s = poll_interval_s
         self.port_retries = port_retries
         self.leases = leases if leases is not None else LeaseBook()
         #: written into each lease when the GPU is a simulated card (its folder), so a reaper can watch it
@@ -154,8 +148,9 @@ class SGLangProcess:
         ready = False
         try:
             with httpx.Client(trust_env=False) as client:
-                self._wait_ready(boot, client, base_url, log_path)
-                info = server_info(client, base_url, self.health_timeout_s)
+                boot.wait_ready(client, base_url, exit_code=boot.popen.poll, halt=lambda: self._terminate(boot),
+                                log_path=log_path, timeouts=self.timeouts)
+                info = server_info(client, base_url, self.timeouts.health_s)
             report = build_report(tee.text(), candidate, info)
             _write_report(boot_dir, report)
             ready = True
@@ -181,54 +176,18 @@ class SGLangProcess:
 
     def reap_orphans(self) -> list[Reaped]:
         """Stop the servers that dead owners (killed tuners or workers) left on this runtime's GPU."""
-        book = LeaseBook(self.leases.directory, stop_timeout_s=self.stop_timeout_s,
-                         memory_release_timeout_s=self.memory_release_timeout_s)
+        book = LeaseBook(self.leases.directory, stop_timeout_s=self.timeouts.stop_s,
+                         memory_release_timeout_s=self.timeouts.memory_release_s)
         return book.reap(gpu=self.gpu) if self.gpu is not None else []
-
-    def _wait_ready(self, boot: _Boot, client: httpx.Client, base_url: str, log_path: Path) -> None:
-        deadline = boot.started + self.boot_timeout_s
-        while True:
-            code = boot.popen.poll()
-            if code is not None:
-                boot.tee.closed.wait(timeout=5.0)
-                self._terminate(boot)
-                text = boot.tee.text()
-                stopper = study_stopper(text)
-                if stopper is not None:
-                    raise stopper
-                failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            if boot.tee.ready.is_set() and healthy(client, base_url, self.health_timeout_s):
-                return
-            if time.monotonic() >= deadline:
-                self._terminate(boot)
-                # the exit status is our own kill, not the server's: leave it out of the classification
-                failure = classify(boot.tee.text(), FailureHints(timed_out=True,
-                                                                 elapsed_s=time.monotonic() - boot.started))
-                raise BootFailed(failure, log_path=str(log_path))
-            boot.tee.ready.wait(timeout=self.poll_interval_s)
-            if boot.tee.ready.is_set():
-                time.sleep(self.poll_interval_s)
 
     # ---- check ------------------------------------------------------------------------------------
 
     def check(self, server: Server) -> Health:
         """Alive and ``/health`` 200 → HEALTHY; alive but failing → UNHEALTHY; gone → DEAD (classified)."""
         boot = self._boots.get(server.handle)
-        if boot is None or boot.exit is not None:
+        if boot is None:
             return Health(HealthState.DEAD, "stopped")
-        code = boot.popen.poll()
-        if code is not None:
-            boot.tee.closed.wait(timeout=5.0)
-            return Health(HealthState.DEAD, f"the server process exited with {code}", boot.died(code))
-        try:
-            with httpx.Client(trust_env=False) as client:
-                response = client.get(f"{server.base_url}/health", timeout=self.health_timeout_s)
-        except httpx.HTTPError as exc:
-            return unhealthy(boot.tee.text(), f"/health did not answer: {type(exc).__name__}")
-        if response.status_code == 200:
-            return Health(HealthState.HEALTHY, "ok")
-        return unhealthy(boot.tee.text(), f"/health answered {response.status_code}")
+        return boot.check(boot.popen.poll, server.base_url, self.timeouts.health_s, server="the server process")
 
     # ---- stop -------------------------------------------------------------------------------------
 
@@ -244,12 +203,12 @@ class SGLangProcess:
             returncode, killed = self._terminate(boot)
             return returncode, killed, failure
 
-        return boot.finish(halt, self.gpu, memory_release_timeout_s=self.memory_release_timeout_s,
+        return boot.finish(halt, self.gpu, memory_release_s=self.timeouts.memory_release_s,
                            margin_bytes=self.memory_margin_bytes)
 
     def _terminate(self, boot: _Boot) -> tuple[int | None, bool]:
         """Stop the group (``ProcessGroup.stop``), close the log, drop the lease. Safe to call twice."""
-        killed = ProcessGroup(boot.pgid).stop(self.stop_timeout_s, leader=boot.popen)
+        killed = ProcessGroup(boot.pgid).stop(self.timeouts.stop_s, leader=boot.popen)
         boot.tee.closed.wait(timeout=5.0)
         if boot.popen.stdout is not None and boot.tee.closed.is_set():
             boot.popen.stdout.close()

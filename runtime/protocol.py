@@ -18,6 +18,23 @@ from elsa_tune.search_spaces.candidate import Candidate
 
 
 @dataclass(frozen=True)
+class RuntimeTimeouts:
+    """How long a runtime waits, in seconds: ``boot_s`` for a server to be ready, ``health_s`` for one ``/health``
+    answer, ``stop_s`` between SIGTERM and SIGKILL, ``memory_release_s`` for the GPU memory after a stop; and
+    ``poll_s`` between looks at a booting server."""
+
+    boot_s: float = 900.0
+    health_s: float = 20.0
+    stop_s: float = 30.0
+    memory_release_s: float = 60.0
+    poll_s: float = 0.1
+
+
+#: The timeouts of a real runtime (a process or a container) unless told otherwise.
+DEFAULT_TIMEOUTS = RuntimeTimeouts()
+
+
+@dataclass(frozen=True)
 class Server:
     """A running server: where to reach it and what it reported at boot.
 

@@ -1,6 +1,6 @@
 """SGLang's startup log (and ``GET /server_info``) → ``BootReport``: what a boot really produced.
 
-Formats of SGLang 0.5.9 … 0.5.23 (``../shared/research/sglang.md`` §0–§2). Lines may carry a
+Formats of SGLang 0.5.9 … 0.5.23 (the fixtures in ``tests/runtime/logs/``). Lines may carry a
 ``[2026-02-27 17:10:28 DP0 TP0]`` prefix (milliseconds optional), a docker-compose ``name  | ``
 prefix, or none. Per-rank values are read from rank 0 (the first rank that printed them).
 

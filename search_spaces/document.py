@@ -9,6 +9,7 @@ raise ``Problem(message, line)``, which the search-space loader turns into a ``S
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any, Literal, NoReturn, overload
 
 import yaml
@@ -129,6 +130,8 @@ def _number(m: LineMap, key: str, default: Any, *, kinds: tuple[type, ...], requ
     if isinstance(value, bool) or not isinstance(value, kinds):
         what = "an integer" if kinds == (int,) else "a number"
         fail(f"{key} must be {what}, not {value!r}", m, key)
+    if not math.isfinite(value):
+        fail(f"{key} must be a finite number, not {value!r}", m, key)
     if low is not None and value < low:
         fail(f"{key} = {value!r} is below the minimum {low:g}", m, key)
     if high is not None and value > high:

@@ -43,6 +43,7 @@ _COMPARE: Mapping[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.Is: operator.is_, ast.IsNot: operator.is_not,
 }
 _MAX_SOURCE = 2000
+_MAX_REPEAT = 1000   # 'a' * n: a rule never needs a long string, and a huge one would exhaust memory
 
 
 class ExpressionError(ValueError):
@@ -160,6 +161,9 @@ class _Evaluator:
             for side in (left, right):
                 if side is None or isinstance(side, bool):
                     raise ExpressionError(f"arithmetic on {side!r} (a flag that is unset or a switch)")
+            if isinstance(node.op, ast.Mult) and any(isinstance(s, str | tuple) for s in (left, right)) \
+                    and any(isinstance(s, int) and abs(s) > _MAX_REPEAT for s in (left, right)):
+                raise ExpressionError(f"repeating a string or a list more than {_MAX_REPEAT} times")
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp):
             operand = self.visit(node.operand)

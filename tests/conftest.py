@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from postgres_server import fresh_database, running_postgres
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -23,3 +26,19 @@ def _own_lease_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     directory = tmp_path_factory.mktemp("leases")
     monkeypatch.setenv("ELSA_LEASE_DIR", str(directory))
     return directory
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """One throwaway PostgreSQL server for the whole session (skips when the binaries are missing)."""
+    with running_postgres() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh, empty database on the session's server: no test sees another's tables."""
+    return fresh_database(postgres_server, f"test{next(_databases)}")

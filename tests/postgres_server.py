@@ -1,8 +1,9 @@
 """A real, throwaway PostgreSQL server for tests: Debian's binaries, a temp data dir, a free port on 127.0.0.1.
 
 ``running_postgres()`` yields an SQLAlchemy URL and stops the server (``-m immediate``) and deletes its
-folder in ``finally``. As root, the server runs as the ``postgres`` user (``runuser``), which initdb
-requires. Skips the test when the server binaries or psycopg2 are missing.
+folder in ``finally``; ``fresh_database(url, name)`` creates an empty database on it and returns its URL.
+As root, the server runs as the ``postgres`` user (``runuser``), which initdb requires. Skips the test
+when the server binaries or psycopg2 are missing.
 """
 
 from __future__ import annotations
@@ -63,3 +64,16 @@ def running_postgres(max_connections: int = 100) -> Iterator[str]:
             subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "-t", "30", "stop"]),
                            capture_output=True, timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh_database(server_url: str, name: str) -> str:
+    """Create the empty database ``name`` on the server at ``server_url``; returns its URL."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return sa.engine.make_url(server_url).set(database=name).render_as_string(hide_password=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from typing import Any
 from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.trace import (
     DEFAULT_BLOCK_SIZE,
+    MAX_TOKENS,
     SCHEMA_VERSION,
     Trace,
     TraceMetadata,
@@ -148,10 +150,13 @@ def read_lines(source: Path) -> Iterator[tuple[int, str]]:
 
 def _int_field(record: dict[str, Any], name: str, *, minimum: int) -> int:
     value = record.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value != int(value):
         raise BadLine(f"{name} is {value!r}, expected an integer")
     if value < minimum:
         raise BadLine(f"{name} is {value}, expected >= {minimum}")
+    if value > MAX_TOKENS:
+        raise BadLine(f"{name} is {value}, more than the {MAX_TOKENS:,} tokens any request may have")
     return int(value)
 
 
@@ -165,7 +170,8 @@ def _mooncake_rows(source: Path, kind: str) -> Iterator[Row]:
             if not isinstance(record, dict):
                 raise BadLine("not a JSON object")
             timestamp = record.get("timestamp")
-            if isinstance(timestamp, bool) or not isinstance(timestamp, int | float) or timestamp < 0:
+            if isinstance(timestamp, bool) or not isinstance(timestamp, int | float) \
+                    or not math.isfinite(timestamp) or timestamp < 0:
                 raise BadLine(f"timestamp is {timestamp!r}, expected milliseconds >= 0")
             inp = _int_field(record, "input_length", minimum=1)
             out = _int_field(record, "output_length", minimum=1)
@@ -180,6 +186,8 @@ def _mooncake_rows(source: Path, kind: str) -> Iterator[Row]:
                                        block_hashes=tuple(hashes), kind=kind), None
         except json.JSONDecodeError as exc:
             yield number, BadLine(f"not JSON: {exc.msg} at column {exc.colno}"), None
+        except RecursionError:
+            yield number, BadLine("JSON nested too deeply"), None
         except BadLine as exc:
             yield number, exc, None
 
@@ -225,6 +233,9 @@ def _azure_rows(source: Path, kind: str, block_size: int) -> Iterator[Row]:
                     raise BadLine(f"token counts {fields[1]!r},{fields[2]!r} are not integers") from exc
                 if inp <= 0 or out <= 0:
                     raise BadLine(f"token counts {inp},{out} must be positive")
+                if max(inp, out) > MAX_TOKENS:
+                    raise BadLine(f"token counts {inp},{out}: more than the {MAX_TOKENS:,} tokens any request "
+                                  "may have")
             except BadLine as exc:
                 yield number, exc, None
                 continue

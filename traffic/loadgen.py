@@ -24,6 +24,7 @@ What it guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -34,9 +35,19 @@ from typing import Any
 
 import httpx
 
-from elsa_tune.errors import ConfigError
+from elsa_tune.errors import ConfigError, MeasurementFailed
 from elsa_tune.traffic.measurement import DEFAULT_MAX_ERROR_FRACTION, Outcome, RequestRecord, RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.sim_time import (
+    ACK_HEADER,
+    ACK_PATH,
+    CLOCK_PATH,
+    FOLLOW_UP_HEADER,
+    FOLLOWS_HEADER,
+    SENT_AT_HEADER,
+    SIM_AT_HEADER,
+    SimTime,
+)
 from elsa_tune.traffic.sse import CompletionStream
 from elsa_tune.traffic.transport import SENT_AT, StreamingTransport
 from elsa_tune.traffic.workload import ReplayMode, RequestSpec, Workload
@@ -155,7 +166,8 @@ class LoadGenerator:
         async with httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout,
                                      transport=transport) as client:
             model = self.settings.model or await self._model(client)
-            run = _Run(self, client, workload, salt, model)
+            clock = await self._sim_time(client)
+            run = _Run(self, client, workload, salt, model, clock)
             run.prebuild(self.settings.prebuild_tokens)
             if isinstance(transport, StreamingTransport):
                 await transport.preconnect(self.base_url, min(cap, len(workload)), t.connect_s)
@@ -168,6 +180,10 @@ class LoadGenerator:
                 timed_out = True
             ended_at = time.time()
         records = [r for r in run.records if r is not None]
+        if clock is not None:
+            clock = await self._clock_knots(clock, run.t0)
+            records = [clock.record(r, run.t0, run.sim0, run.sent_sim.get(r.index)) for r in records]
+            notes += (clock.describe(),)
         if timed_out:
             notes += (f"the run deadline ({t.run_s:.0f} s) ended the pass",)
             log.warning("workload %s pass %d: run deadline after %.0f s; %d requests never sent",
@@ -176,9 +192,34 @@ class LoadGenerator:
             records, workload_id=workload.id, pass_index=pass_index, prompts_id=self.prompts.id,
             started_at=started_at, ended_at=ended_at, slots=self.slots, concurrency_cap=cap,
             requests_unsent=len(workload) - len(records), timed_out=timed_out, notes=notes + workload.notes,
-            max_error_fraction=self.settings.max_error_fraction, server_url=self.base_url, model=run.model)
+            max_error_fraction=self.settings.max_error_fraction, server_url=self.base_url, model=run.model,
+            simulated=clock is not None)
         log.info("workload %s %s", workload.id, measurement.describe())
         return measurement
+
+    async def _sim_time(self, client: httpx.AsyncClient) -> SimTime | None:
+        """The clock a simulated server declares (its requests are then stamped and its records converted)."""
+        try:
+            resp = await client.get("/server_info", timeout=self.settings.timeouts.connect_s)
+            return SimTime.of_server_info(resp.json()) if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.debug("GET /server_info failed (%s); measuring in wall-clock time", exc)
+            return None
+
+    async def _clock_knots(self, clock: SimTime, since: float) -> SimTime:
+        """The simulated clock's knots over the run (a fresh client: the run's own is closed by now)."""
+        url = f"{self.base_url}{CLOCK_PATH}?since={since - 1.0:.6f}"
+        try:
+            async with httpx.AsyncClient(timeout=self.settings.timeouts.connect_s) as client:
+                resp = await client.get(url)
+            declared = SimTime.of_clock(resp.json()) if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            raise MeasurementFailed(f"the simulated server's clock could not be read ({exc})",
+                                    remedy="the server went away after the pass; rerun it") from exc
+        if declared is None:
+            raise MeasurementFailed(f"GET {url} gave no clock (status {resp.status_code})",
+                                    remedy="use a simulated server of this elsa-tune version")
+        return clock.with_knots(declared.knots)
 
     async def _model(self, client: httpx.AsyncClient) -> str:
         try:
@@ -195,8 +236,15 @@ class _Run:
     """The state of one pass: the records slot per request, the in-flight count, the clock origin."""
 
     def __init__(self, gen: LoadGenerator, client: httpx.AsyncClient, workload: Workload, salt: int,
-                 model: str) -> None:
+                 model: str, clock: SimTime | None = None) -> None:
         self.gen = gen
+        self.clock = clock
+        self.line: _ClockLine | None = None
+        self.sim0 = 0.0
+        self.sent_sim: dict[int, float] = {}   # simulated send instants the client named (SIM_AT_HEADER)
+        self.acks: set[asyncio.Task[None]] = set()
+        self.follow_ups: set[int] = set()      # closed loop: requests whose worker sends another when they end
+        self.last_end: float | None = None     # when the last request ended (freeing its slot)
         self.client = client
         self.workload = workload
         self.salt = salt
@@ -211,7 +259,20 @@ class _Run:
         self.url = httpx.URL(gen.base_url + COMPLETIONS_PATH)   # parsed once, not per request
 
     async def drive(self, cap: int) -> None:
+        if self.clock is not None:
+            async with httpx.AsyncClient(base_url=self.gen.base_url, timeout=self.timeouts.connect_s,
+                                         transport=StreamingTransport(max_connections=8)) as side:
+                self.line = _ClockLine(self.clock, side)
+                await self.line.read()
+                self.t0 = time.perf_counter()
+                self.sim0 = self.line.sim(self.t0)
+                await self._drive(cap)
+                await asyncio.gather(*self.acks)
+            return
         self.t0 = time.perf_counter()
+        await self._drive(cap)
+
+    async def _drive(self, cap: int) -> None:
         async with asyncio.TaskGroup() as tg:
             if self.workload.mode is ReplayMode.CLOSED_LOOP:
                 for _ in range(min(cap, len(self.workload))):
@@ -220,22 +281,67 @@ class _Run:
                 slots = asyncio.Semaphore(cap)
                 for spec in self.workload.requests:
                     assert spec.arrival_s is not None
-                    delay = self.t0 + spec.arrival_s - time.perf_counter()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+                    due = await self._until(spec.arrival_s)
+                    # A send held back only by this client's own slowness happened, in the simulation, at its
+                    # scheduled instant; one that waited for a free slot reacted to a finish (stamped when sent).
+                    at = due if not slots.locked() else None
                     await slots.acquire()
-                    tg.create_task(self._send(spec, spec.arrival_s, slots))
+                    # a send that waited for a slot reacts to the end that freed it
+                    trigger = self.last_end if at is None else None
+                    tg.create_task(self._send(spec, spec.arrival_s, slots, trigger, sim_at=at))
+
+    async def _until(self, arrival_s: float) -> float | None:
+        """Sleep until ``arrival_s`` into the run. On a simulated server that is ``arrival_s × speedup``
+        simulated seconds in, on its clock (which slows when its host is busy), and that instant is returned."""
+        if self.line is None:
+            delay = self.t0 + arrival_s - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return None
+        target = self.sim0 + arrival_s * self.line.clock.speedup
+        while True:
+            delay = self.line.wall(target) - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if not await self.line.refresh():
+                return target
 
     async def _worker(self) -> None:
-        specs = self.workload.requests
-        while self.next_index < len(specs):
-            spec = specs[self.next_index]
-            self.next_index += 1
-            await self._send(spec, None, None)
+        trigger: float | None = None
+        spec = self._claim()
+        while spec is not None:
+            follow = self._claim()   # claimed now, so that the server can be told a follow-up comes
+            if follow is not None:
+                self.follow_ups.add(spec.index)
+            # the first send of each worker is at the run's start, later ones react to the last end
+            await self._send(spec, None, None, trigger, sim_at=self.sim0 if trigger is None else None)
+            record = self.records[spec.index]
+            trigger = None if record is None or record.end_s is None else self.t0 + record.end_s
+            spec = follow
 
-    def _headers(self, spec: RequestSpec) -> dict[str, str]:
+    def _claim(self) -> RequestSpec | None:
+        if self.next_index >= len(self.workload.requests):
+            return None
+        self.next_index += 1
+        return self.workload.requests[self.next_index - 1]
+
+    def _headers(self, spec: RequestSpec, base: dict[str, str]) -> dict[str, str]:
         name = self.gen.settings.regime_header
-        return {**_JSON, name: spec.kind} if name else _JSON
+        return {**base, name: spec.kind} if name else base
+
+    def _sim_headers(self, spec: RequestSpec, stamp: float, sim_at: float | None) -> dict[str, str]:
+        """The simulated server's clock headers: the send's simulated instant when the client's own schedule
+        names it, else its wall stamp (``time.perf_counter()`` is CLOCK_MONOTONIC, the server's
+        ``time.monotonic()``); in a closed loop, whether a follow-up comes and whether this is one."""
+        headers = {**_JSON, SENT_AT_HEADER: f"{stamp:.6f}", ACK_HEADER: f"{self.uid_base:x}-{spec.index}"}
+        if sim_at is not None:
+            headers[SIM_AT_HEADER] = f"{sim_at:.6f}"
+        if self.workload.mode is ReplayMode.CLOSED_LOOP:
+            if spec.index in self.follow_ups:
+                headers[FOLLOW_UP_HEADER] = "1"
+            if sim_at is None:
+                headers[FOLLOWS_HEADER] = "1"
+        return headers
 
     def prebuild(self, max_tokens: int) -> None:
         total = 0
@@ -258,20 +364,33 @@ class _Run:
                 body[name] = value
         return json.dumps(body, separators=(",", ":")).encode()
 
-    async def _send(self, spec: RequestSpec, scheduled: float | None, slots: asyncio.Semaphore | None) -> None:
+    def _ack(self, key: str) -> None:
+        """Tell the simulated server this client has the first token, or the end, of the request it tagged
+        ``key`` (the end of a request a follow-up comes after needs none: the follow-up says it arrived)."""
+        if self.line is not None:
+            task = asyncio.get_running_loop().create_task(self.line.ack(key))
+            self.acks.add(task)
+            task.add_done_callback(self.acks.discard)
+
+    async def _send(self, spec: RequestSpec, scheduled: float | None, slots: asyncio.Semaphore | None,
+                    trigger: float | None = None, *, sim_at: float | None = None) -> None:
         try:
             body = self.bodies[spec.index] or self._body(spec)
             self.bodies[spec.index] = None
             self.in_flight += 1
             try:
-                self.records[spec.index] = await self._stream(spec, body, scheduled)
+                self.records[spec.index] = await self._stream(spec, body, scheduled, trigger, sim_at)
             finally:
                 self.in_flight -= 1
+                self.last_end = time.perf_counter()
         finally:
             if slots is not None:
                 slots.release()
 
-    async def _stream(self, spec: RequestSpec, body: bytes, scheduled: float | None) -> RequestRecord:
+    async def _stream(self, spec: RequestSpec, body: bytes, scheduled: float | None,
+                      trigger: float | None = None, sim_at: float | None = None) -> RequestRecord:
+        """One request. On a simulated server, ``sim_at`` is the simulated instant of a send on the client's own
+        schedule, ``trigger`` the wall instant the event a reacting send reacts to arrived (the last end)."""
         loop = asyncio.get_running_loop()
         t = self.timeouts
         stall_slack = t.stall_s / 8   # re-arm the stall deadline at most this often (it fires within 7/8..1 of it)
@@ -282,12 +401,22 @@ class _Run:
         error = ""
         outcome = Outcome.OK
         phase: str | None = None
+        ack: str | None = None
         sent = time.perf_counter()
         end: float | None = None
         try:
             async with asyncio.timeout(t.first_token_s) as deadline:
-                async with self.client.stream("POST", self.url, content=body, headers=self._headers(spec)) as resp:
-                    sent = resp.request.extensions.get(SENT_AT, sent)   # when the bytes left, if the transport knows
+                headers = _JSON
+                if self.clock is not None:
+                    sent = self.clock.send_stamp(sent, trigger)
+                    headers = self._sim_headers(spec, sent, sim_at)
+                    ack = headers.get(ACK_HEADER)
+                    if sim_at is not None:
+                        self.sent_sim[spec.index] = sim_at
+                headers = self._headers(spec, headers)
+                async with self.client.stream("POST", self.url, content=body, headers=headers) as resp:
+                    if self.clock is None:   # when the bytes left, if the transport knows; else the stamp sent
+                        sent = resp.request.extensions.get(SENT_AT, sent)
                     status = resp.status_code
                     if status != 200:
                         outcome, error = Outcome.HTTP_ERROR, await _error_text(resp, self.gen.settings.error_body_bytes)
@@ -298,7 +427,12 @@ class _Run:
                             if end is not None:
                                 continue  # after [DONE]: drain to the end of the body so the connection is reused
                             now = time.perf_counter()
+                            had = len(chunk_times)
                             stream.feed(raw, now)
+                            if ack is not None and chunk_times and not had:
+                                self._ack(ack)
+                            if ack is not None and stream.done and spec.index not in self.follow_ups:
+                                self._ack(ack)
                             if chunk_times and now - rearmed > stall_slack:
                                 deadline.reschedule(loop.time() + t.stall_s)
                                 rearmed = now
@@ -355,6 +489,45 @@ class _Run:
             finish_reason=stream.finish_reason, status_code=status, error=error, timeout_phase=phase,
             in_flight_at_send=in_flight, session=spec.session,
             text=stream.text if self.gen.settings.keep_text else None)
+
+
+class _ClockLine:
+    """The simulated server's clock as of the last read: the line through its last anchor (``/sim/clock``),
+    re-read at most every ``CLOCK_REFRESH_S`` on a connection of its own (the run's are busy streaming)."""
+
+    def __init__(self, clock: SimTime, client: httpx.AsyncClient) -> None:
+        self.clock = clock
+        self.client = client
+        self.anchor = (0.0, 0.0)
+        self.read_at = -1.0
+
+    async def read(self) -> None:
+        resp = await self.client.get(f"{CLOCK_PATH}?since=1e18")
+        knots = resp.json().get("knots") or [[0.0, 0.0]]
+        self.anchor = (float(knots[-1][0]), float(knots[-1][1]))
+        self.read_at = time.perf_counter()
+
+    async def ack(self, key: str) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            await self.client.get(f"{ACK_PATH}?key={key}")
+
+    async def refresh(self) -> bool:
+        """Re-read the clock if the last read is stale; ``True`` when the line moved by more than 0.1 ms."""
+        if time.perf_counter() - self.read_at < CLOCK_REFRESH_S:
+            return False
+        before = self.wall(0.0)
+        await self.read()
+        return abs(self.wall(0.0) - before) > 1e-4
+
+    def sim(self, wall: float) -> float:
+        return self.anchor[1] + (wall - self.anchor[0]) * self.clock.speedup
+
+    def wall(self, sim: float) -> float:
+        return self.anchor[0] + (sim - self.anchor[1]) / self.clock.speedup
+
+
+#: How often (wall seconds) an open loop re-reads a simulated server's clock while it waits for a send.
+CLOCK_REFRESH_S = 0.005
 
 
 async def _error_text(resp: httpx.Response, limit: int) -> str:

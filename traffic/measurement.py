@@ -211,6 +211,8 @@ class RunMeasurement:
     # since traffic/ does not see the runtime.
     server_url: str = ""
     model: str = ""
+    # True: every time and rate is in the simulated system's time (``traffic/sim_time.py``), not wall time.
+    simulated: bool = False
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
@@ -218,7 +220,7 @@ class RunMeasurement:
                      started_at: float, ended_at: float, slots: int | None, concurrency_cap: int | None,
                      requests_unsent: int = 0, timed_out: bool = False, notes: Sequence[str] = (),
                      max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION, server_url: str = "",
-                     model: str = "") -> RunMeasurement:
+                     model: str = "", simulated: bool = False) -> RunMeasurement:
         """Summarise a pass. Raises ``MeasurementFailed`` when nothing usable came back or most requests failed."""
         ok = [r for r in records if r.ok]
         failed = [r for r in records if not r.ok]
@@ -261,6 +263,7 @@ class RunMeasurement:
             max_concurrency=max_conc, concurrency_cap=concurrency_cap, slots=slots,
             above_slots=None if slots is None else max_conc > slots,
             errors=errors, timed_out=timed_out, notes=tuple(notes), server_url=server_url, model=model,
+            simulated=simulated,
         )
 
     def by_kind(self) -> dict[str, KindSummary]:
@@ -285,7 +288,7 @@ class RunMeasurement:
                  + (" — ABOVE THE RUNNING LIMIT" if self.above_slots else ""))
         return (f"pass {self.pass_index}: {self.output_throughput_tok_s:,.1f} tok/s, {self.requests_ok}/"
                 f"{self.requests_total} ok, TTFT p50 {ms(self.ttft_s.p50)} p99 {ms(self.ttft_s.p99)}, "
-                f"ITL p50 {ms(self.itl_s.p50)}, {slots}"
+                f"ITL p50 {ms(self.itl_s.p50)}, {slots}" + (" (simulated time)" if self.simulated else "")
                 + (f"; {self.errors.describe()}" if self.errors.count else ""))
 
     def to_dict(self) -> dict[str, Any]:

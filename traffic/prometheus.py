@@ -124,7 +124,10 @@ class PrometheusClient:
         if data.get("resultType") != "vector":
             raise TrafficError(f"Prometheus answered {data.get('resultType')!r} to an instant query, not a vector",
                                remedy=f"check that {self.url} is a Prometheus server")
-        return [(item["metric"], float(item["value"][1])) for item in data.get("result", [])]
+        try:
+            return [(dict(item["metric"]), _value(item["value"][1])) for item in data.get("result", [])]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self._malformed("/api/v1/query", exc) from exc
 
     def samples(self, selector: str, range_s: float, at: float) -> list[tuple[Mapping[str, str], np.ndarray[Any, Any]]]:
         """The raw sample times of each series of ``selector`` in ``(at - range_s, at]`` (a range-vector query)."""
@@ -132,7 +135,11 @@ class PrometheusClient:
         if data.get("resultType") != "matrix":
             raise TrafficError(f"Prometheus answered {data.get('resultType')!r} to a range-vector query, not a matrix",
                                remedy=f"check that {self.url} is a Prometheus server")
-        return [(item["metric"], np.asarray([float(t) for t, _ in item["values"]])) for item in data.get("result", [])]
+        try:
+            return [(dict(item["metric"]), np.asarray([_value(t) for t, _ in item["values"]]))
+                    for item in data.get("result", [])]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self._malformed("/api/v1/query", exc) from exc
 
     def query_range(self, promql: str, grid: Grid) -> list[Series]:
         """A range query over ``grid``, in pages of at most ``MAX_POINTS`` steps; series keyed by their labels."""
@@ -142,14 +149,23 @@ class PrometheusClient:
             params = {"query": promql, "start": f"{grid.start + first * grid.step:.3f}",
                       "end": f"{grid.start + last * grid.step:.3f}", "step": f"{grid.step:g}"}
             data = self._get("/api/v1/query_range", params)
-            for item in data.get("result", []):
-                key = tuple(sorted(item["metric"].items()))
-                values = found.setdefault(key, np.full(grid.points, np.nan))
-                for stamp, text in item["values"]:
-                    index = round((float(stamp) - grid.start) / grid.step)
-                    if 0 <= index < grid.points:
-                        values[index] = float(text)
+            try:
+                for item in data.get("result", []):
+                    key = tuple(sorted((str(k), str(v)) for k, v in item["metric"].items()))
+                    values = found.setdefault(key, np.full(grid.points, np.nan))
+                    for stamp, text in item["values"]:
+                        index = round((_value(stamp) - grid.start) / grid.step)
+                        if 0 <= index < grid.points:
+                            values[index] = _value(text)
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                raise self._malformed("/api/v1/query_range", exc) from exc
         return [Series(labels=dict(key), values=values) for key, values in found.items()]
+
+    def _malformed(self, path: str, exc: Exception) -> TrafficError:
+        return TrafficError(f"{self.url}{path} answered a result that is not Prometheus's shape "
+                            f"({type(exc).__name__}: {exc})",
+                            remedy="check that the --prometheus URL points at Prometheus (e.g. http://host:9090), "
+                                   "or at a proxy that passes its answers through unchanged")
 
     def _get(self, path: str, params: Mapping[str, str]) -> Mapping[str, Any]:
         try:
@@ -180,6 +196,14 @@ class PrometheusClient:
         for warning in payload.get("warnings", []) or []:
             log.warning("Prometheus: %s", warning)
         return data
+
+
+def _value(text: Any) -> float:
+    """A sample value or time as Prometheus writes it (a string); ±Inf and NaN are no sample."""
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise TypeError(f"{text!r} is not a sample value")
+    value = float(text)
+    return value if math.isfinite(value) else float("nan")
 
 
 def counter_increments(series: list[Series]) -> np.ndarray[Any, np.dtype[np.float64]]:

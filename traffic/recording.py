@@ -58,29 +58,49 @@ DAY_PERIODS = 24
 MIN_SHAPE_REQUESTS = 200
 
 
+#: A recorded window needs this many grid points for a rate curve; an automatic step aims at ``AUTO_POINTS``.
+MIN_POINTS = 10
+AUTO_POINTS = 120
+#: Automatic steps: the finest (a common scrape interval's order) and the coarsest (the historical default).
+AUTO_STEPS = (5.0, 10.0, 15.0, 30.0, 60.0)
+
+
+def auto_step(span_s: float) -> float:
+    """The step for a window of ``span_s`` seconds: the finest of ``AUTO_STEPS`` giving at most ``AUTO_POINTS``
+    points, or the coarsest; a 3-minute window gets 5 s (36 points), 14 days 60 s."""
+    return next((step for step in AUTO_STEPS if span_s / step <= AUTO_POINTS), AUTO_STEPS[-1])
+
+
 @dataclass(frozen=True)
 class RecordWindow:
-    """What to record: Unix-second bounds, the query step in seconds, and the label matchers."""
+    """What to record: Unix-second bounds, the query step in seconds (``None``: chosen from the window's length,
+    ``auto_step``), and the label matchers."""
 
     start: float
     end: float
-    step: float = 60.0
+    step: float | None = None
     selector: str = ""
 
     def checked(self, now: float) -> RecordWindow:
-        """The window with its end clamped to ``now``; ``TrafficError`` when it cannot be recorded."""
+        """The window with its end clamped to ``now`` and its step chosen; ``TrafficError`` when it cannot be
+        recorded (too few points at the step asked for)."""
         end = min(self.end, now)
         if not (math.isfinite(self.start) and math.isfinite(end)) or self.start >= end:
             raise TrafficError(f"empty or reversed time range: {_iso(self.start)} → {_iso(self.end)}"
                                + (" (the end was clamped to now)" if end < self.end else ""),
                                remedy="pass --since 14d, or --start before --end, both in the past")
-        if self.step <= 0 or end - self.start < 2 * self.step:
-            raise TrafficError(f"the window ({end - self.start:.0f} s) is shorter than two steps of {self.step:g} s",
-                               remedy="record a longer window or pass a smaller --step")
+        span = end - self.start
+        step = auto_step(span) if self.step is None else self.step
+        if step <= 0 or span < MIN_POINTS * step:
+            finer = span / MIN_POINTS
+            raise TrafficError(f"the window ({span:.0f} s) holds {max(0, int(span // step)) if step > 0 else 0} "
+                               f"steps of {step:g} s; a rate curve needs at least {MIN_POINTS}",
+                               remedy=(f"pass --step {math.floor(finer)}s or less, or leave --step out to have it "
+                                       "chosen from the window" if finer >= 1 else "record a longer window"))
         # Whole steps on the Unix epoch: readable bounds, and steps that line up with scrapes.
-        start = math.floor(self.start / self.step) * self.step
-        end = math.floor(end / self.step) * self.step
-        return RecordWindow(start=start, end=end, step=self.step, selector=self.selector)
+        start = math.floor(self.start / step) * step
+        end = math.floor(end / step) * step
+        return RecordWindow(start=start, end=end, step=step, selector=self.selector)
 
 
 @dataclass(frozen=True)
@@ -166,6 +186,7 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     window = window.checked(time.time() if now is None else now)
     if scale <= 0:
         raise TrafficError(f"--scale must be positive, got {scale}", remedy="use e.g. --scale 0.1 to thin traffic")
+    assert window.step is not None   # checked() chose it
     grid = Grid.spanning(window.start, window.end, window.step)
     matchers = selector_matchers(window.selector)
     client.query("vector(1)", window.end)  # reachability and a sane answer, before anything else
@@ -234,7 +255,16 @@ def _explain_empty(client: PrometheusClient, grid: Grid, matchers: str) -> None:
     span = f"{round(grid.step * (grid.points - 1))}s"
     end = grid.start + grid.step * (grid.points - 1)
     where = f"between {_iso(grid.start)} and {_iso(end)}"
+    step = f"{grid.step:g} s"
     if matchers:
+        mine = client.query(f"count by (job, instance) (last_over_time(sglang:num_requests_total{{{matchers}}}"
+                            f"[{span}]))", end)
+        if mine:   # the selector is right: the counters exist under it, they did not grow between grid points
+            raise TrafficError(f"SGLang's request counters under {{{matchers}}} did not grow {where} at a step of "
+                               f"{step} ({grid.points} points): requests served between two points, or a series "
+                               "that began inside the window, leave no increment",
+                               remedy=f"pass a smaller --step (at least the scrape interval, e.g. "
+                                      f"{auto_step(grid.step * (grid.points - 1)):g}s) or record a longer window")
         elsewhere = client.query(f"count by (job, instance) (last_over_time(sglang:num_requests_total[{span}]))",
                                  end)
         if elsewhere:
@@ -391,7 +421,7 @@ def _report(client: PrometheusClient, window: RecordWindow, grid: Grid, matchers
     implied = float(counts[covered].mean()) / grid.step * latency if latency is not None and covered.any() else None
     return RecordingReport(
         prometheus=client.url, selector=window.selector, start=_iso(window.start), end=_iso(window.end),
-        step_s=window.step, arrival_metric=metric, requests_observed=float(counts.sum()),
+        step_s=grid.step, arrival_metric=metric, requests_observed=float(counts.sum()),
         requests_synthesized=len(trace), busiest_days=tuple(days[:5]), busiest_hour=hours[0] if hours else None,
         queued_share=_share_positive(queue), running_max=_stat(running, np.nanmax),
         running_mean=_stat(running, np.nanmean), queue_max=_stat(queue, np.nanmax),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from elsa_tune.traffic.imports import BadLine, ImportResult, Row, collect, read_lines
-from elsa_tune.traffic.trace import SCHEMA_VERSION, TraceMetadata, TraceRequest, expected_blocks
+from elsa_tune.traffic.trace import MAX_TOKENS, SCHEMA_VERSION, TraceMetadata, TraceRequest, expected_blocks
 
 PIECE = re.compile(r"\s*\w{1,6}|\s*[^\w\s]|\s+")
 TOKENIZER_NOTE = (r"regex-pieces-v1: /\s*\w{1,6}|\s*[^\w\s]|\s+/ (a deterministic approximation, not the "
@@ -230,6 +231,8 @@ def json_line(line: str) -> Mapping[str, Any]:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise BadLine("JSON nested too deeply") from None
     if not isinstance(record, dict):
         raise BadLine("not a JSON object")
     return record
@@ -276,7 +279,7 @@ def _body(record: Mapping[str, Any]) -> Mapping[str, Any]:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
         if isinstance(value, Mapping):
             return value
@@ -297,6 +300,8 @@ def _seconds(value: Any, key: str) -> float:
     if isinstance(value, int | float):
         # Epoch seconds, milliseconds or microseconds, told apart by magnitude.
         seconds = float(value)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise BadLine(f"{key} is {value!r}, not a time")
         while seconds > 1e11:
             seconds /= 1000.0
         return seconds
@@ -364,8 +369,10 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 
 def _positive(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         return None
+    if value > MAX_TOKENS:
+        raise BadLine(f"a token count is {value}, more than the {MAX_TOKENS:,} tokens any request may have")
     return int(value)
 
 

@@ -204,9 +204,12 @@ def render_text(summary: TraceSummary) -> str:
     lines = [f"trace      {s.source}" + ("  (synthesised from aggregates)" if s.synthesized else "")]
     if s.start:
         lines.append(f"window     {s.start} → {s.end or '?'}")
-    lines.append(f"requests   {s.requests:,} over {_duration(s.span_s)}, {s.mean_rate:.3g} req/s on average")
-    lines.append(f"rate       {s.rate.sparkline}  peak bin {max(s.rate.rates):.3g} req/s "
-                 f"(bins of {_duration(s.rate.bin_s)})")
+    if s.span_s > 0:
+        lines.append(f"requests   {s.requests:,} over {_duration(s.span_s)}, {s.mean_rate:.3g} req/s on average")
+        lines.append(f"rate       {s.rate.sparkline}  peak bin {max(s.rate.rates):.3g} req/s "
+                     f"(bins of {_duration(s.rate.bin_s)})")
+    else:
+        lines.append(f"requests   {s.requests:,}, all arriving at one instant (no rate over time)")
     if s.busiest:
         b = s.busiest
         lines.append(f"busiest    {_duration(b.window_s)} from +{_duration(b.start_s)}: {b.requests:,} requests, "

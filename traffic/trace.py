@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -38,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from elsa_tune.durable_file import replacing
 from elsa_tune.errors import TrafficError
 
 SCHEMA_VERSION = 1
@@ -107,8 +107,12 @@ class TraceMetadata:
 
     @classmethod
     def from_parquet(cls, raw: Mapping[bytes, bytes] | None, *, where: str) -> TraceMetadata:
-        values = {k.decode()[len(META_PREFIX):]: v.decode() for k, v in (raw or {}).items()
-                  if k.decode(errors="replace").startswith(META_PREFIX)}
+        try:
+            values = {k.decode()[len(META_PREFIX):]: v.decode() for k, v in (raw or {}).items()
+                      if k.decode(errors="replace").startswith(META_PREFIX)}
+        except UnicodeDecodeError as exc:
+            raise TrafficError(f"{where}: corrupt trace metadata: not UTF-8 ({exc.reason} at byte {exc.start})",
+                               remedy="re-create the trace with `elsa-tune traffic import` or `record`") from exc
         if "schema_version" not in values:
             raise TrafficError(f"{where}: not an elsa-tune trace (no {META_PREFIX}schema_version in its metadata)",
                                remedy="convert it with `elsa-tune traffic import` or `elsa-tune record`")
@@ -116,7 +120,7 @@ class TraceMetadata:
             version = int(values["schema_version"])
             block_size = int(values.get("block_size", ""))
             extra = json.loads(values.get("extra") or "{}")
-        except (ValueError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise TrafficError(f"{where}: corrupt trace metadata: {exc}",
                                remedy="re-create the trace with `elsa-tune traffic import` or `record`") from exc
         if version != SCHEMA_VERSION:
@@ -233,6 +237,11 @@ class Trace:
         return cls(pa.Table.from_arrays(arrays, schema=SCHEMA), metadata)
 
 
+#: The longest prompt or completion a trace may hold, in tokens: beyond any model's context, and small enough that
+#: the int32 columns and a prompt's list of block hashes stay bounded.
+MAX_TOKENS = 10_000_000
+
+
 def expected_blocks(input_tokens: int, block_size: int) -> int:
     """How many block hashes a prompt of ``input_tokens`` carries: one per started block."""
     return -(-input_tokens // block_size)
@@ -264,7 +273,8 @@ def validate(table: pa.Table, block_size: int) -> None:
 def _check(ok: np.ndarray[Any, np.dtype[np.bool_]], what: str) -> None:
     if not bool(ok.all()):
         row = int(np.argmin(ok))
-        raise TrafficError(f"trace row {row}: {what}", remedy="fix the source data or re-import it with --skip-bad")
+        raise TrafficError(f"trace row {row}: {what}",
+                           remedy="fix the source data and import it again (`elsa-tune traffic import`)")
 
 
 def _conform(table: pa.Table) -> pa.Table:
@@ -310,17 +320,7 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
 
 
 def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
-    """Write atomically: a temporary file beside ``path``, fsynced, then renamed over it."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically (``elsa_tune.durable_file.replacing``): a reader sees the old trace or the new one."""
     table = trace.table.replace_schema_metadata(trace.metadata.to_parquet())
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            pq.write_table(table, handle, compression="zstd")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(Path(path)) as handle:
+        pq.write_table(table, handle, compression="zstd")

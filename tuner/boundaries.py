@@ -37,11 +37,12 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from elsa_tune.tuner.statistics import ANALYSES, FloatArray, t_statistics
+from elsa_tune.durable_file import replacing
+from elsa_tune.tuner.statistics import ANALYSES, WINSOR_K, FloatArray, t_statistics
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SHAPES = ("obf", "pocock")
 CACHE_ENV = "ELSA_TUNE_CACHE"
 _CHUNK = 5_000
@@ -61,6 +62,7 @@ class Design:
     welch_ratio: float = 2.0
     replicates: int = 20_000
     seed: int = 20_241_129
+    winsor: float | None = WINSOR_K
 
     def __post_init__(self) -> None:
         if not self.looks or any(b <= a for a, b in zip(self.looks, self.looks[1:], strict=False)):
@@ -83,7 +85,7 @@ class Design:
         return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
                       sigma_boot=round(self.sigma_boot, 3), sigma_run=round(self.sigma_run, 3),
                       measured_passes=self.measured_passes, welch_ratio=self.welch_ratio,
-                      replicates=self.replicates, seed=self.seed)
+                      replicates=self.replicates, seed=self.seed, winsor=self.winsor)
 
     def key(self) -> str:
         text = json.dumps({**asdict(self), "schema_version": SCHEMA_VERSION}, sort_keys=True)
@@ -173,7 +175,7 @@ def null_maxima(design: Design) -> FloatArray:
         yb = _boot_values(rng, rows, n_max, k, design.sigma_boot, design.sigma_run)
         best = np.full(rows, -np.inf)
         for j, n in enumerate(design.looks):
-            _, _, df, t, _ = t_statistics(ya[:, :n], yb[:, :n], analysis=design.analysis,
+            _, _, df, t, _ = t_statistics(ya[:, :n], yb[:, :n], analysis=design.analysis, winsor=design.winsor,
                                           welch_ratio=design.welch_ratio)
             z = stats.norm.isf(stats.t.sf(np.nan_to_num(t, nan=-np.inf), df))
             best = np.maximum(best, z / weights[j])
@@ -230,10 +232,7 @@ def _load(folder: Path, design: Design) -> Boundaries | None:
 
 def _store(folder: Path, result: Boundaries) -> None:
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = _path(folder, result.design)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, meta=np.asarray(json.dumps(result.to_dict())), null_max=result.null_max)
-        tmp.replace(path)
+        with replacing(_path(folder, result.design)) as handle:
+            np.savez(handle, meta=np.asarray(json.dumps(result.to_dict())), null_max=result.null_max)
     except OSError as exc:   # a cache is an optimisation: a read-only disk must not stop a study
         log.warning("could not store boundary cache in %s: %s", folder, exc)

@@ -1,6 +1,9 @@
 """What a person sees: a log file always, plain log lines off a terminal, a live ``rich`` view on one.
 
-Written for a run nobody watches: nothing animates when stdout is not a TTY or under CI.
+Written for a run nobody watches: nothing animates when stdout is not a TTY or under CI. While the live view
+runs, the console's log handler writes through the live view's console, so every log line scrolls above the
+view instead of being drawn over; the view's cells never wrap (a long name ends in "…"), and the time left is
+floored (50 min left, never "1 h 50 min" for 3,000 s).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 log = logging.getLogger("elsa_tune")
 
@@ -78,11 +82,13 @@ class StudyView:
         self._live: Live | None = None
         self._console = Console(file=stream or sys.stdout)
         self._last_plain = 0.0
+        self._swapped: list[tuple[logging.Handler, logging.Handler]] = []
 
     def __enter__(self) -> StudyView:
         if self._live_enabled:
             self._live = Live(self._render(), console=self._console, refresh_per_second=2, transient=False)
             self._live.__enter__()
+            self._swapped = _route_console_logs(self._console)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -91,6 +97,8 @@ class StudyView:
             self._live.update(self._render())
             self._live.__exit__(exc_type, exc, tb)
             self._live = None
+            _restore_console_logs(self._swapped)
+            self._swapped = []
 
     @property
     def status(self) -> StudyStatus:
@@ -105,15 +113,15 @@ class StudyView:
               or time.monotonic() - self._last_plain > 60):
             self._last_plain = time.monotonic()
             s = self._status
-            left = f"{s.time_left_s / 60:.0f} min left" if s.time_left_s is not None else ""
+            left = f"{time_left(s.time_left_s)} left" if s.time_left_s is not None else ""
             log.info("[%s] phase=%s candidate=%s boots=%d best=%s %s", s.study, s.phase, s.candidate or "-",
                      s.boots, s.best or "-", left)
 
     def _render(self) -> Table:
         s = self._status
         table = Table(title=f"elsa-tune study {s.study}", show_header=False, expand=False)
-        table.add_column("what", style="bold")
-        table.add_column("value")
+        table.add_column("what", style="bold", no_wrap=True)
+        table.add_column("value", no_wrap=True, overflow="ellipsis")
         table.add_row("phase", s.phase)
         table.add_row("candidate", s.candidate or "-")
         table.add_row("boots", f"{s.boots} ({s.failed_boots} failed)")
@@ -122,9 +130,51 @@ class StudyView:
             best += f"  {s.best_throughput:,.1f} tok/s"
         table.add_row("best so far", best)
         if s.time_left_s is not None:
-            table.add_row("time left", f"{s.time_left_s / 3600:.0f} h {s.time_left_s % 3600 / 60:.0f} min")
+            table.add_row("time left", time_left(s.time_left_s))
         if s.last_event:
             table.add_row("last", s.last_event)
         for line in s.decisions[-6:]:
             table.add_row("", line)
         return table
+
+
+def time_left(seconds: float) -> str:
+    """Floored: ``3000`` → ``"50 min"``, ``3660`` → ``"1 h 01 min"``, ``59`` → ``"0 min"``."""
+    minutes = int(max(0.0, seconds) // 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+class LiveConsoleHandler(logging.Handler):
+    """Writes log records through a ``rich`` console, so a running ``Live`` view prints them above itself."""
+
+    def __init__(self, console: Console, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.console.print(Text(self.format(record)), soft_wrap=True)
+        except Exception:  # logging must never raise into the study
+            self.handleError(record)
+
+
+def _route_console_logs(console: Console) -> list[tuple[logging.Handler, logging.Handler]]:
+    """Replace the elsa_tune logger's terminal stream handlers by ``LiveConsoleHandler``s on ``console``."""
+    root = logging.getLogger("elsa_tune")
+    swapped: list[tuple[logging.Handler, logging.Handler]] = []
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.stdout,
+                                                                        sys.__stderr__, sys.__stdout__):
+            live = LiveConsoleHandler(console, handler.level)
+            live.setFormatter(handler.formatter)
+            root.removeHandler(handler)
+            root.addHandler(live)
+            swapped.append((handler, live))
+    return swapped
+
+
+def _restore_console_logs(swapped: list[tuple[logging.Handler, logging.Handler]]) -> None:
+    root = logging.getLogger("elsa_tune")
+    for original, live in swapped:
+        root.removeHandler(live)
+        root.addHandler(original)

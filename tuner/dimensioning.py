@@ -5,8 +5,7 @@ passes of the identical workload per boot. From that matrix this module estimate
 
 - the warm-up length: per pass index, the mean log offset from the boot's steady state (the later
   half of its passes); the warm-up ends at the changepoint after which no pass index differs from
-  steady state by more than max(3 SE, 1%). Seed 004 measured the first pass 12.7% slow; at least one
-  pass is always discarded;
+  steady state by more than max(3 SE, 1%); at least one pass is always discarded;
 - the Kalibera–Jones variance components on the log scale: σ_run² = T_1² (within boot) and
   σ_boot² = T_2² = S_2² − S_1²/m (between boots);
 - the lag-1 correlation of consecutive boot means (≥ 0.3 → analyse block differences, paired) and the
@@ -29,7 +28,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from elsa_tune.tuner.protocol import BootSample
+from elsa_tune.history.study_record import NoiseRecord
+from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.statistics import (
     FloatArray,
     InsufficientData,
@@ -87,6 +87,12 @@ class NoiseReport:
         data["covariates"] = [asdict(c) for c in self.covariates]
         data["boots_per_arm"] = [list(pair) for pair in self.boots_per_arm]
         return data
+
+    def record(self) -> NoiseRecord:
+        """What the study record keeps of this report (relative σ's, the warm-up bias, the MDE at the cap)."""
+        return NoiseRecord(sigma_boot=self.sigma_boot, sigma_run=self.sigma_run,
+                           warmup_bias=self.first_pass_ratio - 1.0, boots=self.boots,
+                           passes_per_boot=float(self.passes_per_boot), mde=self.mde_at_cap)
 
     def summary_lines(self) -> list[str]:
         """A short Markdown block for the report."""

@@ -5,7 +5,7 @@ stack: one chain of decisions) and confirmation. For the search phase it holds n
 server after its boot) and starts one ``elsa-tune worker`` per listed GPU, the first included, through
 ``WorkerPool``, on a SQLite storage in the run folder (``fleet.db``). Each worker (``tuner/workers.py``) boots the
 incumbent (the baseline plus the techniques the screening kept) on its own GPU to dimension that GPU's noise
-(cards differ by 2-4%, seed 001), searches the shared Optuna study around it, and A/Bs a promising trial entirely
+(cards of one model differ), searches the shared Optuna study around it, and A/Bs a promising trial entirely
 on its own GPU: A/B blocks never mix GPUs. A keep replaces the shared incumbent by compare-and-set. The workers'
 run folders are ``<run_dir>/<host>-gpu<N>/``; they append their decisions to this study's ledger, each with its
 own GPU's fingerprint, once.
@@ -36,12 +36,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from elsa_tune.durable_file import write_atomic
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.durable_file import write_atomic
 from elsa_tune.history.run_dir import RunDir
 from elsa_tune.tuner.night import Incumbent, Night, geo
+from elsa_tune.tuner.search_phase import SearchOutcome
 from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.trials import SearchOutcome
 from elsa_tune.tuner.worker_pool import WorkerPool, WorkerProcess
 from elsa_tune.tuner.workers import INCUMBENT, local_run_dir
 
@@ -125,7 +125,7 @@ class FleetLog:
 
 
 class FleetSearch:
-    """A ``SearchBackend`` (``tuner/trials.py``) that runs the search phase on ``gpus`` at once, one worker each.
+    """A ``SearchBackend`` (``tuner/search_phase.py``) that runs the search phase on ``gpus`` at once, one worker each.
 
     ``gpus`` are NVML indexes or, with ``--runtime sim``, simulated card numbers (card folders
     ``<run_dir>/sim-cards/gpu<N>``, as ``elsa-tune worker`` maps them); the first is the lead's own GPU.

@@ -41,13 +41,15 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from elsa_tune.errors import BootFailed, ServerDied
+from elsa_tune.history.reasons import failure_category
 from elsa_tune.history.verdict import Decision, GuardrailResult, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.search_spaces.space import ReasonCategory
+from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
 from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
 from elsa_tune.tuner.dimensioning import NoiseReport
-from elsa_tune.tuner.protocol import BootSample, BootSampler, BootSummary, failure_of, summarize
 from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
-from elsa_tune.tuner.statistics import Comparison, InsufficientData, compare, mde_for, non_inferiority
+from elsa_tune.tuner.statistics import WINSOR_K, Comparison, InsufficientData, compare, mde_for, non_inferiority
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,9 @@ class GatePolicy:
     ``min_effect`` is the minimum worthwhile gain (futility), ``noise_floor`` the gain a KEEP must at
     least show. ``kind="memory"`` keeps when speed is non-inferior within ``non_inferiority_margin``
     and the KV pool grows by ``memory_min_gain``. σ's are on the log scale and only shape the Monte
-    Carlo calibration and the planned MDE; the test itself uses the observed variance.
+    Carlo calibration and the planned MDE; the test itself uses the observed variance. ``winsor`` clips each
+    arm's boot values to its median ± that many robust σ (from 6 boots per arm; ``None``: the plain t), so a
+    boot slowed by its host does not decide the comparison; the boundaries are calibrated on the same statistic.
     """
 
     kind: str = "speed"
@@ -100,6 +104,7 @@ class GatePolicy:
     calibration_seed: int = 20_241_129
     max_error_fraction: float = 0.005
     power: float = 0.8
+    winsor: float | None = WINSOR_K
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -120,7 +125,8 @@ class GatePolicy:
     def design(self) -> Design:
         return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
                       sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
-                      welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed)
+                      welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
+                      winsor=self.winsor)
 
     def boundaries(self) -> Boundaries:
         return calibrate(self.design())
@@ -148,7 +154,8 @@ class GatePolicy:
             return tuple(self.guardrails.alpha for _ in blocks)
         design = Design(looks=blocks, alpha=self.guardrails.alpha, shape="pocock", analysis=self.analysis,
                         sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
-                        welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed)
+                        welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
+                        winsor=self.winsor)
         return calibrate(design).nominal_p
 
     def blocks_at(self, look: int) -> int:
@@ -258,16 +265,16 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     if failed_b:
         return ctx.verdict(Decision.REJECT, f"a candidate boot failed: {failed_b[0].kind.value}: "
                                             f"{failed_b[0].summary}", final=True,
-                           extra={"failure": failed_b[0].to_dict()})
+                           extra={"failure": failed_b[0].to_dict()}, category=failure_category(failed_b[0]))
     failed_a = [f for f in (failure_of(s, max_error_fraction=policy.max_error_fraction) for s in samples_a) if f]
     if failed_a:
         return ctx.verdict(Decision.INCONCLUSIVE, f"an incumbent boot failed ({failed_a[0].kind.value}: "
                                                   f"{failed_a[0].summary}); the machine is not stable enough to "
                                                   "compare, the incumbent stays", final=True,
-                           extra={"failure": failed_a[0].to_dict()})
+                           extra={"failure": failed_a[0].to_dict()}, category=ReasonCategory.NO_GAIN)
     if policy.guardrails.require_quality and any(s.quality_passed is False for s in samples_b):
         return ctx.verdict(Decision.REJECT, "the candidate failed the quality gate", final=True,
-                           extra={"quality_failed": True})
+                           extra={"quality_failed": True}, category=ReasonCategory.WRONG_ANSWERS)
 
     if look > len(policy.looks):
         return _extension(samples_a, samples_b, policy, bounds, ctx)
@@ -279,14 +286,15 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
     if memory is not None and memory.passed is False:
         return ctx.verdict(Decision.REJECT, f"a memory technique must grow the KV pool: {memory.detail}",
-                           final=True, guardrails=(memory,))
+                           final=True, guardrails=(memory,), category=ReasonCategory.MEMORY_LOSS)
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
-                             null_delta=policy.null_delta)
+                             null_delta=policy.null_delta, winsor=policy.winsor)
     except InsufficientData as exc:
         return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test yet: {exc}"
                            + ("; the incumbent stays" if last else ""), final=last,
-                           mde=_planned_mde(policy, min(len(ya), len(yb)), bounds, look))
+                           mde=_planned_mde(policy, min(len(ya), len(yb)), bounds, look),
+                           category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
     guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[look - 1])
     guards += (memory,) if memory is not None else ()
@@ -299,7 +307,8 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
 
     if worse:
         return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed: {worse[0].detail}", final=True,
-                           p_value=p_adj, mde=mde, extra={"failed_guardrail": worse[0].name})
+                           p_value=p_adj, mde=mde, extra={"failed_guardrail": worse[0].name},
+                           category=_guard_category(worse[0]))
 
     gain = comparison.ratio - 1.0
     crosses = bounds.crosses(look, comparison.p_one_sided)
@@ -310,34 +319,40 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
             what = (f"speed {gain:+.1%} is non-inferior within −{policy.non_inferiority_margin:.0%} and memory grew"
                     if policy.kind == "memory" else f"{gain:+.1%} throughput")
             return ctx.verdict(Decision.KEEP, f"{what} (p = {comparison.p_one_sided:.4f} ≤ {boundary_p:.4f} "
-                                              f"at look {look})", final=True, p_value=p_adj, mde=None)
+                                              f"at look {look})", final=True, p_value=p_adj, mde=None,
+                               category=ReasonCategory.KEPT)
         if last and policy.guard_extension and _extendable(pending):
             return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crossed the boundary at the cap but guardrail "
                                                       f"{pending[0].name} is not yet shown non-inferior "
                                                       f"({pending[0].detail}); {policy.guard_extension} more blocks "
                                                       "for the guardrail", final=False, p_value=p_adj, mde=mde,
-                               extra={"crossed_at_cap": True})
+                               extra={"crossed_at_cap": True, "pending_guardrail": pending[0].name},
+                               category=ReasonCategory.NO_GAIN)
         if last:
             return ctx.verdict(Decision.INCONCLUSIVE, f"the gain passed but guardrail {pending[0].name} was not "
                                                       f"shown non-inferior at the cap ({pending[0].detail}); the "
-                                                      "incumbent stays", final=True, p_value=p_adj, mde=mde)
+                                                      "incumbent stays", final=True, p_value=p_adj, mde=mde,
+                               extra={"pending_guardrail": pending[0].name}, category=ReasonCategory.NO_GAIN)
         return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crosses the boundary but guardrail "
                                                   f"{pending[0].name} is not yet shown non-inferior "
                                                   f"({pending[0].detail}); continue to look {look + 1}",
-                           final=False, p_value=p_adj, mde=mde)
+                           final=False, p_value=p_adj, mde=mde, extra={"pending_guardrail": pending[0].name},
+                           category=ReasonCategory.NO_GAIN)
 
     futile = _futility(comparison, policy, look)
     if futile:
-        return ctx.verdict(Decision.REJECT, futile, final=True, p_value=p_adj, mde=mde)
+        return ctx.verdict(Decision.REJECT, futile, final=True, p_value=p_adj, mde=mde,
+                           extra={"futile": True}, category=_futile_category(comparison, policy))
     if last:
         low, high = comparison.ratio_bounds(policy.alpha)
         return ctx.verdict(Decision.INCONCLUSIVE,
                            f"inconclusive at the cap of {policy.looks[-1]} blocks: {gain:+.1%} "
                            f"(CI {low - 1:+.1%} to {high - 1:+.1%}); effects below {mde:.1%} could not be "
-                           "detected; the incumbent stays", final=True, p_value=p_adj, mde=mde)
+                           "detected; the incumbent stays", final=True, p_value=p_adj, mde=mde,
+                           category=ReasonCategory.NO_GAIN)
     return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} so far (p = {comparison.p_one_sided:.4f}, boundary "
                                               f"{boundary_p:.4f}); continue to look {look + 1}", final=False,
-                       p_value=p_adj, mde=mde)
+                       p_value=p_adj, mde=mde, category=ReasonCategory.NO_GAIN)
 
 
 @dataclass
@@ -353,8 +368,9 @@ class _Context:
     guardrails: tuple[GuardrailResult, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def verdict(self, decision: Decision, reason: str, *, final: bool, p_value: float | None = None,
-                mde: float | None = None, guardrails: tuple[GuardrailResult, ...] | None = None,
+    def verdict(self, decision: Decision, reason: str, *, final: bool, category: ReasonCategory,
+                p_value: float | None = None, mde: float | None = None,
+                guardrails: tuple[GuardrailResult, ...] | None = None,
                 extra: Mapping[str, Any] | None = None) -> Verdict:
         c = self.comparison
         low, high = c.ratio_bounds(self.policy.alpha) if c is not None else (None, None)
@@ -369,7 +385,7 @@ class _Context:
                        ci_low=low, ci_high=high, p_value=p_value, boots_incumbent=self.n_a,
                        boots_candidate=self.n_b, mde=mde,
                        guardrails=self.guardrails if guardrails is None else guardrails, kind=self.policy.kind,
-                       stopped_at_look=self.look, extra=details)
+                       stopped_at_look=self.look, extra=details, category=category)
 
 
 def _boot(sampler: BootSampler, arm: Arm, block: int, position: int) -> BootSample:
@@ -436,10 +452,11 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
-                             null_delta=policy.null_delta)
+                             null_delta=policy.null_delta, winsor=policy.winsor)
     except InsufficientData as exc:
         return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test after the guardrail extension: {exc}; the "
-                                                  "incumbent stays", final=True, p_value=at_cap.p_value)
+                                                  "incumbent stays", final=True, p_value=at_cap.p_value,
+                           category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
     guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[-1])
     ctx.guardrails = guards + ((memory,) if memory is not None else ())
@@ -448,7 +465,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     if worse:
         return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed after {more} more blocks: "
                                             f"{worse[0].detail}", final=True, p_value=at_cap.p_value,
-                           extra={"failed_guardrail": worse[0].name})
+                           extra={"failed_guardrail": worse[0].name}, category=_guard_category(worse[0]))
     holds = gain >= policy.noise_floor if policy.kind == "speed" else gain >= -policy.non_inferiority_margin
     pending = [g for g in ctx.guardrails if g.passed is not True]
     crossed = f"p = {at_cap.extra.get('nominal_p', float('nan')):.4f} ≤ {at_cap.extra.get('boundary_p', 0.0):.4f} " \
@@ -458,12 +475,15 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
                 if policy.kind == "memory" else f"{gain:+.1%} throughput")
         shown = "; ".join(f"{g.name} {g.detail}" for g in guards if g.name in _STATISTICAL_GUARDS)
         return ctx.verdict(Decision.KEEP, f"{what} ({crossed}; guardrails shown non-inferior after {more} more "
-                                          f"blocks: {shown})", final=True, p_value=at_cap.p_value, mde=None)
+                                          f"blocks: {shown})", final=True, p_value=at_cap.p_value, mde=None,
+                           category=ReasonCategory.KEPT)
     why = (f"guardrail {pending[0].name} was still not shown non-inferior ({pending[0].detail})" if pending
            else f"the gain over all boots fell to {gain:+.1%}")
     return ctx.verdict(Decision.INCONCLUSIVE, f"the gain crossed at the cap ({crossed}) but after {more} more blocks "
                                               f"{why}; the incumbent stays", final=True, p_value=at_cap.p_value,
-                       mde=comparison.mde(policy.alpha, policy.power))
+                       mde=comparison.mde(policy.alpha, policy.power),
+                       extra={"pending_guardrail": pending[0].name} if pending else {},
+                       category=ReasonCategory.NO_GAIN)
 
 
 def _usable(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: bool) -> tuple[list[float],
@@ -556,11 +576,30 @@ def _kv_ratio(sa: Sequence[BootSummary], sb: Sequence[BootSummary], threshold: f
                            detail=detail)
 
 
+def _guard_category(guard: GuardrailResult) -> ReasonCategory:
+    """A guardrail confidently worse than its margin: a latency one is "slower", a KV pool one "memory loss"."""
+    return ReasonCategory.MEMORY_LOSS if guard.name in ("kv_pool_tokens", "memory_gain") else ReasonCategory.SLOWER
+
+
+def _futile_category(c: Comparison, policy: GatePolicy) -> ReasonCategory:
+    """A futility stop is "slower" only when the interval shows it (its upper bound below no change), else "no gain"."""
+    _, high = c.bounds(policy.alpha)
+    return ReasonCategory.SLOWER if high < min(0.0, c.null_delta) else ReasonCategory.NO_GAIN
+
+
 def _futility(c: Comparison, policy: GatePolicy, look: int) -> str:
     """The futility reason at this look, or '' to go on (futility stops are non-binding for alpha)."""
     if policy.futility == "none":
         return ""
-    target = math.log1p(policy.min_effect) if policy.kind == "speed" else 0.0
+    if policy.kind == "memory":
+        # A memory technique buys pool, shown at its screening boot; its speed is a non-inferiority question, never
+        # stopped early for want of a gain: only an interval wholly below the margin ends it.
+        _, high = c.bounds(policy.alpha)
+        if high < c.null_delta:
+            return (f"slower than the non-inferiority margin −{policy.non_inferiority_margin:.0%}: the upper bound "
+                    f"{math.expm1(high):+.1%} (estimate {c.ratio - 1:+.1%})")
+        return ""
+    target = math.log1p(policy.min_effect)
     what = f"the minimum worthwhile {policy.min_effect:+.0%}" if policy.kind == "speed" else "no slowdown"
     _, high = c.bounds(policy.alpha)
     if high < target:

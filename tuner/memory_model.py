@@ -21,6 +21,7 @@ import numpy as np
 
 from elsa_tune.history.records import BootRecord
 from elsa_tune.search_spaces.candidate import FlagValue
+from elsa_tune.search_spaces.space import SearchSpace
 
 SCHEMA_VERSION = 1
 RIDGE = 1e-3
@@ -97,6 +98,11 @@ class MemoryModel:
     _scale: np.ndarray | None = None
     _loo: float | None = None
     _loo_tokens: float | None = None
+
+    @classmethod
+    def for_space(cls, space: SearchSpace) -> MemoryModel:
+        """An empty model whose linear terms are the space's numeric flags."""
+        return cls(numeric=tuple(p.flag for p in space.parameters if p.flag and p.is_numeric))
 
     def add(self, observation: Observation) -> None:
         if observation.kv_tokens <= 0:

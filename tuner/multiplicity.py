@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.search_spaces.space import ReasonCategory
 
 BATCH_METHODS = ("bh", "holm", "none")
 ONLINE_METHODS = ("lond", "spending")
@@ -131,7 +132,8 @@ class OnlineFalseKeepControl:
 def _apply(verdict: Verdict, adjusted: float, level: float, how: str) -> Verdict:
     extra = {**verdict.extra, "multiplicity": how, "multiplicity_level": level}
     if verdict.decision is Decision.KEEP and adjusted > level:
-        return replace(verdict, decision=Decision.INCONCLUSIVE, adjusted_p_value=adjusted, extra=extra,
+        return replace(verdict, decision=Decision.INCONCLUSIVE, adjusted_p_value=adjusted,
+                       extra={**extra, "held_by_night_control": True}, category=ReasonCategory.NO_GAIN,
                        reason=f"{verdict.reason}; but after false-keep control ({how}) its adjusted p "
                               f"{adjusted:.4f} exceeds {level:.2f}: the incumbent stays")
     return replace(verdict, adjusted_p_value=adjusted, extra=extra)

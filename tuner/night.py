@@ -1,7 +1,7 @@
 """``Night``: what the phases of one study share — the incumbent, the booter, the gate's policy, the decisions.
 
 ``Study`` (``tuner/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
-the policy, screening (``tuner/screening.py``) and the search (``tuner/trials.py``) boot candidates through its
+the policy, screening (``tuner/screening.py``) and the search (``tuner/search_phase.py``) boot candidates through its
 booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
 stores it, adds it to the ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
 """
@@ -13,7 +13,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,10 +21,8 @@ from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.verdict import Verdict
-from elsa_tune.probes.quality import QualityGate
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
-from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
@@ -32,7 +30,7 @@ from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootContext, BootExecutor, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.sampler import ABSampler, BootExecutor, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
@@ -100,15 +98,9 @@ class Night:
         self.view = view
         self.interrupts = interrupts
         self.on_decision = on_decision
-        self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
-        ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=store, study=self.name,
-                          fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
-                          prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
-                          probe_budget=pre.probe_budget(),
-                          warmup_passes=self.settings.warmup_passes, measured_passes=self.settings.measured_passes,
-                          seed=self.settings.seed,
-                          quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx, on_boot=self._on_boot, before_boot=self._before_boot, executor=executor)
+        self.context_target = pre.context_target
+        self.booter = CandidateBooter(pre.boot_context(store, self.name), on_boot=self._on_boot,
+                                      before_boot=self._before_boot, executor=executor)
         self.baseline = self.space.baseline()
         self.incumbent = Incumbent(self.space.baseline_values(), [], self.baseline, None)
         self.noise: NoiseReport | None = None
@@ -119,12 +111,17 @@ class Night:
         self.fdr = OnlineFalseKeepControl(expected_tests=max(4, screenable // 2 + 2))
         self.decision_number = 0
         self.boot_seconds: list[float] = []
-        self.memory = MemoryModel(numeric=tuple(p.flag for p in self.space.parameters if p.flag and p.is_numeric))
+        self.memory = MemoryModel.for_space(self.space)
         self.memory_errors: list[float] = []
         self.skipped_by_model = 0
         self.notes: list[str] = []
         #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
         self.promising: list[tuple[int, Technique, Verdict]] = []
+        #: techniques screening had no time for: continued at the start of the search phase (``Screening``)
+        self.unscreened: list[tuple[int, Technique]] = []
+        #: the confirmation's outcome: "confirmed", "unconfirmed", "rejected", "not needed" or "" (not reached)
+        self.confirmation = ""
+        self.confirmation_detail = ""
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
 
     # ---- what every phase does ------------------------------------------------------------------------
@@ -133,13 +130,18 @@ class Night:
         return self.booter.boot(plan)
 
     def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
-           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None
+           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None
            ) -> tuple[ABResult, dict[Arm, list[str]]]:
-        """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm."""
+        """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
+
+        ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it).
+        """
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
                             phase=phase, tag=f"{tag}:ab", technique=technique, trial_number=trial)
         policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
+        if futility is not None:
+            policy = replace(policy, futility=futility)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)
@@ -188,8 +190,7 @@ class Night:
 
     def boot_s(self) -> float:
         """The typical seconds of one boot this night (60 s before any boot finished)."""
-        good = [s for s in self.boot_seconds if s > 0]
-        return statistics.median(good) if good else 60.0
+        return typical_boot_s(self.boot_seconds)
 
     def first_look_boots(self) -> int:
         """Boots the gate needs to reach its first look (both arms)."""
@@ -208,6 +209,12 @@ class Night:
         best = self.incumbent.throughput
         self.view.update(boots=self.booter.boots, failed_boots=self.booter.failed, best=self.incumbent.candidate.label,
                          best_throughput=best, time_left_s=self.budget.left_s)
+
+
+def typical_boot_s(seconds: Iterable[float]) -> float:
+    """The median of the positive boot durations in ``seconds`` (60 s when there are none)."""
+    good = [s for s in seconds if s > 0]
+    return statistics.median(good) if good else 60.0
 
 
 def boot_mean(passes: Sequence[Any]) -> float | None:

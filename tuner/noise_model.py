@@ -1,4 +1,4 @@
-"""The normal noise model of ``../shared/research/statistics.md`` §1 as a ``BootSampler``.
+"""The normal noise model of boot-to-boot and pass-to-pass variation as a ``BootSampler``.
 
 log throughput of arm c, boot b, pass i = μ_c + β_cb + ε_cbi (+ a warm-up penalty on the first pass,
 + an optional linear drift per boot slot), β ~ N(0, σ_boot²), ε ~ N(0, σ_run²). The candidate's true
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.protocol import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
 from elsa_tune.tuner.schedule import Arm
 
 WARMUP_PENALTY = math.log(1 - 0.127)   # seed 004: the first run after a restart read 12.7% slow
@@ -30,6 +30,9 @@ class NoiseModelSampler:
     ``quality_b`` is the candidate's quality-gate outcome. ``drift_per_slot`` adds a linear drift in
     log throughput per boot in run order (what ABBA·BAAB cancels). A boot's log TTFT moves by
     ``−ttft_coupling · β`` (a slow boot is slow to first token too) plus ``sigma_ttft`` of its own.
+    ``family`` shapes β: ``lognormal`` (normal on the log scale), ``t3`` (Student t with 3 degrees of freedom scaled
+    to ``sigma_boot``), ``contaminated`` (a ``contamination`` share of boots ``contamination_slowdown`` slower) or
+    ``drift_step`` (every boot from ``step_at_slot`` on ``step_size`` slower).
     """
 
     effect: float = 0.0
@@ -46,11 +49,31 @@ class NoiseModelSampler:
     quality_b: bool | None = True
     crash_on_boot: int | None = None
     drift_per_slot: float = 0.0
+    family: str = "lognormal"
+    contamination: float = 0.1
+    contamination_slowdown: float = 0.25
+    step_at_slot: int = 8
+    step_size: float = 0.10
     seed: int = 0
     boots: list[BootSample] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.seed)
+
+    def _drift(self, slot: int) -> float:
+        """The boot's drift β in log throughput for the noise family (a slow boot has a negative β)."""
+        beta = float(self._rng.normal(0.0, self.sigma_boot)) + self.drift_per_slot * slot
+        if self.family == "t3":
+            beta *= 1.0 / math.sqrt(max(float(self._rng.chisquare(3)) / 3.0, 1e-12)) / math.sqrt(3.0)
+        elif self.family == "contaminated":
+            if float(self._rng.random()) < self.contamination:
+                beta -= math.log1p(self.contamination_slowdown)
+        elif self.family == "drift_step":
+            if slot >= self.step_at_slot:
+                beta -= math.log1p(self.step_size)
+        elif self.family != "lognormal":
+            raise ValueError(f"unknown noise family {self.family!r}")
+        return beta
 
     def boot(self, arm: Arm, block: int, position: int) -> BootSample:
         slot = len(self.boots)
@@ -62,7 +85,7 @@ class NoiseModelSampler:
             self.boots.append(sample)
             return sample
         mu = math.log(self.base_tok_s) + (math.log1p(self.effect) if arm is Arm.CANDIDATE else 0.0)
-        beta = float(self._rng.normal(0.0, self.sigma_boot)) + self.drift_per_slot * slot
+        beta = self._drift(slot)
         passes = []
         for i in range(self.warmup_passes + self.measured_passes):
             warm = i < self.warmup_passes

@@ -20,21 +20,25 @@ import os
 import shlex
 import statistics
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
 from elsa_tune.history.fingerprint import Fingerprint
+from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget
+from elsa_tune.probes.quality import QualityGate
 from elsa_tune.runtime.flags import FlagSet, harvest
 from elsa_tune.runtime.gpu import GpuState, GpuView
 from elsa_tune.runtime.lease import OrphanReaper
-from elsa_tune.runtime.protocol import Runtime
+from elsa_tune.runtime.protocol import Runtime, RuntimeTimeouts
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
+from elsa_tune.tuner.sampler import BootContext
 from elsa_tune.tuner.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,21 @@ class Preflight:
     fingerprint: Fingerprint
     launch: tuple[str, ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def context_target(self) -> int | None:
+        """The KV pool every boot must hold: the space's minimum context, else its model's context target."""
+        return self.space.guardrails.min_context_tokens or self.space.model.context_target
+
+    def boot_context(self, store: StudyStore, study: str) -> BootContext:
+        """What every boot of ``study`` on this GPU shares: the runtime, the workload, the probes, the passes."""
+        settings = self.settings
+        return BootContext(runtime=self.runtime, gpu=self.gpu, store=store, study=study,
+                           fingerprint=self.fingerprint, workload=self.workload, burst=self.burst,
+                           prompts=PromptSynth(self.workload.block_size), context_target=self.context_target,
+                           probe_budget=self.probe_budget(), warmup_passes=settings.warmup_passes,
+                           measured_passes=settings.measured_passes, seed=settings.seed,
+                           quality=QualityGate() if self.space.guardrails.quality_gate else None)
 
     def probe_budget(self) -> ProbeBudget:
         """The probes' limits from the space. On the simulator a stall and a first token are judged in its own
@@ -163,7 +182,7 @@ def load_traffic(traffic: str) -> Trace:
         return read_trace(str(path))
     if not Path(traffic).exists():
         raise ConfigError(f"{traffic}: no such traffic file",
-                          remedy="record one (elsa-tune traffic record), import one (elsa-tune traffic import) "
+                          remedy="record one (elsa-tune record), import one (elsa-tune traffic import) "
                                  "or pass --traffic demo")
     return read_trace(traffic)
 
@@ -203,12 +222,13 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
                               remedy="use a profile of runtime/sim/profiles/") from exc
         return virtual, virtual.gpu, virtual.launch_command, virtual.name, virtual.version
     if settings.simulated:
-        from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+        from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 
         assert settings.sim_profile is not None
         try:
             sim = SimulatedSGLang(settings.sim_profile, card_dir=card_dir, seed=settings.seed,
-                                  speedup=settings.sim_speedup, boot_timeout_s=min(timeout, 120.0),
+                                  speedup=settings.sim_speedup,
+                                  timeouts=replace(SIM_TIMEOUTS, boot_s=min(timeout, 120.0)),
                                   model_path=space.model.path)
         except (OSError, KeyError) as exc:
             raise ConfigError(f"cannot load the simulator profile {settings.sim_profile!r}: {exc}",
@@ -225,12 +245,12 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
         if not image:
             raise ConfigError("the docker runtime needs an image", remedy="pass --image IMAGE or set runtime.image")
         docker_rt = SGLangDocker(image, gpu, launch=launch or ("python3", "-m", "sglang.launch_server"),
-                                 boot_timeout_s=timeout)
+                                 timeouts=RuntimeTimeouts(boot_s=timeout))
         return docker_rt, gpu, launch, "sglang", space.runtime.version
     from elsa_tune.runtime.process import DEFAULT_LAUNCH, SGLangProcess
 
     launch = launch or DEFAULT_LAUNCH
-    return (SGLangProcess(launch, gpu, boot_timeout_s=timeout), gpu, launch, "sglang",
+    return (SGLangProcess(launch, gpu, timeouts=RuntimeTimeouts(boot_s=timeout)), gpu, launch, "sglang",
             _installed_version(launch) or space.runtime.version)
 
 

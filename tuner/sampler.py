@@ -43,7 +43,7 @@ from elsa_tune.traffic.loadgen import LoadGenerator, LoadgenSettings, Timeouts
 from elsa_tune.traffic.measurement import RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload
-from elsa_tune.tuner.protocol import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
 from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)
@@ -429,6 +429,7 @@ def _summary(m: RunMeasurement, warm: bool) -> dict[str, Any]:
     return {"workload_id": m.workload_id, "pass_index": m.pass_index, "warmup": warm,
             "output_throughput_tok_s": m.output_throughput_tok_s, "requests_total": m.requests_total,
             "requests_ok": m.requests_ok, "errors": m.errors.count, "window_s": m.window_s,
+            "simulated_time": m.simulated,
             "ttft_s": {"p50": m.ttft_s.p50, "p99": m.ttft_s.p99}, "max_concurrency": m.max_concurrency,
             "slots": m.slots, "above_slots": m.above_slots, "cached_token_ratio": m.cached_token_ratio}
 

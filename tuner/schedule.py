@@ -3,10 +3,9 @@
 One block is one incumbent boot (arm A) and one candidate boot (arm B); the incumbent is re-booted in
 every block, never reused from hours earlier. Blocks come in cycles of four, ``AB BA BA AB`` (the
 slot order ``ABBA·BAAB``), whose A slots 1, 4, 6, 7 and B slots 2, 3, 5, 8 have equal sums and equal
-sums of squares, so a linear or a quadratic drift over one cycle cancels in B − A
-(``../shared/research/statistics.md`` §2.10). The seed picks, per cycle, that order or its mirror
-``BA AB AB BA`` (which cancels the same drifts), so the order is random in expectation yet recorded.
-Looks of the sequential gate fall on whole cycles.
+sums of squares, so a linear or a quadratic drift over one cycle cancels in B − A. The seed picks, per
+cycle, that order or its mirror ``BA AB AB BA`` (which cancels the same drifts), so the order is random
+in expectation yet recorded. Looks of the sequential gate fall on whole cycles.
 """
 
 from __future__ import annotations

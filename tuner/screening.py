@@ -20,17 +20,19 @@ import logging
 import math
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from elsa_tune.errors import ConfigError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct, reason_from_verdict
 from elsa_tune.history.records import Phase
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
-from elsa_tune.search_spaces.space import Technique, TechniqueKind
-from elsa_tune.tuner.night import Incumbent, Night, arm_mean
+from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
+from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
 
@@ -38,8 +40,31 @@ log = logging.getLogger(__name__)
 
 #: Failures worth a second and third attempt before they are the answer (seed 004: NGRAM "3 attempts, 3 OOM").
 _RETRIED = (FailureKind.OOM_UNDER_LOAD, FailureKind.HANG)
+#: Decisions that say the technique lacked memory: worth one more try once a memory technique is kept.
+_FOR_WANT_OF_MEMORY = (ReasonCategory.CONTEXT_DROP, ReasonCategory.OOM)
 #: Promising techniques retested at most, the largest estimate first.
 RETESTS = 2
+
+
+@dataclass(frozen=True)
+class _Probed:
+    """A technique that survived its probed screening boot, waiting for the A/B gate."""
+
+    index: int
+    technique: Technique
+    candidate: Candidate
+    boots: tuple[str, ...]
+    first: Verdict | None
+    after: str | None
+    tag: str
+    estimate: float | None        # its screening boot's throughput over the incumbent's
+    with_: str | None = None      # a memory technique screened together with it (it lacked memory alone)
+
+
+def _priority(probed: _Probed) -> tuple[int, float]:
+    """Memory techniques first (they free what others need), then the largest screening estimate."""
+    memory = probed.technique.kind is TechniqueKind.MEMORY
+    return (0 if memory else 1, -(probed.estimate if probed.estimate is not None else 1.0))
 
 
 class Screening:
@@ -71,13 +96,98 @@ class Screening:
                                             skipped=note, decided_at=time.time()))
             else:
                 todo.append((index, technique))
-        for index, technique in todo:
-            night.check()
-            if night.budget.allowance("screening") < 2 * night.boot_s():
-                log.warning("screening out of time: %s and later techniques were not tried", technique.name)
-                night.notes.append(f"screening ran out of time before {technique.name}")
-                break
-            self.screen(index, technique)
+        self._screen_all(todo, "screening")
+
+    def continue_unscreened(self, phase: str) -> None:
+        """Screen the techniques screening had no time for, in ``phase``'s time (up to half of its allowance).
+
+        Techniques change a configuration more than a flag value does, so the numeric search tunes around an
+        incumbent that has had every technique tried; the list's order must not decide which are tried at all.
+        """
+        night = self.night
+        todo, night.unscreened = night.unscreened, []
+        if not todo:
+            return
+        log.info("screening continues in the %s phase: %d techniques were not reached", phase, len(todo))
+        self._screen_all(todo, phase, share=0.5)
+
+    def _screen_all(self, todo: list[tuple[int, Technique]], phase: str, *, share: float = 1.0) -> None:
+        """Screen ``todo`` while ``phase`` has time (``share`` of what it has now), in two stages.
+
+        1. Every technique gets its probed screening boot: a crash, OOM, hang, silent ignore, quality regression,
+           a pool below the context target, no memory gain or a boot far below the incumbent ends it there.
+        2. The survivors go through the A/B gate, memory techniques first (they free what others need), then by
+           their screening boot's throughput against the incumbent, the most promising first: the list's order
+           never decides which technique the time runs out on.
+
+        A technique rejected for want of memory (context drop, OOM) is screened once more right after a memory
+        technique is kept: the pool it lacked may be there now.
+        """
+        night = self.night
+        floor = (1.0 - share) * night.budget.allowance(phase)
+        blocked: list[tuple[int, Technique]] = []
+        freeing: list[str] = []          # memory techniques that grew the pool but were not kept on their own
+        survivors: list[_Probed] = []
+        stage1 = list(todo)
+        try:
+            while stage1:
+                index, technique = stage1[0]
+                if not self._time(phase, floor, [t for _, t in stage1] + [p.technique for p in survivors]):
+                    return
+                probed = self.probe(index, technique)
+                stage1.pop(0)
+                if isinstance(probed, _Probed):
+                    survivors.append(probed)
+                elif probed is not None and self._lacked_memory(probed, technique):
+                    blocked.append((index, technique))
+            survivors.sort(key=_priority)
+            while survivors:
+                if not self._time(phase, floor, [p.technique for p in survivors]):
+                    return
+                decision = self.gate(survivors[0])
+                probed = survivors.pop(0)
+                memory = probed.technique.kind is TechniqueKind.MEMORY
+                if decision is not None and memory and decision.kept is not Kept.YES \
+                        and decision.category is ReasonCategory.NO_GAIN:
+                    freeing.append(probed.technique.name)
+                if decision is None or not (decision.kept is Kept.YES and memory and blocked):
+                    continue
+                log.info("%s was kept: retrying %s on the larger pool", probed.technique.name,
+                         ", ".join(t.name for _, t in blocked))
+                for index, technique in blocked:
+                    self.screen(index, technique, after=probed.technique.name)
+                blocked = []
+            # No memory technique was kept, but one grew the pool: each technique that lacked memory is screened
+            # once together with it (the pair is kept or not as one change).
+            for index, technique in blocked:
+                if freeing and self._time(phase, floor, [technique]):
+                    self.screen(index, technique, with_=freeing[0])
+        except PhaseOver:
+            if phase == "screening":     # an unfinished comparison is screened again, from its start
+                night.unscreened = sorted({(i, t.name): (i, t) for i, t in
+                                           [*stage1, *((p.index, p.technique) for p in survivors)]}.values(),
+                                          key=lambda item: item[0])
+            raise
+
+    def _time(self, phase: str, floor: float, left: list[Technique]) -> bool:
+        """Whether ``phase`` has time for another screening boot; when not, say which techniques were left."""
+        night = self.night
+        night.check()
+        if night.budget.allowance(phase) - floor >= 2 * night.boot_s():
+            return True
+        names = ", ".join(dict.fromkeys(t.name for t in left))
+        log.warning("%s out of time: %s not tried", phase, names)
+        if phase == "screening":
+            index = {t.name: i for i, t in enumerate(night.space.techniques)}
+            night.unscreened = [(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
+            night.notes.append(f"screening ran out of time before {names}: continued in the search phase")
+        else:
+            night.notes.append(f"{phase}: no time left to screen {names}")
+        return False
+
+    @staticmethod
+    def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:
+        return decision.category in _FOR_WANT_OF_MEMORY and technique.kind is not TechniqueKind.MEMORY
 
     def retest(self, phase: str) -> None:
         """Test each promising technique once more (fresh boots, a new test), if ``phase``'s allowance has room.
@@ -106,26 +216,41 @@ class Screening:
             night.notes.append(f"{technique.name} not retested (at most {RETESTS} retests a night): "
                                f"{reason_from_verdict(first)}")
 
-    def screen(self, index: int, technique: Technique, *, first: Verdict | None = None) -> None:
-        """Decide one technique: rules, the probed screening boot, immediate rejects, then the A/B gate.
+    def screen(self, index: int, technique: Technique, *, first: Verdict | None = None,
+               after: str | None = None, with_: str | None = None) -> DecisionRecord | None:
+        """Decide one technique now: its probed screening boot, then (if it survives) the A/B gate."""
+        probed = self.probe(index, technique, first=first, after=after, with_=with_)
+        return self.gate(probed) if isinstance(probed, _Probed) else probed
+
+    def probe(self, index: int, technique: Technique, *, first: Verdict | None = None,
+              after: str | None = None, with_: str | None = None) -> _Probed | DecisionRecord | None:
+        """The rules and the probed screening boot of ``technique`` on the incumbent; the decision when that ends it.
 
         ``first``: this is a retest, and that was the first test's verdict (the decision's sentence says so).
+        ``after``: a retry on an incumbent that now has this memory technique (its first try lacked memory).
+        ``with_``: screened together with this memory technique, as one change.
         """
         night = self.night
-        base: dict[str, Any] = dict(flags_delta=dict(technique.flags), env_delta=dict(technique.env),
-                                    incumbent_key=night.incumbent.candidate.key())
+        base = self._base(technique, with_)
         try:
-            candidate = night.space.candidate(night.incumbent.values, [*night.incumbent.techniques, technique.name],
+            candidate = night.space.candidate(night.incumbent.values, self._stack(technique, with_),
                                               label=technique.name)
         except (RuleViolation, DerivationError) as exc:
             failure = Failure(FailureKind.BAD_FLAG, f"refused by the space's rules: {exc.message}",
                               "change the technique or the rule in the search space", phase="plan")
-            night.decide(DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, technique=technique.name,
-                                        failure=failure, decided_at=time.time(), **base))
-            return
+            return self._record(after, failure=failure, **base)
+        except ConfigError as exc:
+            # it sets a flag a kept technique sets otherwise: it cannot stack on this incumbent
+            if after is not None or first is not None:
+                log.info("%s is not retried: %s", technique.name, exc.message)
+                return None
+            return self._record(None, skipped=f"not applicable on this incumbent: {exc.message}", **base)
         base["candidate_key"] = candidate.key()
         attempts, result = 0, None
-        tag = f"screening:{technique.name}" + (":retest" if first is not None else "")
+        tag = f"screening:{technique.name}" + (":retest" if first is not None else "") + \
+            (f":after-{after}" if after is not None else "") + (f":with-{with_}" if with_ is not None else "")
+        if night.incumbent.techniques and first is None and after is None and with_ is None:
+            tag += ":on-" + "+".join(night.incumbent.techniques)
         while attempts < 3:
             attempts += 1
             result = night.boot(BootPlan(tag=f"{tag}:probe{attempts}", candidate=candidate, phase=Phase.SCREENING,
@@ -136,17 +261,13 @@ class Screening:
         assert result is not None
         boots: tuple[str, ...] = (result.record.boot_id,)
         if result.sample.failed is not None:
-            night.decide(DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, technique=technique.name,
-                                        failure=_named(result.sample.failed), attempts=attempts, boots_candidate=boots,
-                                        decided_at=time.time(), **base))
-            return
+            return self._record(after, failure=_named(result.sample.failed), attempts=attempts,
+                                boots_candidate=boots, with_=with_, **base)
         report = result.record.report
         ignored = tuple(a for a in (report.adjustments if report else ())
                         if a.flag in technique.flags or a.flag in _derived_of(technique))
         if ignored:
-            night.decide(DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, technique=technique.name,
-                                        ignored=ignored, boots_candidate=boots, decided_at=time.time(), **base))
-            return
+            return self._record(after, ignored=ignored, boots_candidate=boots, with_=with_, **base)
         immediate = self.immediate_reject(result)
         if immediate is None or immediate.extra.get("z") is not None:
             # A pool is a fact of the configuration, one boot shows it; a slow boot may be the host (rechecked).
@@ -162,29 +283,77 @@ class Screening:
                 immediate = replace(immediate, boots_candidate=2, reason=immediate.reason.replace(
                     "on its screening boot", "on two screening boots (the second shown)"))
         if immediate is not None:
-            night.decide(DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, technique=technique.name,
-                                        verdict=immediate, result=immediate.reason, boots_candidate=boots,
-                                        decided_at=time.time(), **base))
-            return
+            return self._record(after, verdict=immediate, result=immediate.reason, boots_candidate=boots, with_=with_,
+                                **base)
+        tput, incumbent = result.record.throughput_tok_s, night.incumbent.throughput
+        return _Probed(index=index, technique=technique, candidate=candidate, boots=boots, first=first,
+                       after=after, tag=tag, estimate=tput / incumbent if tput and incumbent else None, with_=with_)
+
+    def gate(self, probed: _Probed) -> DecisionRecord | None:
+        """The A/B gate of a technique that survived its screening boot, against the incumbent as it is now.
+
+        When the incumbent changed since the screening boot (a technique was kept meanwhile), the technique is
+        booted with the probes again on the new combination first: its quality and pool are facts of that one.
+        """
+        night = self.night
+        technique, first, after, with_ = probed.technique, probed.first, probed.after, probed.with_
+        current = self._current(technique, with_)
+        if current is None or current.key() != probed.candidate.key():
+            again = self.probe(probed.index, technique, first=first, after=after, with_=with_)
+            if not isinstance(again, _Probed):
+                return again
+            probed = again
+        base = {**self._base(technique, with_), "candidate_key": probed.candidate.key()}
         kind = technique.kind.value if technique.kind.value in ("speed", "memory") else "speed"
-        ab, ids = night.ab(candidate, tag=tag, phase=Phase.SCREENING, technique=technique.name, kind=kind,
-                           seed=index if first is None else 7919 + index)
+        ab, ids = night.ab(probed.candidate, tag=probed.tag, phase=Phase.SCREENING, technique=technique.name,
+                           kind=kind, seed=probed.index if first is None else 7919 + probed.index)
         verdict = night.fdr.review(ab.verdict)
         sentence = (f"retest with fresh boots (the first: {reason_from_verdict(first)}): "
                     f"{reason_from_verdict(verdict)}" if first is not None else "")
-        decision = DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, technique=technique.name,
-                                  verdict=verdict, ab_result=ab.to_dict(), decided_at=time.time(),
-                                  boots_incumbent=tuple(ids[Arm.INCUMBENT]), result=sentence,
-                                  boots_candidate=boots + tuple(ids[Arm.CANDIDATE]), **base)
-        night.decide(decision)
+        decision = self._record(after, verdict=verdict, ab_result=ab.to_dict(), result=sentence, with_=with_,
+                                boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                                boots_candidate=probed.boots + tuple(ids[Arm.CANDIDATE]), **base)
         # faster at the interval's low end (a memory technique: no slower than its non-inferiority margin)
         margin = night.policy.non_inferiority_margin if kind == "memory" and night.policy else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
-            night.promising.append((index, technique, verdict))
+            night.promising.append((probed.index, technique, verdict))
         if decision.kept is Kept.YES:
-            night.incumbent = Incumbent(dict(night.incumbent.values), [*night.incumbent.techniques, technique.name],
-                                        candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+            night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(technique, with_),
+                                        probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+        return decision
+
+    def _stack(self, technique: Technique, with_: str | None = None) -> list[str]:
+        """The incumbent's techniques, then ``with_`` (a memory technique screened alongside), then ``technique``."""
+        return [*self.night.incumbent.techniques, *([with_] if with_ else []), technique.name]
+
+    def _base(self, technique: Technique, with_: str | None) -> dict[str, Any]:
+        night = self.night
+        flags, env = dict(technique.flags), dict(technique.env)
+        if with_ is not None:
+            partner = night.space.technique(with_)
+            flags, env = {**partner.flags, **flags}, {**partner.env, **env}
+        return dict(technique=technique.name, flags_delta=flags, env_delta=env,
+                    incumbent_key=night.incumbent.candidate.key())
+
+    def _current(self, technique: Technique, with_: str | None = None) -> Candidate | None:
+        """The technique on the incumbent as it is now (``None`` when the space's rules refuse the combination)."""
+        night = self.night
+        try:
+            return night.space.candidate(night.incumbent.values, self._stack(technique, with_), label=technique.name)
+        except (RuleViolation, DerivationError, ConfigError):
+            return None
+
+    def _record(self, after: str | None, *, with_: str | None = None, **fields: Any) -> DecisionRecord:
+        """Record one screening decision; a retry after a memory keep, or a pair, says so in its sentence."""
+        night = self.night
+        decision = DecisionRecord(study=night.name, number=0, phase=Phase.SCREENING, decided_at=time.time(),
+                                  **fields)
+        if after is not None:
+            decision = replace(decision, result=f"retried after {after} was kept: {decision.result}")
+        if with_ is not None:
+            decision = replace(decision, result=f"screened with {with_}, which frees memory: {decision.result}")
+        return night.decide(decision)
 
     def no_memory_gain(self, technique: Technique, result: BootResult) -> Verdict | None:
         """A memory technique whose KV pool is no larger than the incumbent's: rejected without an A/B.
@@ -202,7 +371,8 @@ class Screening:
             return None
         reason = f"{pct(pool / before)} KV pool ({pool:,} vs {before:,} tokens), no memory gain"
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1, extra={"kv_pool": pool, "incumbent_kv_pool": before})
+                       boots_incumbent=0, boots_candidate=1, extra={"kv_pool": pool, "incumbent_kv_pool": before},
+                       category=ReasonCategory.MEMORY_LOSS)
 
     def incumbent_pool(self) -> int | None:
         """The incumbent's KV pool (``max_total_num_tokens``), the median over its recorded boots."""
@@ -215,15 +385,16 @@ class Screening:
         """A quality regression or a pool below the context target: rejected without an A/B."""
         night = self.night
         reason = ""
-        facts: dict[str, object] = {}     # what ``history.reasons.reason_category`` reads back
+        facts: dict[str, object] = {}
+        category = ReasonCategory.SLOWER
         if result.sample.quality_passed is False:
             detail = next((p.detail for p in result.record.probes if not p.passed), "")
             reason = f"answers regressed against the baseline: {detail}" if detail else "failed the quality gate"
-            facts = {"quality_failed": True}
+            facts, category = {"quality_failed": True}, ReasonCategory.WRONG_ANSWERS
         kv = result.sample.kv_pool_tokens
         if not reason and night.context_target and kv is not None and kv < night.context_target:
             reason = f"context drops to {kv:,} tokens, below the {night.context_target:,}-token target"
-            facts = {"kv_pool": kv, "context_target": night.context_target}
+            facts, category = {"kv_pool": kv, "context_target": night.context_target}, ReasonCategory.CONTEXT_DROP
         tput, incumbent = result.record.throughput_tok_s, night.incumbent.throughput
         z: float | None = None
         if not reason and tput and incumbent and night.noise is not None:
@@ -240,7 +411,7 @@ class Screening:
         if z is not None:
             facts = {"z": z}
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1, extra=facts)
+                       boots_incumbent=0, boots_candidate=1, extra=facts, category=category)
 
 
 def _named(failure: Failure) -> Failure:

@@ -99,7 +99,8 @@ class NumericSearch:
             else:
                 sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=n_startup_trials,
                                                      **constrained)
-        self.study = store.create_or_load_study(f"{study_name}:search", dirs, sampler)
+        self.study = store.create_or_load_study(f"{study_name}:search", dirs, sampler,
+                                                metric_names=[o.metric for o in self.objectives])
         self.directions = dirs
 
     @property

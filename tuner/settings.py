@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "ELSA_TUNE_"
 RUNTIMES = ("process", "docker", "sim")
 #: Environment variables with this prefix that belong to other parts of elsa-tune, not to Settings.
-_FOREIGN_ENV = frozenset({"ELSA_TUNE_DEBUG"})
+_FOREIGN_ENV = frozenset({"ELSA_TUNE_DEBUG", "ELSA_TUNE_CACHE"})
 
 
 @dataclass(frozen=True)

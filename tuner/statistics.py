@@ -1,11 +1,11 @@
 """Tests on per-boot means of log throughput: t statistics, confidence bounds, MDE, non-inferiority.
 
-The boot is the unit (``../shared/research/statistics.md`` §1, §3.4): the inputs here are one number
-per boot (a log of a mean throughput, a log TTFT), never pooled iterations. The comparison is a
-Student t with pooled variance, switched to Welch when one arm's variance exceeds the other's by more
-than ``welch_ratio`` (a candidate that adds instability), or a paired t on block differences when
-consecutive boots are correlated. The same vectorised rule serves the gate and the Monte Carlo that
-calibrates its boundaries, so the simulated statistic is exactly the one the gate computes.
+The boot is the unit of replication: the inputs here are one number per boot (a log of a mean
+throughput, a log TTFT), never pooled iterations. The comparison is a Student t with pooled variance,
+switched to Welch when one arm's variance exceeds the other's by more than ``welch_ratio`` (a candidate
+that adds instability), or a paired t on block differences when consecutive boots are correlated. The
+same vectorised rule serves the gate and the Monte Carlo that calibrates its boundaries, so the
+simulated statistic is exactly the one the gate computes.
 
 Nothing here fails open: NaNs, fewer than two boots per arm or a zero standard error raise
 ``InsufficientData``, which the gate turns into INCONCLUSIVE, never into KEEP and never into a zero.
@@ -23,6 +23,9 @@ from scipy import stats
 
 FloatArray = npt.NDArray[np.float64]
 ANALYSES = ("unpaired", "paired")
+#: The gate's winsorization of boot values: robust σ's from the median, from this many boots per arm.
+WINSOR_K = 2.5
+WINSOR_MIN_BOOTS = 6
 _TINY_SE = 1e-12
 
 
@@ -68,11 +71,46 @@ class Comparison:
         return mde_from_se(self.se, self.df, alpha=alpha, power=power)
 
 
+def winsorize(y: FloatArray, k: float | None) -> FloatArray:
+    """Each row's values clipped to its median ± ``k`` robust σ (1.4826 · MAD); rows of fewer than 6 untouched.
+
+    A boot that the host slowed for reasons of its own (a neighbour, a throttle) sits far from its arm's other
+    boots; clipped, it still counts as a slow boot but no longer decides the mean or inflates the variance.
+    ``None`` switches it off.
+    """
+    if k is None or y.shape[-1] < WINSOR_MIN_BOOTS:
+        return y
+    med = np.median(y, axis=-1, keepdims=True)
+    scale = 1.4826 * np.median(np.abs(y - med), axis=-1, keepdims=True)
+    clipped: FloatArray = np.clip(y, med - k * scale, med + k * scale)
+    return clipped
+
+
+def winsorize_pair(ya: FloatArray, yb: FloatArray, k: float | None) -> tuple[FloatArray, FloatArray]:
+    """Both arms clipped to their own medians ± ``k`` robust σ, the σ from both arms' residuals pooled.
+
+    Pooling the residuals (each boot minus its arm's median) gives the scale twice the boots of one arm, so a
+    single slow boot among four cannot hide in its own arm's spread.
+    """
+    if k is None or min(ya.shape[-1], yb.shape[-1]) < WINSOR_MIN_BOOTS:
+        return ya, yb
+    ma = np.median(ya, axis=-1, keepdims=True)
+    mb = np.median(yb, axis=-1, keepdims=True)
+    residuals = np.concatenate([ya - ma, yb - mb], axis=-1)
+    scale = 1.4826 * np.median(np.abs(residuals), axis=-1, keepdims=True)
+    clipped_a: FloatArray = np.clip(ya, ma - k * scale, ma + k * scale)
+    clipped_b: FloatArray = np.clip(yb, mb - k * scale, mb + k * scale)
+    return clipped_a, clipped_b
+
+
 def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", welch_ratio: float = 2.0,
-                 null_delta: float = 0.0) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+                 null_delta: float = 0.0, winsor: float | None = None
+                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """Vectorised over rows: ``ya`` (R, n_a) and ``yb`` (R, n_b) boot values → delta, se, df, t, is_welch.
 
-    ``analysis="paired"`` needs ``n_a == n_b`` and pairs column j of both (block j).
+    ``analysis="paired"`` needs ``n_a == n_b`` and pairs column j of both (block j). Each arm (or the paired
+    differences) is winsorized first (``winsorize``, ``winsor`` robust σ); the boundaries are calibrated on the
+    same statistic.
     """
     if analysis not in ANALYSES:
         raise ValueError(f"analysis must be one of {ANALYSES}, got {analysis!r}")
@@ -82,12 +120,13 @@ def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", 
     if analysis == "paired":
         if n_a != n_b:
             raise InsufficientData(f"a paired test needs whole blocks, got {n_a} and {n_b} boots")
-        d = yb - ya
+        d = winsorize(yb - ya, winsor)
         delta = d.mean(axis=-1)
         se = d.std(axis=-1, ddof=1) / math.sqrt(n_a)
         df = np.full_like(delta, n_a - 1.0)
         welch = np.zeros_like(delta)
     else:
+        ya, yb = winsorize_pair(ya, yb, winsor)
         delta = yb.mean(axis=-1) - ya.mean(axis=-1)
         va, vb = ya.var(axis=-1, ddof=1), yb.var(axis=-1, ddof=1)
         pooled = ((n_a - 1) * va + (n_b - 1) * vb) / (n_a + n_b - 2)
@@ -107,7 +146,7 @@ def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", 
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, analysis: str = "unpaired", welch_ratio: float = 2.0,
-            null_delta: float = 0.0) -> Comparison:
+            null_delta: float = 0.0, winsor: float | None = None) -> Comparison:
     """The gate's test on boot values ``a`` (incumbent) and ``b`` (candidate), on the log scale."""
     ya, yb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if ya.ndim != 1 or yb.ndim != 1:
@@ -115,7 +154,7 @@ def compare(a: Sequence[float], b: Sequence[float], *, analysis: str = "unpaired
     if not (np.all(np.isfinite(ya)) and np.all(np.isfinite(yb))):
         raise InsufficientData("a boot value is NaN or infinite")
     delta, se, df, t, welch = t_statistics(ya[None, :], yb[None, :], analysis=analysis, welch_ratio=welch_ratio,
-                                           null_delta=null_delta)
+                                           null_delta=null_delta, winsor=winsor)
     se0, df0, t0 = float(se[0]), float(df[0]), float(t[0])
     if not math.isfinite(se0) or se0 <= _TINY_SE or not math.isfinite(t0):
         raise InsufficientData("the boot values have no spread (zero standard error): a test cannot be trusted")

@@ -7,7 +7,7 @@ The flow (``../shared/design.md``, "The flow of one study"), under one ``Budget`
 - **screening** (``tuner/screening.py``): every technique the ledger has not rejected for this fingerprint is
   booted once with the probes; immediate rejects need no A/B; the rest go through the sequential A/B gate, under
   online false-keep control across the night; kept techniques stack into the incumbent.
-- **search** (``tuner/trials.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
+- **search** (``tuner/search_phase.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
   a candidate whose screening boot beats the incumbent by more than the boot noise goes through the A/B gate.
 - **confirmation**: the final incumbent against the original baseline on fresh boots, then a soak.
 - **outputs** (report, ``best/``, ledger, ``study.json``) after every decision.
@@ -30,7 +30,6 @@ from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import NoiseReport as StoredNoise
 from elsa_tune.history.study_record import PhaseSpan, StudyRecord, StudyStatus
 from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
@@ -38,15 +37,16 @@ from elsa_tune.search_spaces.space import Technique
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy
+from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
+from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.sampler import BootExecutor, BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
-from elsa_tune.tuner.trials import LocalSearch, SearchBackend
 
 log = logging.getLogger(__name__)
 
@@ -185,18 +185,8 @@ class Study:
         self._write()
 
     def _policy(self, noise: NoiseReport) -> GatePolicy:
-        g = self.space.guardrails
-        # With a context target the pool is checked against it on every first boot; a pool that shrinks but still
-        # holds the target is no reason to reject a faster configuration (memory techniques must still grow it).
-        kv_ratio = None if self.night.context_target else GuardrailPolicy().kv_pool_min_ratio
-        guards = GuardrailPolicy(ttft_p50_margin=1.0 + g.ttft_p50_margin if g.ttft_p50_margin is not None else None,
-                                 ttft_p99_margin=1.0 + g.ttft_p99_margin if g.ttft_p99_margin is not None else None,
-                                 kv_pool_min_ratio=kv_ratio, require_quality=g.quality_gate)
-        looks = self.settings.looks or self._looks()
-        return GatePolicy.from_dimensioning(noise, looks=looks, guardrails=guards,
-                                            measured_passes=self.settings.measured_passes,
-                                            warmup_passes=self.settings.warmup_passes, replicates=4000,
-                                            max_error_fraction=max(0.005, g.max_error_rate))
+        return gate_policy(self.space, noise, self.settings, looks=self.settings.looks or self._looks(),
+                           context_target=self.night.context_target)
 
     def _looks(self) -> tuple[int, ...]:
         """Blocks per arm at each look, sized so the A/Bs of the techniques fit the screening allowance."""
@@ -213,39 +203,61 @@ class Study:
 
     def _search(self) -> None:
         Screening(self.night).retest("search")
+        Screening(self.night).continue_unscreened("search")
         outcome = self.search.run(self.night, self.night.incumbent)
         self.night.incumbent = outcome.incumbent
 
     # ---- confirmation -------------------------------------------------------------------------------
 
     def _confirmation(self) -> None:
+        """The winner against the original baseline on fresh boots, then a soak.
+
+        Only evidence of harm takes a winner back: a crash or failed probe, a failed quality gate, a guardrail
+        confidently worse, or an interval wholly below the baseline's speed. An A/B that ends without a verdict
+        (its cap, or the budget) leaves the winner recommended as *unconfirmed*, with what the boots showed.
+        """
         night = self.night
         final, baseline = night.incumbent.candidate, night.baseline
         if final.key() == baseline.key():
             log.info("confirmation: nothing beat the baseline; the baseline stays")
             night.notes.append("no candidate beat the baseline: the baseline is the recommendation")
-        elif self.budget.allowance("confirmation") >= night.first_look_boots() * night.boot_s():
-            if not self._probe_winner(final):
-                return
-            ab, ids = night.ab(final, tag="confirmation", phase=Phase.CONFIRMATION, technique="confirmation",
-                               incumbent=baseline, seed=99)
-            decision = DecisionRecord(study=self.name, number=0, phase=Phase.CONFIRMATION,
-                                      technique="final vs baseline",
-                                      flags_delta={k: v for k, v in final.flags.items() if baseline.flags.get(k) != v},
-                                      incumbent_key=baseline.key(), candidate_key=final.key(),
-                                      verdict=ab.verdict, ab_result=ab.to_dict(), decided_at=time.time(),
-                                      boots_incumbent=tuple(ids[Arm.INCUMBENT]),
-                                      boots_candidate=tuple(ids[Arm.CANDIDATE]))
-            night.decide(decision)
-            if decision.verdict is not None and decision.verdict.decision is Decision.REJECT:
-                # On fresh boots the winner is not better than the baseline (or a guardrail is confidently worse):
-                # the chain of keeps that led to it does not survive, and the baseline is the safe recommendation.
-                self._recommend_baseline(f"the winner was rejected against the baseline on fresh boots "
-                                         f"({decision.result})")
-                return
-        else:
-            night.notes.append("confirmation skipped: the budget was spent")
+            self._confirmed("not needed", "nothing beat the baseline")
             return
+        if self.budget.allowance("confirmation") < night.first_look_boots() * night.boot_s():
+            night.notes.append("confirmation skipped: the budget was spent; the winner is recommended unconfirmed")
+            self._confirmed("unconfirmed", "no time was left to confirm it against the baseline")
+            return
+        self._confirmed("unconfirmed", "the budget ran out during the confirmation")   # until the A/B says more
+        if not self._probe_winner(final):
+            return
+        ab, ids = night.ab(final, tag="confirmation", phase=Phase.CONFIRMATION, technique="confirmation",
+                           incumbent=baseline, seed=99, futility="none")
+        decision = DecisionRecord(study=self.name, number=0, phase=Phase.CONFIRMATION,
+                                  technique="final vs baseline",
+                                  flags_delta={k: v for k, v in final.flags.items() if baseline.flags.get(k) != v},
+                                  incumbent_key=baseline.key(), candidate_key=final.key(),
+                                  verdict=ab.verdict, ab_result=ab.to_dict(), decided_at=self._unix(),
+                                  boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                                  boots_candidate=tuple(ids[Arm.CANDIDATE]))
+        night.decide(decision)
+        verdict = ab.verdict
+        if verdict.decision is Decision.REJECT:
+            # evidence of harm on fresh boots (a crash, wrong answers, a guardrail confidently worse): the chain of
+            # keeps that led to the winner does not survive, and the baseline is the safe recommendation
+            self._recommend_baseline(f"the winner was rejected against the baseline on fresh boots "
+                                     f"({decision.result})")
+            self._confirmed("rejected", decision.result)
+            return
+        if verdict.decision is Decision.INCONCLUSIVE and verdict.ci_high is not None and verdict.ci_high < 1.0:
+            self._recommend_baseline(f"the winner is slower than the baseline on fresh boots ({decision.result})")
+            self._confirmed("rejected", decision.result)
+            return
+        if verdict.decision is Decision.KEEP:
+            self._confirmed("confirmed", decision.result)
+        else:
+            night.notes.append(f"the winner is recommended unconfirmed: the confirmation showed no harm but no "
+                               f"demonstrated gain over the baseline ({decision.result})")
+            self._confirmed("unconfirmed", decision.result)
         soak_s = min(self.settings.soak_s, 0.03 * self.budget.total_s,
                      max(0.0, self.budget.allowance("confirmation") - night.boot_s()))
         if soak_s > 0:
@@ -254,6 +266,10 @@ class Study:
             if result.sample.failed is not None:
                 f = result.sample.failed
                 self._recommend_baseline(f"the winner failed its soak: {f.kind.value}: {f.summary}")
+                self._confirmed("rejected", f"the soak failed: {f.kind.value}: {f.summary}")
+
+    def _confirmed(self, status: str, detail: str) -> None:
+        self.night.confirmation, self.night.confirmation_detail = status, detail
 
     def _probe_winner(self, final: Candidate) -> bool:
         """The winner's stress probes and quality gate on this GPU, unless this study already ran them here.
@@ -273,6 +289,7 @@ class Study:
             return True
         why = f"{failed.kind.value}: {failed.summary}" if failed is not None else "its answers regressed"
         self._recommend_baseline(f"the winner failed its probes on the confirmation GPU ({why})")
+        self._confirmed("rejected", f"its probes failed: {why}")
         return False
 
     def _recommend_baseline(self, why: str) -> None:
@@ -287,12 +304,9 @@ class Study:
         if not (final or self.outputs_each_decision):
             return
         night = self.night
-        noise = None
-        if night.noise is not None:
-            n = night.noise
-            noise = StoredNoise(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
-                                boots=n.boots, passes_per_boot=float(n.passes_per_boot), mde=n.mde_at_cap)
+        noise = night.noise.record() if night.noise is not None else None
         extra = {"settings": self.settings.to_dict(), "notes": list(night.notes),
+                 "confirmation": {"status": night.confirmation, "detail": night.confirmation_detail},
                  "budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
                             "left_s": self.budget.left_s},
                  "memory_model": {"boots": len(night.memory.observations), "loo_error": night.memory.error(),

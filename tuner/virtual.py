@@ -33,9 +33,9 @@ from elsa_tune.runtime.sim.truth import Truth, TruthWorkload
 from elsa_tune.runtime.sim.virtual import STOP_S, VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.workload import ReplayMode, Workload
+from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.night import StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.protocol import BootSample, PassMeasurement
 from elsa_tune.tuner.sampler import BootPlan, BootRun, _seed_of
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.settings import Settings

@@ -1,35 +1,13 @@
-"""``Worker``: one trial worker of a study shared by several GPUs and hosts (issue 8).
+"""``Worker``: one GPU's share of a study searched by several GPUs and hosts through a shared storage.
 
-Several workers — one per GPU, on one host or many — join one Optuna study in a shared RDB storage
-(PostgreSQL across hosts; SQLite is enough for the GPUs of one host) and run the numeric search together:
-
-1. **baseline, per GPU.** Each worker boots the baseline ``baseline_boots`` times on its own GPU and
-   dimensions the noise there: cards differ by 2–4% (seed 001), so a GPU's noise and its baseline
-   throughput are that GPU's. The GPU's UUID is in the fingerprint of every record the worker writes.
-2. **numeric search, shared.** ``NumericSearch`` (the single-GPU study's search: same space, same
-   sampler, same constraints) on the shared study ``<study>:search``: ask → claim the candidate →
-   boot → measure → tell. Optuna's ask gives each worker its own trial; the claim table
-   (``history/claims.py``) keyed by phase and candidate key makes sure a candidate proposed by two
-   trials is booted once, the second trial being told the first one's result. The trial keeps an
-   Optuna heartbeat; a worker that dies (SIGKILL) leaves a RUNNING trial that any other worker fails
-   once its heartbeat is stale, and ``RetryFailedTrialCallback`` queues the same parameters again, so
-   the work is retried, not lost (the dead worker's claim is stale too, so the retry may take it).
-3. **A/B promotion, on one GPU.** A candidate whose boot beats the incumbent's throughput *on the same
-   GPU* by more than that GPU's boot noise goes through the A/B gate, claimed as one work item
-   (``ab``, "candidate>incumbent") and run entirely on the claiming worker's GPU — A/B blocks never mix
-   GPUs. A KEEP replaces the shared incumbent by compare-and-set (only if it is still the one compared
-   against). Every decision goes to the ledger, which lives in the same database when it is a server.
-4. **outputs.** Each worker writes its run folder's report (any worker can) and ``shared-study.json``,
-   the study-wide view: every trial, which worker and GPU measured it, the incumbent, the claims.
-
-Shared with the single-GPU study (``tuner/study.py``): ``run_preflight``, ``CandidateBooter`` and
-``ABSampler`` (one boot, its probes, passes and record), ``NumericSearch``, ``MemoryModel``,
-``dimension``, ``GatePolicy``/``run_ab``, ``StudyStore``, the reports. Not shared: technique screening
-and the final confirmation are a sequential chain of decisions (kept techniques stack), so they stay in
-the single-GPU study; workers search around the baseline plus ``techniques`` (e.g. those a single-GPU
-study kept). The budget is per worker; ``max_trials`` counts the shared study's completed trials.
-``elsa-tune --gpu 0,1`` does exactly that within one study: its first GPU screens, then one worker per GPU
-runs its search phase (``tuner/fleet.py``).
+A worker boots the baseline on its own GPU and dimensions that GPU's noise (its policy is ``gate_policy``,
+as on one GPU), then runs the numeric search on the shared Optuna study ``<study>:search``: ask, claim
+the candidate (``history/claims.py``: one boot per candidate however many trials propose it), boot, tell
+(``trial_values``, as on one GPU). A trial that beats the incumbent's throughput on the same GPU by
+``promote_margin`` boot σ's goes through the A/B gate, claimed as one work item and run on this GPU only;
+a keep replaces the shared incumbent by compare-and-set. A dead worker's trial is failed once its
+heartbeat is stale and queued again. What is here is about claims and shared storage; the phase pieces
+(boot, values, policy, noise record) are the single-GPU study's.
 """
 
 from __future__ import annotations
@@ -38,7 +16,6 @@ import json
 import logging
 import math
 import socket
-import statistics
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -50,6 +27,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
+from elsa_tune.durable_file import write_atomic
 from elsa_tune.errors import ConfigError, StudyError
 from elsa_tune.history.claims import Claim, ClaimState, WorkClaims, setup_lock
 from elsa_tune.history.decision import DecisionRecord, Kept
@@ -57,19 +35,18 @@ from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.pg_ledger import ledger_for
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import NoiseReport as StoredNoise
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
-from elsa_tune.probes.quality import QualityGate
-from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
+from elsa_tune.tuner.gate import GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel, Observation
+from elsa_tune.tuner.night import arm_mean, boot_mean, geo, typical_boot_s
+from elsa_tune.tuner.policy import DEFAULT_LOOKS, gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.sampler import ABSampler, BootPlan, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, Proposal
+from elsa_tune.tuner.search_phase import trial_values
 from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
 
@@ -157,17 +134,10 @@ class Worker:
             callback = (retry or optuna.storages.RetryFailedTrialCallback)(max_retry=config.max_retries)
         self.store.storage.heartbeat_stale_trial_callback = callback
         self.store.check_fingerprint(pre.fingerprint)
-        self.context_target = self.space.guardrails.min_context_tokens or self.space.model.context_target
-        settings = pre.settings
-        ctx = BootContext(runtime=pre.runtime, gpu=pre.gpu, store=self.store, study=config.study,
-                          fingerprint=pre.fingerprint, workload=pre.workload, burst=pre.burst,
-                          prompts=PromptSynth(pre.workload.block_size), context_target=self.context_target,
-                          probe_budget=pre.probe_budget(),
-                          warmup_passes=settings.warmup_passes, measured_passes=settings.measured_passes,
-                          seed=settings.seed, quality=QualityGate() if self.space.guardrails.quality_gate else None)
-        self.booter = CandidateBooter(ctx, before_boot=self._before_boot)
+        self.context_target = pre.context_target
+        self.booter = CandidateBooter(pre.boot_context(self.store, config.study), before_boot=self._before_boot)
         self.baseline = self.space.candidate(self.space.baseline_values(), list(config.techniques), label="baseline")
-        self.memory = MemoryModel(numeric=tuple(p.flag for p in self.space.parameters if p.flag and p.is_numeric))
+        self.memory = MemoryModel.for_space(self.space)
         self.noise: NoiseReport | None = None
         self.policy: GatePolicy | None = None
         self.own_throughput: dict[str, float] = {}     # candidate key → this GPU's mean throughput
@@ -221,6 +191,9 @@ class Worker:
         if plan.tag.startswith(f"{AB}:") and self._left_s() <= 0:
             raise StopWorker("the budget ran out during an A/B comparison")
 
+    def _boot_s(self) -> float:
+        return typical_boot_s(b.seconds for b in self.store.load().boots)
+
     def _left_s(self) -> float:
         return self.config.budget_s - (time.monotonic() - self.started)
 
@@ -248,21 +221,15 @@ class Worker:
             except InsufficientData as exc:
                 raise StudyError(f"the baseline boots on GPU {self.config.gpu} cannot be dimensioned: {exc}",
                                  remedy="give the worker more passes per boot (--pass-seconds)") from exc
-            means = [m for m in (_boot_mean(s.passes) for s in samples) if m is not None]
-            if means:
-                self.own_throughput[self.baseline.key()] = _geo(means)
+            throughput = geo([m for m in (boot_mean(s.passes) for s in samples) if m is not None])
+            if throughput is not None:
+                self.own_throughput[self.baseline.key()] = throughput
             if claim.state is ClaimState.CLAIMED:
                 self.claims.finish(claim, {"throughput": self.own_throughput.get(self.baseline.key()),
                                            "sigma_boot": self.noise.sigma_boot, "worker": self.name})
-        g = self.space.guardrails
-        guards = GuardrailPolicy(ttft_p50_margin=1.0 + g.ttft_p50_margin if g.ttft_p50_margin is not None else None,
-                                 ttft_p99_margin=1.0 + g.ttft_p99_margin if g.ttft_p99_margin is not None else None,
-                                 require_quality=g.quality_gate)
         settings = self.pre.settings
-        self.policy = GatePolicy.from_dimensioning(self.noise, looks=settings.looks or (2, 4, 6), guardrails=guards,
-                                                   measured_passes=settings.measured_passes,
-                                                   warmup_passes=settings.warmup_passes, replicates=4000,
-                                                   max_error_fraction=max(0.005, g.max_error_rate))
+        self.policy = gate_policy(self.space, self.noise, settings, looks=settings.looks or DEFAULT_LOOKS,
+                                  context_target=self.context_target)
         self.claims.compare_and_set(INCUMBENT, None, self.baseline.key(),
                                     {"values": self.space.baseline_values(), "trial": None, "worker": self.name})
         log.info("worker %s: GPU %s baseline %.1f tok/s, boot noise %.1f%%", self.name, self.config.gpu,
@@ -348,7 +315,7 @@ class Worker:
         report = result.record.report
         if report and report.max_total_num_tokens:
             self.memory.add(Observation(candidate.flags, report.max_total_num_tokens, report.max_running_requests))
-        values, constraint, failure = self._values(result)
+        values, constraint, failure = trial_values(result, space=self.space, context_target=self.context_target)
         boot_ids = (result.record.boot_id,)
         search.tell(proposal, values, constraint=constraint, failure=failure, boot_ids=boot_ids)
         tput = result.record.throughput_tok_s
@@ -357,27 +324,6 @@ class Worker:
         return {"values": values, "constraint": constraint, "boot_ids": list(boot_ids), "worker": self.name,
                 "gpu": self.gpu_uuid, "throughput": tput, "trial": number,
                 "failure_kind": failure.kind.value if failure else None}
-
-    def _values(self, result: BootResult) -> tuple[list[float] | None, float, Failure | None]:
-        """The trial's objective values and constraint, as the single-GPU study computes them."""
-        sample, record = result.sample, result.record
-        if sample.failed is not None:
-            return None, 1.0, sample.failed
-        if sample.quality_passed is False or record.throughput_tok_s is None:
-            return None, 1.0, None
-        kv = sample.kv_pool_tokens
-        if self.context_target and kv is not None and kv < self.context_target:
-            return None, (self.context_target - kv) / self.context_target, None
-        values = []
-        for objective in self.space.objectives or ():
-            if objective.metric.startswith("ttft"):
-                ttft = record.ttft_p50_s()
-                values.append(ttft if ttft is not None else 1e9)
-            elif objective.metric in ("kv_pool_tokens", "max_total_num_tokens"):
-                values.append(float(kv or 0))
-            else:
-                values.append(record.throughput_tok_s)
-        return values or [record.throughput_tok_s], 0.0, None
 
     # ---- A/B promotion on this GPU ------------------------------------------------------------------
 
@@ -395,7 +341,7 @@ class Worker:
         if reference is None or math.log(tput / reference) <= self.config.promote_margin * self.noise.sigma_boot:
             return
         boots_needed = 2 * self.policy.looks[0]
-        if self._left_s() < boots_needed * _median_boot_s(self.store):
+        if self._left_s() < boots_needed * self._boot_s():
             return
         margin = self.config.promote_margin
         why = (f"trial {number}: {100 * (tput / reference - 1):+.1f}% against the incumbent on GPU {self.config.gpu} "
@@ -412,7 +358,7 @@ class Worker:
             incumbent_key, incumbent = self.claims.get(INCUMBENT)
             if incumbent_key is None or incumbent is None or incumbent_key == candidate.key():
                 return
-            if self._left_s() < boots_needed * _median_boot_s(self.store):
+            if self._left_s() < boots_needed * self._boot_s():
                 log.info("trial %d kept, but the incumbent changed meanwhile and no time is left to compare it "
                          "with the new one; it stays a kept trial only", number)
                 return
@@ -455,10 +401,9 @@ class Worker:
         self.store.record_decision(decision)
         self.ledger.record(decision, self.pre.fingerprint, run_dir=self.store.run_dir, trials=(number,))
         keep = decision.kept is Kept.YES
-        means = [m for m in (_boot_mean(s.passes) for s in ab.samples if s.arm is Arm.CANDIDATE and s.failed is None)
-                 if m is not None]
-        if keep and means:
-            self.own_throughput[candidate.key()] = _geo(means)
+        throughput = arm_mean(ab, Arm.CANDIDATE)
+        if keep and throughput is not None:
+            self.own_throughput[candidate.key()] = throughput
         self.claims.finish(claim, {"decision": decision.kept.value, "reason": decision.result, "worker": self.name,
                                    "gpu": self.gpu_uuid, "trial": number})
         log.info("A/B trial %d on GPU %s: %s — %s", number, self.config.gpu, decision.kept.value, decision.result)
@@ -472,11 +417,7 @@ class Worker:
         final = self.baseline
         if incumbent is not None and key != self.baseline.key():
             final = self.space.candidate(dict(incumbent["values"]), list(self.config.techniques), label="incumbent")
-        noise = None
-        if self.noise is not None:
-            n = self.noise
-            noise = StoredNoise(sigma_boot=n.sigma_boot, sigma_run=n.sigma_run, warmup_bias=n.first_pass_ratio - 1.0,
-                                boots=n.boots, passes_per_boot=float(n.passes_per_boot), mde=n.mde_at_cap)
+        noise = self.noise.record() if self.noise is not None else None
         record = StudyRecord(name=self.config.study, fingerprint=self.pre.fingerprint, started_at=self.started_at,
                              updated_at=time.time(), baseline=self.baseline, incumbent=final,
                              budget_s=self.config.budget_s, status=status, noise=noise,
@@ -486,10 +427,7 @@ class Worker:
         self.store.write_study(record)
         summary = shared_summary(self.store, self.claims, self.config.study)
         summary["written_by"] = self.name
-        path = self.store.run_dir / SHARED_SUMMARY
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
-        tmp.replace(path)
+        write_atomic(self.store.run_dir / SHARED_SUMMARY, json.dumps(summary, indent=2, sort_keys=True, default=str))
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 
         write_outputs(self.store.run_dir, ledger=self.ledger, with_plots=False)
@@ -533,20 +471,6 @@ def _incumbent_value(search: NumericSearch, incumbent: Mapping[str, Any]) -> flo
         if t.number == trial and t.values:
             return float(t.values[0])
     return None
-
-
-def _median_boot_s(store: StudyStore) -> float:
-    seconds = [b.seconds for b in store.load().boots if b.seconds > 0]
-    return statistics.median(seconds) if seconds else 60.0
-
-
-def _boot_mean(passes: Sequence[Any]) -> float | None:
-    values = [p.output_throughput_tok_s for p in passes if not p.warmup]
-    return statistics.fmean(values) if values else None
-
-
-def _geo(values: Sequence[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values if v > 0))
 
 
 def _redacted(url: str) -> str:

@@ -42,8 +42,8 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.loadgen import LoadGenerator
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload, synthetic
+from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
-from elsa_tune.tuner.protocol import BootSample, Covariates, PassMeasurement
 from elsa_tune.tuner.schedule import Arm
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,8 +29,8 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
-from elsa_tune.tuner.protocol import BootSample
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.virtual import VirtualBench
 

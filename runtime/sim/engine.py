@@ -67,7 +67,7 @@ class StepResult:
     """One scheduler iteration: its kind and duration, what each request got, and the pool's state after it."""
 
     duration_s: float
-    kind: str                                        # "prefill" or "decode"
+    kind: str                                        # "prefill" or "decode" ("idle": ``Engine.pool_state``)
     emitted: Mapping[str, int]
     first_token: tuple[str, ...] = ()
     finished: tuple[str, ...] = ()
@@ -78,9 +78,13 @@ class StepResult:
     new_seqs: int = 0
     running: int = 0
     queued: int = 0
+    # SGLang's pool accounting (``scheduler_components/pool_stats_observer.py``, ``_get_token_info``): used is
+    # ``capacity − (available + evictable)``, so prompts the radix cache keeps unlocked are not used.
     used_tokens: int = 0
+    evictable_tokens: int = 0
     token_capacity: int = 1
-    mamba_used: int = 0
+    mamba_used: int = 0                              # slots of the running requests (``_get_mamba_token_info``)
+    mamba_evictable: int = 0                         # slots holding cached prompts' states
     mamba_capacity: int = 0
     verify_calls: int = 0
     accepted_tokens: int = 0
@@ -138,6 +142,7 @@ class Engine:
         self.crashed: SimCrash | None = None
         self.generations = 0
         self.retractions = 0
+        self.slowdown = 1.0        # the serving loop's noise: every step's duration is multiplied by it
 
     # ---- requests --------------------------------------------------------------------------------------
 
@@ -296,6 +301,7 @@ class Engine:
                 first.append(live.req.rid)
         self.generations += len(first)
         finished = self._finish()
+        seconds *= self.slowdown
         self.now += seconds
         return self._result("prefill", seconds, emitted, first_token=tuple(first), finished=finished, cached=cached,
                             new_tokens=computed, new_seqs=new_seqs, aborted=aborted, transient_gb=transient)
@@ -306,7 +312,7 @@ class Engine:
         contexts = [live.req.input_tokens + live.generated for live in batch]
         seconds = self.perf.decode_step_s(len(batch), contexts)
         multiplier = sum(self.perf.regime_multiplier(live.req.regime) for live in batch) / len(batch)
-        seconds /= multiplier
+        seconds *= self.slowdown / multiplier
         emitted: dict[str, int] = {}
         for live in batch:
             n = min(self.perf.sample_accepted(live.req.regime, self.rng), live.req.output_tokens - live.generated)
@@ -422,12 +428,19 @@ class Engine:
             raise EngineCrash(crash)
         return need
 
+    def pool_state(self) -> StepResult:
+        """A zero-length ``"idle"`` step: the pools and queues as they are now."""
+        return self._result("idle", 0.0, {})
+
     def _result(self, kind: str, seconds: float, emitted: Mapping[str, int], **extra: object) -> StepResult:
-        used = self._used()
+        evictable = self.cache.evictable() if self.cache else 0
+        used = min(self._used(), self.capacity) - evictable
         mamba_cap = self.plan.mamba_slots
         mamba_used = min(mamba_cap, len(self.running) * self.plan.slots_per_request) if mamba_cap else 0
+        cached_sets = len(self.states.sets) if self.states is not None else 0
         return StepResult(duration_s=seconds, kind=kind, emitted=dict(emitted), running=len(self.running),
-                          queued=len(self.queue) + len(self.pending), used_tokens=min(used, self.capacity),
-                          token_capacity=self.capacity, mamba_used=mamba_used, mamba_capacity=mamba_cap,
-                          started_at=self.now - seconds, **extra)  # type: ignore[arg-type]
+                          queued=len(self.queue) + len(self.pending), used_tokens=max(0, used),
+                          evictable_tokens=evictable, token_capacity=self.capacity, mamba_used=mamba_used,
+                          mamba_evictable=min(max(0, mamba_cap - mamba_used), cached_sets),
+                          mamba_capacity=mamba_cap, started_at=self.now - seconds, **extra)  # type: ignore[arg-type]
 

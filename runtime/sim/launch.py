@@ -157,8 +157,9 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
     metrics.set_gauges({"max_total_num_tokens": plan.kv_tokens, "context_len": plan.context_len,
                         "page_size": plan.page_size, "num_pages": plan.kv_tokens // max(1, plan.page_size),
                         "weight_memory_usage_gb": plan.weights_gb, "kv_cache_memory_usage_gb": plan.kv_gb,
-                        "graph_memory_usage_gb": plan.cuda_graph_gb,
                         "startup_available_gpu_memory_gb": plan.available_gpu_mem_gb})
+    for phase, gb in model.memory_usage["graph"].items():   # SGLang: one series per captured phase
+        metrics.graph_memory.set({**metrics.sched, "phase": phase}, gb)
     if plan.spec.on:
         metrics.set_gauges({"spec_num_steps": plan.spec.steps, "spec_num_draft_tokens": plan.spec.draft_tokens})
     stop = asyncio.Event()

@@ -29,6 +29,48 @@ QUEUE_BUCKETS = (0.000, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3
                  2500, 3000)
 
 
+#: The scheduler's gauges with SGLang 0.5.23's documentation (``srt/observability/metrics_collector.py``). What the
+#: simulator puts in those whose meaning is not in their name, after SGLang's ``srt/managers/scheduler_components/``:
+#: ``token_usage``/``full_token_usage`` = ``num_used / max_total_num_tokens`` with ``num_used = max_total_num_tokens
+#: − (available + evictable)`` (``pool_stats_observer.py``, ``_get_token_info``): prompts the radix cache keeps
+#: unlocked are not used, so an idle server with a warm cache reads 0; ``mamba_usage`` = the running requests'
+#: state slots over the pool, cached prompts' states being evictable (``_get_mamba_token_info``);
+#: ``gen_throughput`` = tokens generated since the last decode log over the time since it (``metrics_reporter.py``;
+#: simulated seconds here); ``spec_accept_length`` = accepted tokens per verify forward over the last decode-log
+#: interval (``metrics_reporter.py``, ``spec_num_accept_tokens / spec_num_forward_ct``, reset at each log), whereas
+#: ``/server_info``'s ``avg_spec_accept_length`` is cumulative since start (``internal_state.py``,
+#: ``_average_accept_length``: ``spec_total_num_accept_tokens / spec_total_num_forward_ct``).
+SCHEDULER_GAUGES = {
+    "num_running_reqs": "The number of running requests.",
+    "num_queue_reqs": "The number of requests in the waiting queue.",
+    "num_grammar_queue_reqs": "The number of requests in the grammar waiting queue.",
+    "token_usage": "The token usage.",
+    "full_token_usage": "The token usage for full attention layers.",
+    "mamba_usage": "The token usage for Mamba layers.",
+    "num_used_tokens": "The number of used tokens.",
+    "kv_available_tokens": "Number of free token slots in the KV cache pool.",
+    "kv_evictable_tokens": "Number of evictable (radix-cached) token slots in the KV cache pool.",
+    "kv_used_tokens": "Number of actively used token slots in the KV cache pool.",
+    "mamba_available_tokens": "Number of free state slots in the mamba SSM pool (hybrid-SSM only).",
+    "mamba_evictable_tokens": "Number of evictable (radix-cached) state slots in the mamba SSM pool.",
+    "mamba_used_tokens": "Number of actively used state slots in the mamba SSM pool.",
+    "cache_hit_rate": "The prefix cache hit rate.",
+    "gen_throughput": "The generation throughput (token/s).",
+    "spec_accept_length": "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+    "spec_accept_rate": "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
+    "spec_num_steps": "Currently active speculative_num_steps.",
+    "spec_num_draft_tokens": "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+    "num_retracted_reqs": "The number of retracted requests.",
+    "max_total_num_tokens": "Maximum total number of tokens in the KV cache pool.",
+    "weight_memory_usage_gb": "Memory used by model weights in GB.",
+    "kv_cache_memory_usage_gb": "Memory used by the KV cache pools in GB.",
+    "page_size": "KV cache page size in tokens.",
+    "num_pages": "Number of KV cache pages.",
+    "context_len": "Maximum context length.",
+    "startup_available_gpu_memory_gb": "Available GPU memory in GB at startup.",
+}
+
+
 class _Metric:
     kind = ""
 
@@ -122,44 +164,45 @@ class SglangMetrics:
                                    (*tl, "is_streaming"))
         self.num_requests = c("sglang:num_requests_total", "Number of requests processed.", (*tl, "is_streaming"))
         self.aborted = c("sglang:num_aborted_requests_total", "Number of requests aborted.", tl)
-        self.cached_tokens = c("sglang:cached_tokens_total", "Number of cached prompt tokens.", (*tl, "cache_source"))
+        self.cached_tokens = c("sglang:cached_tokens_total",
+                               "Number of cached prompt tokens by source (device/host/storage).", (*tl, "cache_source"))
         self.spec_verify = c("sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.",
-                             sl)
+                             tl)
         self.retracted_total = c("sglang:num_retracted_requests_total", "Total number of retracted requests.", sl)
-        self.retracted_input = c("sglang:num_retracted_input_tokens_total", "Retracted input tokens.", sl)
-        self.retracted_output = c("sglang:num_retracted_output_tokens_total", "Retracted output tokens.", sl)
-        self.realtime_tokens = c("sglang:realtime_tokens_total", "Live token counts by mode.", (*sl, "mode"))
-        self.http_requests = c("sglang:http_requests_total", "HTTP requests received.", ("endpoint", "method"))
-        self.http_responses = c("sglang:http_responses_total", "HTTP responses sent.",
-                                ("endpoint", "method", "status_code"))
-        self.http_active = g("sglang:http_requests_active", "HTTP requests in flight.", ())
+        self.retracted_input = c("sglang:num_retracted_input_tokens_total", "Total number of retracted input tokens.",
+                                 sl)
+        self.retracted_output = c("sglang:num_retracted_output_tokens_total",
+                                  "Total number of retracted output tokens.", sl)
+        self.realtime_tokens = c("sglang:realtime_tokens_total", "Total number of tokens processed (updated on each "
+                                 "log interval). mode: prefill_compute, prefill_cache, decode.", (*sl, "mode"))
+        self.http_requests = c("sglang:http_requests_total", "Total number of HTTP requests by endpoint and method",
+                               ("endpoint", "method"))
+        self.http_responses = c("sglang:http_responses_total",
+                                "Total number of HTTP responses by endpoint and status code",
+                                ("endpoint", "status_code", "method"))
+        self.http_active = g("sglang:http_requests_active", "Number of currently active HTTP requests",
+                             ("endpoint", "method"))
         self.ttft = h("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                       (*tl, "is_streaming"), TTFT_BUCKETS)
         self.itl = h("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tl,
                      ITL_BUCKETS)
         self.tpot = h("sglang:request_time_per_output_token_seconds",
-                      "Histogram of request time per output token in seconds.", (*tl, "is_streaming"), ITL_BUCKETS)
+                      "Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1).",
+                      (*tl, "is_streaming"), ITL_BUCKETS)
         self.e2e = h("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
                      (*tl, "is_streaming"), E2E_BUCKETS)
-        self.prompt_hist = h("sglang:prompt_tokens_histogram", "Histogram of prompt token length.", sl,
+        self.prompt_hist = h("sglang:prompt_tokens_histogram", "Histogram of prompt token length.", tl,
                              TOKEN_BUCKETS)
         self.uncached_hist = h("sglang:uncached_prompt_tokens_histogram",
-                               "Histogram of uncached (compute) prompt token length.", sl, TOKEN_BUCKETS)
-        self.generation_hist = h("sglang:generation_tokens_histogram", "Histogram of generation token length.", sl,
+                               "Histogram of uncached (compute) prompt token length.", tl, TOKEN_BUCKETS)
+        self.generation_hist = h("sglang:generation_tokens_histogram", "Histogram of generation token length.", tl,
                                  TOKEN_BUCKETS)
         self.queue_time = h("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", sl, QUEUE_BUCKETS)
-        self.gauges: dict[str, Gauge] = {}
-        for name in ("num_running_reqs", "num_queue_reqs", "num_grammar_queue_reqs", "token_usage",
-                     "full_token_usage", "mamba_usage", "num_used_tokens", "kv_available_tokens",
-                     "kv_evictable_tokens", "kv_used_tokens", "mamba_available_tokens", "mamba_evictable_tokens",
-                     "mamba_used_tokens", "cache_hit_rate", "gen_throughput", "spec_accept_length",
-                     "spec_accept_rate", "spec_num_steps", "spec_num_draft_tokens", "num_retracted_reqs",
-                     "max_total_num_tokens", "weight_memory_usage_gb", "kv_cache_memory_usage_gb",
-                     "graph_memory_usage_gb", "page_size", "num_pages", "context_len",
-                     "startup_available_gpu_memory_gb"):
-            self.gauges[name] = g(f"sglang:{name}", f"The {name.replace('_', ' ')}.", sl)
-        self.startup_time = g("sglang:startup_time_seconds", "Engine startup duration by phase in seconds.",
+        self.gauges: dict[str, Gauge] = {name: g(f"sglang:{name}", doc, sl) for name, doc in SCHEDULER_GAUGES.items()}
+        self.graph_memory = g("sglang:graph_memory_usage_gb", "Memory used by captured device graphs in GB.",
                               (*sl, "phase"))
+        self.startup_time = g("sglang:startup_time_seconds", "Engine startup duration by phase in seconds.",
+                              (*tl, "phase"))
 
     def set_gauges(self, values: Mapping[str, float]) -> None:
         with self.lock:

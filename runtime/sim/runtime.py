@@ -16,7 +16,7 @@ from pathlib import Path
 
 from elsa_tune.runtime.lease import LeaseBook
 from elsa_tune.runtime.process import SGLangProcess
-from elsa_tune.runtime.protocol import Server
+from elsa_tune.runtime.protocol import RuntimeTimeouts, Server
 from elsa_tune.runtime.sim.answers import ENV_KNOWLEDGE
 from elsa_tune.runtime.sim.card import CardSpec, SimulatedGpu, default_card_dir
 from elsa_tune.runtime.sim.faults import ENV_FAULT, Faults
@@ -24,6 +24,8 @@ from elsa_tune.runtime.sim.profile import SimProfile, load_profile
 from elsa_tune.search_spaces.candidate import Candidate
 
 GIB = 1024**3
+#: A simulated server boots, answers and stops in seconds: a stuck one is given up on sooner than a real one.
+SIM_TIMEOUTS = RuntimeTimeouts(boot_s=600.0, health_s=10.0, stop_s=15.0, memory_release_s=30.0)
 
 
 def simulated_gpu(profile: SimProfile, card_dir: Path | None = None, index: int = 0) -> SimulatedGpu:
@@ -45,8 +47,7 @@ class SimulatedSGLang(SGLangProcess):
 
     def __init__(self, profile: str | Path, *, card_dir: Path | None = None, seed: int = 0, speedup: float = 1.0,
                  faults: str | None = None, python: str = sys.executable, model_path: str | None = None,
-                 boot_timeout_s: float = 600.0, stop_timeout_s: float = 15.0, memory_release_timeout_s: float = 30.0,
-                 health_timeout_s: float = 10.0, extra_env: Mapping[str, str] | None = None,
+                 timeouts: RuntimeTimeouts = SIM_TIMEOUTS, extra_env: Mapping[str, str] | None = None,
                  knowledge: Path | None = None, leases: LeaseBook | None = None) -> None:
         if faults:
             Faults.parse(faults)   # fail now, on a bad fault name, rather than in the first boot
@@ -67,9 +68,7 @@ class SimulatedSGLang(SGLangProcess):
             env[ENV_KNOWLEDGE] = str(Path(knowledge).resolve())
         launch: Sequence[str] = (python, "-m", "elsa_tune", "sim", "serve", "--sim-profile", self.profile_ref,
                                  "--sim-card-dir", str(self.card_dir), "--sim-speedup", repr(float(speedup)))
-        super().__init__(launch, gpu, boot_timeout_s=boot_timeout_s, stop_timeout_s=stop_timeout_s,
-                         memory_release_timeout_s=memory_release_timeout_s, health_timeout_s=health_timeout_s,
-                         extra_env=env, leases=leases)
+        super().__init__(launch, gpu, timeouts=timeouts, extra_env=env, leases=leases)
         self.lease_card_dir = self.card_dir
 
     def reseed(self, seed: int) -> None:

@@ -3,7 +3,8 @@
 Serves ``/health`` (= ``/health_generate``), ``/ready``, ``/server_info`` (and the deprecated
 ``/get_server_info``), ``/model_info``, ``/v1/models``, ``/metrics`` (only with ``--enable-metrics``),
 ``/flush_cache``, streaming and non-streaming ``/v1/completions`` and ``/v1/chat/completions`` (tool calls
-included) and the native ``/generate``, with SGLang's response shapes and error texts (``sglang.md`` §4).
+included) and the native ``/generate``, with SGLang's response shapes and error texts (``sglang.md`` §4), and the
+sim-only ``/sim/clock`` (the simulated clock's knots, ``serving.SimClock``) and ``/sim/ack`` (a client's receipt).
 Streams are SSE over chunked transfer encoding, ending with ``data: [DONE]`` (plumbing in ``http.py``).
 """
 
@@ -39,6 +40,15 @@ from elsa_tune.runtime.sim.serving import Job, JobRejected, JobSpec, Serving
 from elsa_tune.runtime.sim.tokens import Completion, block_hashes, chat_token_ids, text_token_ids
 
 log = logging.getLogger(__name__)
+
+#: Header a client on this host sets to its ``time.monotonic()`` at send time (``traffic/sim_time.py``).
+SENT_AT_HEADER = "x-elsa-sent-at"
+SIM_AT_HEADER = "x-elsa-sim-at"
+ACK_HEADER = "x-elsa-ack"
+#: Sim-only headers of a closed-loop client: "I send my next request when this one ends" / "this is that request".
+FOLLOW_UP_HEADER = "x-elsa-follow-up"
+FOLLOWS_HEADER = "x-elsa-follows"
+
 
 @dataclass(frozen=True)
 class ServedModel:
@@ -90,6 +100,7 @@ class SimHttpServer:
             "/model_info": self._model_info, "/v1/models": self._models, "/metrics": self._metrics,
             "/flush_cache": self._flush_cache, "/v1/completions": self._completions,
             "/v1/chat/completions": self._chat_completions, "/generate": self._native_generate,
+            "/sim/clock": self._sim_clock, "/sim/ack": self._sim_ack,
         }
 
     # ---- connection handling ------------------------------------------------------------------------------
@@ -168,8 +179,22 @@ class SimHttpServer:
                 "max_req_input_len": max_request_input(md.context_len, md.max_total_num_tokens),
                 "startup_time": self.startup_time, "kv_events": None, "version": md.version, "frontend": "python",
                 "internal_states": [internal],
-                "simulated": {"sim_time_s": self.serving.sim_time_s, "pacing": self.serving.pacing.summary(),
+                "simulated": {"sim_time_s": self.serving.sim_time_s, "clock": self.serving.clock.describe(),
+                              "pacing": self.serving.pacing.summary(),
                               "finished_requests": self.serving.finished_requests}}
+
+    async def _sim_clock(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        """Sim-only: the simulated clock's knots since monotonic wall time ``since`` (``serving.SimClock``)."""
+        try:
+            since = float((request.query.get("since") or ["0"])[0] or 0)
+        except ValueError as exc:
+            raise HttpError(400, "since must be a number (time.monotonic() seconds)") from exc
+        return await send_json(writer, 200, self.serving.clock.describe(since))
+
+    async def _sim_ack(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        """Sim-only: a client has received the first token, or the end, of the request it tagged ``key``."""
+        key = (request.query.get("key") or [""])[0]
+        return await send_json(writer, 200, {"acknowledged": self.serving.ack(key)})
 
     async def _metrics(self, request: Request, writer: asyncio.StreamWriter) -> int:
         body = self.metrics.render().encode()
@@ -306,7 +331,8 @@ class SimHttpServer:
                       {"type": "stop", "matched": 151645})
         meta: dict[str, Any] = {"id": job.spec.rid, "finish_reason": reason, "prompt_tokens": job.spec.input_tokens,
                                 "completion_tokens": job.generated, "cached_tokens": job.cached_tokens,
-                                "weight_version": "default", "e2e_latency": time.monotonic() - job.created}
+                                "weight_version": "default",
+                                "e2e_latency": (job.last_token_at or job.arrival_sim) - job.arrival_sim}
         if self.model.speculative and self.serving.spec_forwards:
             meta["spec_accept_length"] = self.serving.avg_spec_accept_length
         return {"text": job.completion.text(job.generated), "output_ids": [], "meta_info": meta}
@@ -348,7 +374,10 @@ class SimHttpServer:
         spec = JobSpec(rid=uuid.uuid4().hex, input_tokens=len(ids),
                        block_hashes=tuple(block_hashes(ids, md.block_size)), output_tokens=max(1, out), regime=regime)
         job = Job(spec=spec, completion=completion, finish_reason=reason, streaming=stream, created=time.monotonic(),
-                  cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt, host_hit_damage=md.host_hit_damage)
+                  cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt, host_hit_damage=md.host_hit_damage,
+                  follow_up=FOLLOW_UP_HEADER in request.headers, follows=FOLLOWS_HEADER in request.headers,
+                  sent_at=_stamp(request, SENT_AT_HEADER), sim_at=_stamp(request, SIM_AT_HEADER),
+                  ack_key=request.headers.get(ACK_HEADER))
         if self.host_tier is not None:
             job.host_restorable_tokens = self.host_tier.observe(spec.block_hashes) * md.block_size
         try:
@@ -451,6 +480,16 @@ async def _until_done(job: Job) -> None:
         _, done = await job.deliveries.get()
         if done:
             return
+
+
+def _stamp(request: Request, header: str) -> float | None:
+    """A sim-only clock header (``x-elsa-sent-at``: the client's ``time.monotonic()`` at send time;
+    ``x-elsa-sim-at``: the simulated instant it sent at; real SGLang ignores both), or ``None``."""
+    raw = request.headers.get(header)
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        return None
 
 
 def max_request_input(context_len: int, kv_tokens: int) -> int:

@@ -5,12 +5,32 @@
 sleep overshoot never adds up), then delivers the step's tokens to the open streams, counts the metrics and
 prints SGLang's runtime lines at a bounded rate. Faults that strike while serving (a crash after N requests,
 the first generation's OOM, a hang) happen here.
+
+The simulated clock (``SimClock``) runs ``speedup`` times faster than ``time.monotonic()`` and ``lag_s`` wall
+seconds behind it: a step that ends at simulated time *T* is delivered at wall ``clock.wall_at(T) + lag_s``, and a
+request stamped by its client with the monotonic instant it was sent (header ``x-elsa-sent-at``; the client must
+run on the same host) arrives in the simulation at that instant, not when the server got round to parsing it.
+The lag absorbs the host's own request overhead (client write, parse, hashing) as long as it stays under
+``lag_s``. A client that will send its next request as soon as one ends (a closed loop) says so on the request
+(``Job.follow_up``); after a step that finished such requests the loop waits, at most ``REACTION_S``, until their
+follow-ups have arrived (``Job.follows``), so that they join the step SGLang would have admitted them to. A client
+that acknowledges receipts (``Job.ack_key``, ``/sim/ack``) has the clock stand still after a first token or an end
+(of a request no follow-up comes after) until it has the bytes, so that its readings carry none of the host's
+delivery latency. When
+the
+host cannot keep pace the clock slows instead of skipping, and says where (``/sim/clock``'s knots). A client
+that knows the clock (``traffic/sim_time.py``) converts its own wall-clock readings into simulated time and
+measures the simulated system without the host's overhead multiplied by the speed-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
+import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,8 +50,73 @@ log = logging.getLogger(__name__)
 LOG_LINES_PER_S = 4.0
 #: An idle gap at least this long (wall seconds) starts a new measurement pass with its own run noise.
 NEW_PASS_IDLE_S = 1.0
-#: When the loop falls further behind its deadline than this, it stops trying to catch up.
-MAX_LAG_S = 0.25
+#: Wall seconds the simulation runs behind the wall clock, to absorb a request's host overhead (see above).
+CLOCK_LAG_S = 0.050
+#: A stream gets its tokens at most this often (wall seconds), besides its first and last: at a high speed-up a
+#: decode step lasts a fraction of a millisecond, and a write per stream per step would saturate the host (the
+#: clients then read the queueing, multiplied by the speed-up, as latency). Like a slow reader, a stream gets
+#: the tokens of several steps in one chunk; its first token and its end keep their exact instants.
+STREAM_FLUSH_S = 0.002
+#: After a step that finished requests whose clients announced a follow-up, the simulation waits at most this long
+#: (wall seconds) for the follow-ups before it composes the next step; the clock slows for the wait (``SimClock``),
+#: so simulated time does not move.
+REACTION_S = 0.250
+#: A delivery later than this (wall seconds) slows the clock; a smaller lateness (a sleep's overshoot) does not
+#: add up, since the next step's deadline comes from the clock's line.
+LATE_TOLERANCE_S = 0.002
+#: A step end this far (wall seconds) off the clock's line starts a new knot (see ``SimClock``).
+KNOT_TOLERANCE_S = 0.0001
+#: A client stamp further in the past than this (wall seconds) is not trusted (another host's clock?).
+MAX_STAMP_AGE_S = 1.0
+
+
+class SimClock:
+    """Simulated time as a function of ``time.monotonic()``, piecewise linear through its knots.
+
+    It runs ``speedup`` simulated seconds per wall second while the host keeps pace; when a step is delivered
+    late (the host was busy), the clock slows instead of skipping: the step's end is re-anchored at the wall
+    instant it really reached the streams, and the two ends of that slower stretch become knots. Deliveries
+    happen ``lag_s`` after their simulated instant's wall time, so a client converts a wall instant *t* it
+    received something at with ``sim_at(t − lag_s)``, and an instant it sent something at with ``sim_at(t)``.
+    """
+
+    def __init__(self, speedup: float, lag_s: float, wall0: float, *, keep: int = 200_000) -> None:
+        self.speedup = speedup
+        self.lag_s = lag_s
+        self.knots: list[tuple[float, float]] = [(wall0, 0.0)]
+        self.anchor = (wall0, 0.0)     # the last step's end (or the start): the line extrapolates from it
+        self.keep = keep
+
+    def sim_at(self, wall: float) -> float:
+        """The simulated instant of monotonic wall time ``wall`` on the current line (no lag applied)."""
+        w0, s0 = self.anchor
+        return s0 + (wall - w0) * self.speedup
+
+    def wall_at(self, sim: float) -> float:
+        """The monotonic wall time of simulated instant ``sim`` on the current line (deliveries add the lag)."""
+        w0, s0 = self.anchor
+        return w0 + (sim - s0) / self.speedup
+
+    def move(self, wall: float, sim: float, since: float | None = None) -> None:
+        """Anchor the line at ``(wall, sim)``, the end of a stretch that began at simulated ``since`` on the
+        current line (default: the last anchor); a point off the line of the last knot makes knots."""
+        last_w, last_s = self.knots[-1]
+        if abs(wall - (last_w + (sim - last_s) / self.speedup)) > KNOT_TOLERANCE_S:
+            start = self.anchor if since is None else (self.wall_at(since), since)
+            if self.knots[-1] != start:
+                self.knots.append(start)
+            self.knots.append((wall, sim))
+            if len(self.knots) > self.keep:
+                del self.knots[: self.keep // 2]
+        self.anchor = (wall, sim)
+
+    def describe(self, since: float | None = None) -> dict[str, object]:
+        """The clock as ``/server_info`` (``since`` None: no knots) and ``/sim/clock?since=WALL`` declare it."""
+        out: dict[str, object] = {"speedup": self.speedup, "lag_s": self.lag_s}
+        if since is not None:
+            first = max(0, bisect.bisect_left(self.knots, (since, -math.inf)) - 1)
+            out["knots"] = [[w, s] for w, s in (*self.knots[first:], self.anchor)]
+        return out
 
 
 @dataclass(frozen=True)
@@ -43,6 +128,7 @@ class JobSpec:
     block_hashes: tuple[int, ...]
     output_tokens: int            # exactly this many tokens will be generated (EOS already decided)
     regime: str
+    arrival_s: float | None = None  # simulated arrival; None: the scheduler's current time
 
 
 class JobRejected(ValueError):
@@ -65,10 +151,24 @@ class StepSource(Protocol):
 
     def abort(self, rid: str) -> None: ...
 
-    def step(self) -> StepResult | None:
-        """The next step, or ``None`` when there is nothing to run; raises ``StepCrash`` when the scheduler dies."""
+    def step(self, slowdown: float = 1.0) -> StepResult | None:
+        """The next step, its duration multiplied by ``slowdown`` (the run's noise), or ``None`` when there is
+        nothing to run; raises ``StepCrash`` when the scheduler dies."""
 
     def flush_cache(self) -> bool: ...
+
+    @property
+    def now(self) -> float:
+        """The scheduler's simulated time (the end of the last step, or the last arrival it moved to)."""
+
+    def next_arrival(self) -> float | None:
+        """Simulated time of the earliest request queued for a later arrival, or ``None``."""
+
+    def pool_state(self) -> StepResult:
+        """A zero-length ``"idle"`` step: the pools and queues as they are now."""
+
+    def advance_to(self, t: float) -> None:
+        """Move an idle scheduler's clock forward to ``t`` (never backwards), releasing arrivals up to it."""
 
 
 @dataclass
@@ -83,9 +183,18 @@ class Job:
     deliveries: asyncio.Queue[tuple[int, bool]] = field(default_factory=asyncio.Queue)
     generated: int = 0
     cached_tokens: int = 0
-    first_token_at: float | None = None
+    first_token_at: float | None = None   # simulated instants (the Prometheus histograms are in simulated time)
     last_token_at: float | None = None
     error: str | None = None
+    sent_at: float | None = None      # the client's x-elsa-sent-at stamp (time.monotonic() on this host)
+    sim_at: float | None = None       # the simulated instant its client named (x-elsa-sim-at)
+    ack_key: str | None = None        # its client acknowledges the first token and the end (x-elsa-ack)
+    received_at: float = 0.0
+    arrival_sim: float = 0.0          # simulated instant it arrived (the clock at its client's send stamp)
+    follow_up: bool = False           # its client sends another request as soon as this one ends
+    follows: bool = False             # it is such a request
+    unsent: int = 0                   # tokens generated but not yet handed to the stream (STREAM_FLUSH_S)
+    flushed_at: float = 0.0
     cache_hit_damage: float = 0.0     # share of answers spoiled when served from a prefix-cache hit (seed 002)
     damage_salt: str = ""
     host_hit_damage: float = 0.0      # share spoiled when part of the prefix comes back from the host tier
@@ -100,6 +209,8 @@ class Pacing:
         self.intended_s = 0.0
         self.late: list[float] = []
         self.keep = keep
+        self.paused_s = 0.0        # wall seconds the clock stood still (a late step, a wait for clients)
+        self.unanswered = 0        # follow-ups and receipts clients announced that did not come in time
 
     def record(self, intended_s: float, late_s: float) -> None:
         self.steps += 1
@@ -116,7 +227,8 @@ class Pacing:
         def pick(q: float) -> float:
             return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
-        return {"steps": self.steps, "intended_s": round(self.intended_s, 4), "late_p50_ms": pick(0.5) * 1e3,
+        return {"steps": self.steps, "intended_s": round(self.intended_s, 4), "paused_s": round(self.paused_s, 4),
+                "unanswered": self.unanswered, "late_p50_ms": pick(0.5) * 1e3,
                 "late_p99_ms": pick(0.99) * 1e3, "late_max_ms": ordered[-1] * 1e3}
 
 
@@ -145,12 +257,17 @@ class Serving:
         self.spec_accepted = 0
         self.last_gen_throughput = 0.0
         self.pacing = Pacing()
+        self.clock = SimClock(self.speedup, CLOCK_LAG_S, time.monotonic())
         self._wake = asyncio.Event()
+        self._reacted = asyncio.Event()
+        self._awaited = 0                 # follow-ups announced by requests that finished, not yet arrived
+        self._holding: list[Job] | None = None   # requests received while a step is in flight
+        self._acks: dict[str, int] = {}   # deliveries awaiting their client's receipt, by ack key
         self._decode_steps = 0
         self._window_tokens = 0
         self._window_verify = 0
         self._window_accepted = 0
-        self._window_start = time.monotonic()
+        self._window_start = 0.0         # simulated time the current decode-log window began
         self._last_log = {"prefill": 0.0, "decode": 0.0}
         self._hung = faults.hang_after_requests == 0
         self._hung_since = time.monotonic()
@@ -158,10 +275,45 @@ class Serving:
     # ---- requests -----------------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
-        """Hand a request to the scheduler; raises ``JobRejected`` (HTTP 400) when it refuses it."""
-        self.source.submit(job.spec)
+        """Hand a request to the scheduler; raises ``JobRejected`` (HTTP 400) when it refuses it. While a step
+        is in flight the request is held until the step's end is placed on the clock, then enters (a refusal
+        then ends its stream with the error)."""
+        job.received_at = time.monotonic()
         self.jobs[job.spec.rid] = job
+        if job.follows and self._awaited:
+            self._awaited -= 1
+            self._reacted.set()
+        if self._holding is not None:
+            self._holding.append(job)
+            return
+        try:
+            self._enter(job)
+        except JobRejected:
+            self.jobs.pop(job.spec.rid, None)
+            raise
+
+    def _enter(self, job: Job) -> None:
+        """Queue ``job`` at the simulated instant its client named, or that of its send stamp, or of its receipt."""
+        stamp = job.sent_at
+        if stamp is None or not 0.0 <= job.received_at - stamp <= MAX_STAMP_AGE_S:
+            stamp = job.received_at
+        at = self.clock.sim_at(stamp) if job.sim_at is None else job.sim_at
+        job.spec = dataclasses.replace(job.spec, arrival_s=max(self.source.now, at))
+        self.source.submit(job.spec)
+        job.arrival_sim = job.spec.arrival_s or 0.0
         self._wake.set()
+
+    def _release(self) -> None:
+        held, self._holding = self._holding or [], None
+        for job in held:
+            if job.spec.rid not in self.jobs:
+                continue   # aborted while held
+            try:
+                self._enter(job)
+            except JobRejected as exc:
+                self.jobs.pop(job.spec.rid, None)
+                job.error = str(exc)
+                job.deliveries.put_nowait((0, True))
 
     async def warmup(self, seconds: float) -> None:
         """SGLang's warm-up generate before the ready line; a hung scheduler hangs it (the watchdog ends it)."""
@@ -193,7 +345,7 @@ class Serving:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time()
+        self.clock.move(loop.time() - self.clock.lag_s, self.source.now)
         while True:
             if self._hung:
                 # A hung forward: nothing moves, /health still answers, the watchdog fires in real seconds.
@@ -201,9 +353,12 @@ class Serving:
                 if (self.jobs or self._warming) and time.monotonic() - self._hung_since >= self.watchdog_timeout_s:
                     self._die(watchdog_crash(self.watchdog_timeout_s))
                 continue
+            began = self.source.now
+            self._holding = []
             try:
-                step = self.source.step()
+                step = self.source.step(self.noise.factor(self.sim_time_s))
             except StepCrash as exc:
+                self._release()
                 if exc.crash.kind is FailureKind.HANG:
                     # a forward that never returns is not a death: the process lives on until the watchdog
                     self._hung, self._hung_since = True, time.monotonic()
@@ -211,26 +366,87 @@ class Serving:
                 self._die(exc.crash)
                 return
             if step is None:
-                self._wake.clear()
-                idle_from = loop.time()
-                await self._wake.wait()
-                deadline = loop.time()
-                if deadline - idle_from >= NEW_PASS_IDLE_S:
-                    self.noise.new_pass()
+                self._release()
+                await self._idle(loop)
                 continue
-            wall = step.duration_s * self.noise.factor(self.sim_time_s) / self.speedup
+            wall = step.duration_s / self.speedup
             self.sim_time_s += step.duration_s
-            deadline += wall
-            delay = deadline - loop.time()
+            deadline = self.clock.wall_at(began) + wall
+            delay = deadline + self.clock.lag_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            self.pacing.record(wall, loop.time() - deadline)
-            if delay < -MAX_LAG_S:
-                deadline = loop.time()
-            self._deliver(step, loop.time())
+            now = loop.time()
+            self.pacing.record(wall, now - deadline - self.clock.lag_s)
+            self._pause(now, deadline)
+            self._deliver(step, now)
+            if self._awaited:
+                waited_from = self.clock.anchor[0]
+                await self._follow_ups(loop)
+                self._pause(loop.time(), waited_from)
+            self._release()
+
+    def _await_ack(self, job: Job) -> None:
+        if job.ack_key is not None:
+            self._acks[job.ack_key] = self._acks.get(job.ack_key, 0) + 1
+            self._awaited += 1
+
+    def ack(self, key: str) -> bool:
+        """A client says it has received the first token, or the end, of its request ``key``."""
+        if not self._acks.get(key):
+            return False
+        self._acks[key] -= 1
+        if not self._acks[key]:
+            del self._acks[key]
+        if self._awaited:
+            self._awaited -= 1
+            self._reacted.set()
+        return True
+
+    def _pause(self, now: float, due: float) -> None:
+        """The scheduler is at ``source.now``, which the clock's line reaches at wall ``due``; at ``now`` (a
+        late delivery, a wait for follow-ups) the clock stands still from ``due`` to ``now − lag`` (a busy host
+        slows the simulation; it never skips time). Smaller lateness (a sleep's overshoot) is not added up."""
+        late = now - self.clock.lag_s - due
+        if late > LATE_TOLERANCE_S:
+            self.pacing.paused_s += late
+        t = self.source.now
+        self.clock.move(due + late if late > LATE_TOLERANCE_S else due, t, since=t)
+
+    async def _follow_ups(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait (at most ``REACTION_S``) for the follow-ups and receipts clients announced."""
+        until = loop.time() + REACTION_S
+        while self._awaited and loop.time() < until:
+            self._reacted.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reacted.wait(), until - loop.time())
+        self.pacing.unanswered += self._awaited
+        self._awaited = 0
+        self._acks.clear()
+
+    async def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Nothing to run: wait for the next queued arrival's instant, or for a request."""
+        self._wake.clear()
+        nxt = self.source.next_arrival()
+        if nxt is None:
+            # the pool as an idle scheduler reports it (the radix cache's unlocked prompts are not used)
+            self._gauges_and_log(self.source.pool_state(), loop.time())
+            idle_from = loop.time()
+            await self._wake.wait()
+            if loop.time() - idle_from >= NEW_PASS_IDLE_S:
+                self.noise.new_pass()
+            return
+        due = self.clock.wall_at(nxt) + self.clock.lag_s
+        if due > loop.time():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), due - loop.time())
+        if loop.time() >= due:
+            self.source.advance_to(nxt)
+            self._pause(loop.time(), due - self.clock.lag_s)
 
     def _deliver(self, step: StepResult, now: float) -> None:
+        """Hand ``step``'s tokens to the streams (``now``: wall) and count them (at its simulated end)."""
         m = self.metrics
+        t = self.source.now
         for rid, message in step.aborted.items():
             job = self.jobs.pop(rid, None)
             if job is not None:
@@ -253,24 +469,28 @@ class Serving:
                     continue
                 emitted_total += n
                 if job.first_token_at is None:
-                    job.first_token_at = now
+                    job.first_token_at = t
+                    self._await_ack(job)
                     if job.cache_hit_damage and job.cached_tokens > 0:
                         job.completion = job.completion.with_damage(job.cache_hit_damage, job.damage_salt)
                     elif job.host_hit_damage and job.host_restorable_tokens > job.cached_tokens:
                         job.completion = job.completion.with_damage(job.host_hit_damage, job.damage_salt)
-                    m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, now - job.created)
-                    m.queue_time.observe(m.sched, max(0.0, now - job.created - step.duration_s / self.speedup))
+                    m.ttft.observe({**m.tok, "is_streaming": _flag(job.streaming)}, t - job.arrival_sim)
+                    m.queue_time.observe(m.sched, max(0.0, t - job.arrival_sim - step.duration_s))
                 else:
-                    m.itl.observe(m.tok, (now - (job.last_token_at or now)) / n, weight=n)
-                job.last_token_at = now
+                    m.itl.observe(m.tok, (t - (job.last_token_at or t)) / n, weight=n)
+                job.last_token_at = t
                 job.generated += n
-                job.deliveries.put_nowait((n, False))
+                job.unsent += n
+                if job.generated == n or now - job.flushed_at >= STREAM_FLUSH_S:
+                    job.deliveries.put_nowait((job.unsent, False))
+                    job.unsent, job.flushed_at = 0, now
             if step.verify_calls:
                 self.spec_forwards += step.verify_calls
                 self.spec_accepted += step.accepted_tokens
                 self._window_verify += step.verify_calls
                 self._window_accepted += step.accepted_tokens
-                m.spec_verify.inc(m.sched, step.verify_calls)
+                m.spec_verify.inc(m.tok, step.verify_calls)
             m.realtime_tokens.inc({**m.sched, "mode": "decode"}, emitted_total)
             if step.kind == "prefill":
                 m.realtime_tokens.inc({**m.sched, "mode": "prefill_compute"}, step.new_tokens)
@@ -283,10 +503,15 @@ class Serving:
         self._gauges_and_log(step, now)
 
     def _finish(self, rid: str, now: float) -> None:
+        t = self.source.now
         job = self.jobs.pop(rid, None)
         if job is None:
             return
-        job.deliveries.put_nowait((0, True))
+        job.deliveries.put_nowait((job.unsent, True))
+        job.unsent = 0
+        self._awaited += job.follow_up
+        if not job.follow_up:
+            self._await_ack(job)
         m = self.metrics
         streaming = {**m.tok, "is_streaming": _flag(job.streaming)}
         with m.lock:
@@ -295,12 +520,12 @@ class Serving:
             m.num_requests.inc(streaming)
             m.cached_tokens.inc({**m.tok, "cache_source": "device"}, job.cached_tokens)
             m.cached_tokens.inc({**m.tok, "cache_source": "total"}, job.cached_tokens)
-            m.e2e.observe(streaming, now - job.created)
+            m.e2e.observe(streaming, t - job.arrival_sim)
             if job.generated > 1 and job.first_token_at is not None:
-                m.tpot.observe(streaming, (now - job.first_token_at) / (job.generated - 1))
-            m.prompt_hist.observe(m.sched, job.spec.input_tokens)
-            m.uncached_hist.observe(m.sched, job.spec.input_tokens - job.cached_tokens)
-            m.generation_hist.observe(m.sched, job.generated)
+                m.tpot.observe(streaming, (t - job.first_token_at) / (job.generated - 1))
+            m.prompt_hist.observe(m.tok, job.spec.input_tokens)
+            m.uncached_hist.observe(m.tok, job.spec.input_tokens - job.cached_tokens)
+            m.generation_hist.observe(m.tok, job.generated)
         self.finished_requests += 1
         self.noise.request_finished()
         f = self.faults
@@ -313,27 +538,30 @@ class Serving:
     def _gauges_and_log(self, step: StepResult, now: float) -> None:
         usage = round(step.used_tokens / max(1, step.token_capacity), 2)
         mamba_usage = round(step.mamba_used / step.mamba_capacity, 2) if step.mamba_capacity else 0.0
-        refresh = step.kind == "prefill"
+        refresh = step.kind in ("prefill", "idle")
         if step.kind == "decode":
             self._decode_steps += 1
             refresh = self._decode_steps % self.decode_log_interval == 0
         if not refresh:
             return
-        elapsed = max(1e-9, now - self._window_start)
+        # in simulated seconds: a sped-up server's wall-clock rate is not the simulated system's
+        elapsed = max(1e-9, self.source.now - self._window_start)
         if step.kind == "decode":
             self.last_gen_throughput = self._window_tokens / elapsed
             self._window_tokens = 0
-            self._window_start = now
+            self._window_start = self.source.now
         # like SGLang's gauge and log line: the average over the last decode-log window, not since start
         accept = self._window_accepted / self._window_verify if self._window_verify else self.avg_spec_accept_length
         if step.kind == "decode":
             self._window_verify = self._window_accepted = 0
         gauges = {"num_running_reqs": step.running, "num_queue_reqs": step.queued, "token_usage": usage,
                   "full_token_usage": usage, "num_used_tokens": step.used_tokens,
-                  "kv_used_tokens": step.used_tokens, "kv_available_tokens": step.token_capacity - step.used_tokens,
+                  "kv_used_tokens": step.used_tokens, "kv_evictable_tokens": step.evictable_tokens,
+                  "kv_available_tokens": step.token_capacity - step.used_tokens - step.evictable_tokens,
                   "gen_throughput": self.last_gen_throughput, "mamba_usage": mamba_usage,
                   "mamba_used_tokens": step.mamba_used,
-                  "mamba_available_tokens": max(0, step.mamba_capacity - step.mamba_used),
+                  "mamba_evictable_tokens": step.mamba_evictable,
+                  "mamba_available_tokens": max(0, step.mamba_capacity - step.mamba_used - step.mamba_evictable),
                   "num_retracted_reqs": len(step.retracted)}
         if step.kind == "prefill":
             total = step.new_tokens + sum(step.cached.values())
@@ -342,7 +570,7 @@ class Serving:
             gauges["spec_accept_length"] = accept
             gauges["spec_accept_rate"] = min(1.0, max(0.0, (accept - 1) / max(1, self._draft_tokens - 1)))
         self.metrics.set_gauges(gauges)
-        if now - self._last_log[step.kind] < 1.0 / LOG_LINES_PER_S:
+        if step.kind == "idle" or now - self._last_log[step.kind] < 1.0 / LOG_LINES_PER_S:
             return
         self._last_log[step.kind] = now
         usage_part: list[tuple[str, object]] = (

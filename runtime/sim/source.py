@@ -34,7 +34,7 @@ class EngineSource:
         try:
             self.engine.submit(SimRequest(rid=job.rid, input_tokens=job.input_tokens, output_tokens=job.output_tokens,
                                           regime=job.regime, block_hashes=job.block_hashes,
-                                          arrival_s=self.engine.now))
+                                          arrival_s=max(self.engine.now, job.arrival_s or 0.0)))
         except RequestRejected as exc:
             raise JobRejected(str(exc)) from exc
 
@@ -44,7 +44,21 @@ class EngineSource:
     def flush_cache(self) -> bool:
         return bool(self.engine.flush_cache())
 
-    def step(self) -> StepResult | None:
+    @property
+    def now(self) -> float:
+        return self.engine.now
+
+    def next_arrival(self) -> float | None:
+        return self.engine.next_event
+
+    def pool_state(self) -> StepResult:
+        return self.engine.pool_state()
+
+    def advance_to(self, t: float) -> None:
+        self.engine.advance_to(t)
+
+    def step(self, slowdown: float = 1.0) -> StepResult | None:
+        self.engine.slowdown = slowdown
         try:
             return self.engine.step()
         except EngineCrash as exc:

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from elsa_e2e_helpers import RunStudy, study_runner, write_small_trace  # noqa: E402
+from elsa_e2e_helpers import RunStudy, study_runner, write_small_trace
 
 
 @pytest.fixture(scope="session")

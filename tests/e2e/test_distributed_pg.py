@@ -14,13 +14,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
 import sqlalchemy as sa
-from postgres_server import running_postgres
 
 from elsa_tune.history.claims import WorkClaims
 from elsa_tune.history.pg_ledger import PostgresLedger
@@ -50,12 +48,6 @@ objectives: [{metric: output_throughput, direction: maximize}]
 guardrails: {min_context_tokens: 1500, quality_gate: true}
 probes: {headroom_floor_mib: 64, probe_timeout_s: 60, hang_s: 20, boot_timeout_s: 60}
 """
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with running_postgres() as url:
-        yield url
 
 
 def _worker(root: Path, space: Path, url: str, gpu: int) -> tuple[subprocess.Popen[bytes], Path]:

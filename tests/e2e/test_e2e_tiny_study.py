@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
+import optuna
 import pytest
 from elsa_e2e_helpers import TINY_SPACE, RunStudy, ledger_lines
 
@@ -38,6 +40,19 @@ def test_tiny_study_end_to_end(run_study: RunStudy, small_trace: Path, tmp_path:
     assert study["status"] == "finished" and study["noise"]["boots"] == 3
     md = (run_dir / "report.md").read_text()
     assert "HybridLinearKVPool" in md and "hierarchical-cache" in md
+    # The report leads with the decision and the file to run, and lists every technique the study booted.
+    head = "\n".join(md.splitlines()[:15])
+    assert "## Decision" in head and "`best/launch.sh`" in head and "SIMULATED — do not deploy" in head
+    tried = {line.split(" | ")[0].removeprefix("| ").split(" (`")[0] for line in md.splitlines()
+             if line.startswith("| ")}
+    assert {b.technique for b in history.boots if b.technique} <= tried
+    # Every Optuna study in study.db is a real one: trials and metric names; boots live in their own table.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        url = f"sqlite:///{run_dir / 'study.db'}"
+        for summary in optuna.get_all_study_summaries(url):
+            study_ = optuna.load_study(study_name=summary.study_name, storage=url)
+            assert study_.trials and study_.metric_names, summary.study_name
 
     # A second study with the same fingerprint skips what the first rejected, and says so.
     again = run_study(traffic=str(small_trace), budget_s=40.0, out=tmp_path / "runs" / "second", space=TINY_SPACE)

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:  # the factory is imported by name, whatever pytest's import mode
-    sys.path.insert(0, HERE)
-
-from elsa_history_factory import HistoryBuilder, copy_history, shared_template  # noqa: E402
+from elsa_history_factory import HistoryBuilder, copy_history, shared_template
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.ledger import LedgerEntry
 from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Covariates, Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import NoiseReport, PhaseSpan, StudyRecord, StudyStatus
+from elsa_tune.history.study_record import NoiseRecord, PhaseSpan, StudyRecord, StudyStatus
 from elsa_tune.history.verdict import Decision, GuardrailResult, Verdict
 from elsa_tune.probes.protocol import ProbeResult, ProbeStatus
 from elsa_tune.runtime.boot_report import Adjustment, BootReport
@@ -222,7 +222,7 @@ def build_history(root: Path) -> HistoryBuilder:
         phases=(PhaseSpan("baseline", T0, T0 + 720, 3600, 3), PhaseSpan("screening", T0 + 720, T0 + 3120, 10800, 13),
                 PhaseSpan("search", T0 + 3120, T0 + 3600, 10800, 2), PhaseSpan("confirmation", T0 + 3600, h.clock,
                                                                              3600, 6)),
-        noise=NoiseReport(sigma_boot=0.031, sigma_run=0.012, warmup_bias=-0.127, boots=3, passes_per_boot=4.0,
+        noise=NoiseRecord(sigma_boot=0.031, sigma_run=0.012, warmup_bias=-0.127, boots=3, passes_per_boot=4.0,
                           mde=1.06),
         traffic="prod.parquet (Mooncake conversation, 1h window)", context_target=131072, image=h.fp.image_digest))
     return h

@@ -122,10 +122,6 @@ def test_corrupt_line_is_reported_with_its_number(tmp_path: Path, caplog: pytest
     assert caught.value.remedy.startswith("fix or delete line 2 of ")
 
 
-def test_missing_ledger_is_empty(tmp_path: Path) -> None:
-    assert Ledger.at(tmp_path / "nowhere").entries() == []
-
-
 def test_a_resumed_study_records_each_decision_once(history: HistoryBuilder) -> None:
     ledger = history.store.ledger
     before = ledger.entries()

@@ -49,16 +49,19 @@ def test_inconclusive_is_no_gain_whatever_the_estimate() -> None:
     assert reason_category(_verdict(Decision.INCONCLUSIVE, effect=1.14, high=1.33)) is C.NO_GAIN
 
 
-def test_screening_shortcuts_are_read_from_their_facts_or_their_sentence() -> None:
+def test_screening_shortcuts_are_read_from_their_facts_never_their_sentence() -> None:
     context = _verdict(Decision.REJECT, "context drops to 12,256 tokens, below the 63,000-token target",
                        kv_pool=12256, context_target=63000)
     assert reason_category(context) is C.CONTEXT_DROP
+    # a sentence alone is never parsed back into a category
     assert reason_category(_verdict(Decision.REJECT, "context drops to 12,256 tokens, below the target")) \
-        is C.CONTEXT_DROP                                            # a record from before the facts were stored
+        is C.NO_GAIN
     slow = _verdict(Decision.REJECT, "−70% on its screening boot (540 vs 1,826 tok/s)", z=-11.0)
     assert reason_category(slow) is C.SLOWER
-    assert reason_category(_verdict(Decision.REJECT, "−70% on its screening boot (540.0 vs 1,826.2 tok/s), 11.0 σ "
-                                    "below the incumbent's boot-to-boot noise")) is C.SLOWER
+    typed = Verdict(decision=Decision.REJECT, reason="anything at all", effect=None, ci_low=None, ci_high=None,
+                    p_value=None, boots_incumbent=0, boots_candidate=1, category=C.CONTEXT_DROP)
+    assert reason_category(typed) is C.CONTEXT_DROP          # the decider's category wins
+    assert Verdict.from_dict(typed.to_dict()).category is C.CONTEXT_DROP
     pool = _verdict(Decision.REJECT, "−20% KV pool (107,328 vs 134,144 tokens), no memory gain", kv_pool=107328,
                     incumbent_kv_pool=134144)
     assert reason_category(pool) is C.MEMORY_LOSS
@@ -80,10 +83,9 @@ def test_gate_rejections_by_failure_guardrail_and_effect() -> None:
     pending = GuardrailResult("ttft_p50", False, 1.02, 0.9, 1.15, 1.1, "not shown")
     assert reason_category(_verdict(Decision.REJECT, "futile at look 1: estimate −1.9%", effect=0.981, high=1.58,
                                     guardrails=(pending,))) is C.NO_GAIN
-    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.85, high=1.05)) is C.SLOWER   # −15%
-    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.64, high=1.53)) is C.SLOWER   # −36% [.., +53%]
-    # filed by its estimate, as the seeds file theirs; the sentence says the interval still reaches a gain
-    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.86, high=1.45)) is C.SLOWER
+    # "slower" only where the interval shows it; an interval that still reaches a gain is "no gain"
+    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.85, high=1.05)) is C.NO_GAIN
+    assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.64, high=1.53)) is C.NO_GAIN
     assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.95, high=0.99)) is C.SLOWER  # shown slower
     assert reason_category(_verdict(Decision.REJECT, "futile", effect=0.95, high=1.05)) is C.NO_GAIN
 
@@ -104,7 +106,7 @@ def test_a_futile_stop_whose_interval_reaches_a_gain_is_said_as_no_benefit_not_a
                     guardrails=(not_shown,))
     assert reason_from_verdict(wide).startswith("no demonstrated benefit (stopped early, futile): −8.7% [")
     shown = _verdict(Decision.REJECT, "futile at look 2: estimate −22% is not above +3.0%", effect=0.78, high=0.9)
-    assert reason_from_verdict(shown).startswith("−22% [")     # an interval below zero: a measured slowdown
+    assert reason_from_verdict(shown).startswith("slower: −22% [")     # an interval below zero: a measured slowdown
 
 
 def test_an_ab_whose_candidate_boot_failed_says_that_failure() -> None:
@@ -127,7 +129,8 @@ def test_an_inconclusive_held_back_by_the_night_or_a_guardrail_says_which() -> N
 
     demoted = replace(_verdict(Decision.INCONCLUSIVE, "+23.1% throughput (p = 0.0218 ≤ 0.0410 at the cap); but after "
                                "false-keep control (lond online, test 9 at level 0.0075) its adjusted p 0.2733 exceeds "
-                               "0.10: the incumbent stays", effect=1.23, high=1.33, multiplicity_level=0.10),
+                               "0.10: the incumbent stays", effect=1.23, high=1.33, multiplicity_level=0.10,
+                               held_by_night_control=True),
                       ci_low=1.14, adjusted_p_value=0.2733)
     assert reason_from_verdict(demoted) == ("not kept under the night's false-keep control: +23% [+14%, +33%] over "
                                             "12 boots, adjusted p 0.27 > 0.10")
@@ -136,7 +139,8 @@ def test_an_inconclusive_held_back_by_the_night_or_a_guardrail_says_which() -> N
                    "the incumbent stays",
                    "the gain crossed at the cap (p = 0.0150 ≤ 0.0410 at the cap) but after 6 more blocks guardrail "
                    "ttft_p99 was still not shown non-inferior (ratio 1.073, …); the incumbent stays"):
-        pending = replace(_verdict(Decision.INCONCLUSIVE, reason, effect=1.165, high=1.33, guardrails=(tail,)),
+        pending = replace(_verdict(Decision.INCONCLUSIVE, reason, effect=1.165, high=1.33, guardrails=(tail,),
+                                   pending_guardrail="ttft_p99"),
                           ci_low=1.007)
         assert reason_from_verdict(pending) == ("+17% [+0.7%, +33%] over 12 boots, but ttft_p99 not shown within "
                                                 "+20%: +7.3% [−4%, +26%]")

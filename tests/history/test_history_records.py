@@ -71,7 +71,7 @@ def test_reason_phrasing() -> None:
     failure = Failure(FailureKind.OOM_UNDER_LOAD, "Triton Error [CUDA]: out of memory", "lower it")
     assert reason_from_failure(failure) == "boots, then OOM under load: Triton Error [CUDA]: out of memory"
     v = verdict(Decision.REJECT, 0.95, 0.92, 0.98, 4)
-    assert reason_from_verdict(v) == "−5.0% [−8%, −2%] over 8 boots"
+    assert reason_from_verdict(v) == "slower: −5.0% [−8%, −2%] over 8 boots"
     clamp = DecisionRecord(study="s", number=1, phase=Phase.SEARCH, technique="slots",
                            ignored=(Adjustment("max-running-requests", 4, 2, "max_running_requests=2"),))
     assert clamp.result == "silently clamped: --max-running-requests 4 → 2"

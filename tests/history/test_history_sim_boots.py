@@ -4,6 +4,7 @@ runtime really produces (its BootReport, its classified Failure, its server log)
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,15 @@ from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Covariates, 
 from elsa_tune.history.store import StudyStore
 from elsa_tune.reports.build import write_outputs
 from elsa_tune.runtime.failure import FailureKind
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 
 pytestmark = pytest.mark.slow
 
 
 def test_sim_boots_round_trip_through_the_store(tmp_path: Path) -> None:
-    runtime = SimulatedSGLang("tiny-test", card_dir=tmp_path / "card", seed=1, speedup=50.0, boot_timeout_s=90.0,
-                              stop_timeout_s=10.0, memory_release_timeout_s=15.0)
+    runtime = SimulatedSGLang("tiny-test", card_dir=tmp_path / "card", seed=1, speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=90.0, stop_s=10.0, memory_release_s=15.0))
     store = StudyStore(tmp_path / "runs" / "sim", name="sim", heartbeat_interval=None)
     state = runtime.gpu.state()
     fp = Fingerprint.build(runtime="sglang-sim", runtime_version="0.5.23", gpu=state)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sqlite3
@@ -79,7 +80,8 @@ def test_crashed_candidate_is_an_infeasible_complete_trial(history: HistoryBuild
     measured, crashed = trials
     assert constraint_values(measured) == (0.0,) and constraint_values(crashed) == (1.0,)
     assert crashed.user_attrs["failure_kind"] == "oom_under_load" and crashed.user_attrs["boot_ids"]
-    assert crashed.values == measured.values              # penalty: the worst value seen, never invented
+    assert crashed.values == [-math.inf]                  # unreachable: no made-up measurement
+    assert study.metric_names == ["objective"]
     if hasattr(optuna.trial.Trial, "set_constraint"):
         assert crashed.constraints == {"feasibility": 1.0} and measured.constraints == {"feasibility": 0.0}
     records = {r.number: r for r in h.store.files.trials()}
@@ -88,6 +90,19 @@ def test_crashed_candidate_is_an_infeasible_complete_trial(history: HistoryBuild
     # the sampler sees the cliff: the next suggestion is made with both trials, no warning, no error
     trial = h.store.ask(study)
     assert 1 <= trial.suggest_int("max-running-requests", 1, 4) <= 4
+
+
+def test_every_optuna_study_has_trials_and_metric_names(history: HistoryBuilder) -> None:
+    summaries = optuna.get_all_study_summaries(h_url := history.store.storage_url)
+    assert [s.study_name for s in summaries] == [f"{STUDY}-search"]       # boots live in elsa_boots_v1
+    for summary in summaries:
+        study = optuna.load_study(study_name=summary.study_name, storage=h_url)
+        assert study.trials and study.metric_names == ["objective"]
+    named = history.store.create_or_load_study("named", ["maximize", "minimize"],
+                                               metric_names=["output_throughput", "ttft_p99"])
+    assert named.metric_names == ["output_throughput", "ttft_p99"]
+    with pytest.raises(HistoryError, match="metric names"):
+        history.store.create_or_load_study("bad", ["maximize"], metric_names=["a", "b"])
 
 
 def test_directions_mismatch_is_refused(tmp_path: Path) -> None:
@@ -125,11 +140,10 @@ def test_result_written_but_never_told_is_recovered(tmp_path: Path) -> None:
 
 def test_boots_written_before_a_crash_are_registered_on_resume(history: HistoryBuilder) -> None:
     h = history
-    registry = h.store._registry_id
     gone = h.store.load().boots[-1].boot_id
-    # drop a registry row, as if the process died between boot.json and the Optuna write
+    # drop a registry row, as if the process died between boot.json and the database write
     with closing(sqlite3.connect(h.run_dir / "study.db")) as db, db:
-        db.execute("DELETE FROM study_user_attributes WHERE study_id = ? AND key = ?", (registry, f"boot:{gone}"))
+        db.execute("DELETE FROM elsa_boots_v1 WHERE study = ? AND boot_id = ?", (STUDY, gone))
     fresh = StudyStore(h.run_dir, name=STUDY, heartbeat_interval=None)
     assert gone not in fresh.registered_boots()
     assert fresh.reconcile().registered_boots == (gone,)
@@ -209,7 +223,8 @@ def test_failure_without_values_is_infeasible(tmp_path: Path) -> None:
     trial.suggest_float("mem-fraction-static", 0.8, 0.97)
     boom = Failure(FailureKind.NO_ROOM_FOR_KV, "KV pool <= 0", "lower it")
     rec = store.record_trial_result(study, trial, values=None, failure=boom)
-    assert rec.state is TrialState.INFEASIBLE and rec.values == (0.0, 0.0) and rec.constraint == 1.0
+    assert rec.state is TrialState.INFEASIBLE and rec.values is None and rec.constraint == 1.0
+    assert study.get_trials()[-1].values == [-math.inf, math.inf]
     trial = store.ask(study)
     trial.suggest_float("mem-fraction-static", 0.8, 0.97)
     rec = store.record_trial_result(study, trial, values=None)

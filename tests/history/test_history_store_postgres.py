@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
-from postgres_server import running_postgres  # tests/postgres_server.py, shared with the workers' tests
 
 from elsa_tune.history.store import StudyStore
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with running_postgres() as url:
-        yield url
 
 
 def test_store_on_postgres_records_trials_and_fails_stale_ones(postgres_url: str, tmp_path: Path) -> None:

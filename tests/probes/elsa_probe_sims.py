@@ -5,13 +5,14 @@ sped up, told the arithmetic answers."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.probes.quality import QualityGate, QualitySettings, knowledge_file
 from elsa_tune.runtime.protocol import Server
 from elsa_tune.runtime.sim.faults import ENV_FAULT
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 PROFILE = Path(__file__).resolve().parent / "profiles" / "probe-tiny.yaml"
@@ -30,7 +31,8 @@ class SimBoots:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.runtime = SimulatedSGLang(PROFILE, card_dir=root / "card", seed=3, speedup=SPEEDUP,
-                                       boot_timeout_s=60.0, stop_timeout_s=10.0, memory_release_timeout_s=15.0,
+                                       timeouts=replace(SIM_TIMEOUTS, boot_s=60.0, stop_s=10.0,
+                                                        memory_release_s=15.0),
                                        knowledge=knowledge_file())
         self.servers: list[Server] = []
 

@@ -3,6 +3,7 @@ for it, with the evidence in the result, and a healthy candidate is not flagged.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from elsa_probe_sims import BUDGET, GATE, SPEC, SimBoots
 from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
 from elsa_tune.probes.quality import QualityGate, QualitySample, knowledge_file
 from elsa_tune.runtime.sim.profile import load_profile
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 
@@ -75,7 +76,7 @@ def test_the_seeds_quality_traps_on_the_calibrated_profile(tmp_path: Path) -> No
     expert answers wrongly, stock host-cache hits answer wrongly; Elsa 1.7 carries the host-cache fix and passes."""
     profile = load_profile("rtx5090-qwen3.6-35b-a3b-nvfp4")
     runtime = SimulatedSGLang(profile.source, card_dir=tmp_path / "card", seed=2, speedup=50.0,
-                              boot_timeout_s=120.0, knowledge=knowledge_file())
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=120.0), knowledge=knowledge_file())
     budget = ProbeBudget(deadline_s=300.0, request_timeout_s=120.0, hang_s=30.0)
     gate = QualityGate()
 

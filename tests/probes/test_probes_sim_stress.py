@@ -18,7 +18,7 @@ from elsa_tune.probes.vision import VisionProbe
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.protocol import HealthState
 from elsa_tune.runtime.sim.profile import load_profile
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ModelSpec, ProbeSettings
@@ -145,7 +145,8 @@ def test_seed_000_a_higher_static_fraction_fails_the_200k_stress_test(tmp_path: 
     200K-token prompt beside seven long sampled generations."""
     profile = "rtx5090-qwen3.6-35b-a3b-nvfp4"
     config = load_profile(profile).config("elsa-part-one")
-    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", seed=2, speedup=50.0, boot_timeout_s=120.0,
+    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", seed=2, speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=120.0),
                               knowledge=knowledge_file())
     budget = ProbeBudget(deadline_s=180.0, request_timeout_s=120.0, hang_s=30.0)
     outcomes = {}
@@ -190,7 +191,8 @@ def test_seed_001_a_maximum_size_image_needs_more_than_the_headroom_floor(tmp_pa
     it."""
     profile = "rtx5090-qwen3.6-35b-a3b-nvfp4"
     config = load_profile(profile).config("elsa-1.7")
-    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", seed=4, speedup=50.0, boot_timeout_s=120.0)
+    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", seed=4, speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=120.0))
     budget = ProbeBudget(deadline_s=120.0, request_timeout_s=90.0, hang_s=30.0)
     results = {}
     for fraction in (0.88, 0.94):

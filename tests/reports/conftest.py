@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-HISTORY_TESTS = str(Path(__file__).resolve().parent.parent / "history")
-if HISTORY_TESTS not in sys.path:
-    sys.path.insert(0, HISTORY_TESTS)
-
-from elsa_history_factory import HistoryBuilder, shared_template  # noqa: E402
+from elsa_history_factory import HistoryBuilder, shared_template
 
 
 @pytest.fixture(scope="session")

@@ -81,14 +81,20 @@ def test_best_folder_is_deployable(outputs: Outputs) -> None:
     compose = yaml.safe_load((outputs.best / "docker-compose.yml").read_text())
     service = compose["services"]["sglang"]
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [gpu_state().uuid]
-    assert service["ports"] == ["30000:30000"] and service["shm_size"] == "32g"
+    assert service["ports"] == ["127.0.0.1:30000:30000"] and "shm_size" not in service
+    assert service["ipc"] == "host" and service["ulimits"] == {"memlock": -1, "stack": 67108864}
     assert service["image"] == "lmsysorg/sglang@sha256:0123456789abcdef"
-    assert service["volumes"] == ["/models/qwen:/models/qwen:ro"]
+    assert service["volumes"] == ["${HOME}/.cache/huggingface:/root/.cache/huggingface",
+                                  "/models/qwen:/models/qwen:ro"]
     command = service["command"]
     assert command[command.index("--page-size") + 1] == "32" and command[command.index("--host") + 1] == "0.0.0.0"
-    assert service["environment"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert service["environment"] == {"HF_TOKEN": "${HF_TOKEN:-}", "SGLANG_ENABLE_SPEC_V2": "1"}
     args = yaml.safe_load((outputs.best / "server-args.yaml").read_text())
-    assert args["flags"] == dict(WINNER.flags) and args["candidate_key"] == WINNER.key()
+    assert args == {"model-path": "/models/qwen", **{k: v for k, v in WINNER.flags.items() if v is not False},
+                    "host": "127.0.0.1", "port": 30000}
+    header = (outputs.best / "server-args.yaml").read_text()
+    assert f"(candidate key {WINNER.key()})" in header and "# Environment (not a flag; export it first): " \
+        "SGLANG_ENABLE_SPEC_V2=1" in header and "SIMULATED" not in header
     client = json.loads((outputs.best / "client.json").read_text())
     assert client["max_total_num_tokens"] == 100480 and client["max_request_tokens"] == 100480
     assert client["declared_context_length"] == 159776 and client["max_running_requests"] == 2
@@ -105,6 +111,9 @@ def test_launch_script_runs_the_exact_command(outputs: Outputs, tmp_path: Path) 
     proc = subprocess.run(["bash", str(script), "--extra"], capture_output=True, text=True, timeout=30, check=True,
                           env={**os.environ, "SGLANG_ENABLE_SPEC_V2": "0"})
     assert proc.stdout.splitlines() == [*server_argv(echo, WINNER), "--extra"]
+    exposed = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, check=True,
+                             env={**os.environ, "BIND_HOST": "0.0.0.0"}).stdout.splitlines()
+    assert exposed[exposed.index("--host") + 1] == "0.0.0.0"
 
 
 def test_rendering_is_idempotent(outputs: Outputs) -> None:

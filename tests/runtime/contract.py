@@ -6,7 +6,8 @@ Subclass it in a test module whose class name starts with ``Test`` and implement
 
     class TestSimulatedRuntime(RuntimeContract):
         def make_runtime(self, tmp_path, scenario):
-            return SimulatedSGLang(..., faults=FAULTS[scenario], boot_timeout_s=3 if scenario == "hang" else 60)
+            return SimulatedSGLang(..., faults=FAULTS[scenario],
+                                   timeouts=RuntimeTimeouts(boot_s=3 if scenario == "hang" else 60))
 
 ``scenario`` is one of ``SCENARIOS``; each implementation maps it onto its own means (a fake server's
 env var, the simulator's fault injection). ``candidate_for(scenario)`` may be overridden when a

@@ -22,6 +22,7 @@ from test_process_contract import leftover_pids
 
 from elsa_tune.runtime.docker import BASELINE_LABEL, GPU_LABEL, LEASE_LABEL, SGLangDocker
 from elsa_tune.runtime.lease import Owner
+from elsa_tune.runtime.protocol import RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
 
 HERE = Path(__file__).resolve().parent
@@ -35,11 +36,12 @@ _OWNER = textwrap.dedent("""
     import docker
     from fake_gpu import DirectoryGpu
     from elsa_tune.runtime.docker import SGLangDocker
+    from elsa_tune.runtime.protocol import RuntimeTimeouts
     from elsa_tune.search_spaces.candidate import Candidate
     base_url, root, env = sys.argv[2], Path(sys.argv[3]), json.loads(sys.argv[4])
     client = docker.DockerClient(base_url=base_url, version="1.43", timeout=60)
     runtime = SGLangDocker("fake/sglang:test", DirectoryGpu(root / "gpu"), client=client, extra_env=env,
-                           boot_timeout_s=30.0)
+                           timeouts=RuntimeTimeouts(boot_s=30.0))
     server = runtime.start(Candidate(flags={"model-path": "/model/fake"}, label="orphan"), root / "boot")
     print(json.dumps({"id": server.handle}), flush=True)
     time.sleep(600)
@@ -61,8 +63,8 @@ def fake_env(tmp_path: Path) -> dict[str, str]:
 def runtime_for(engine: FakeDockerEngine, tmp_path: Path, gpu_uuid: str | None = None) -> SGLangDocker:
     gpu = DirectoryGpu(tmp_path / "gpu") if gpu_uuid is None else DirectoryGpu(tmp_path / "gpu", uuid=gpu_uuid)
     return SGLangDocker(IMAGE, gpu, client=docker.DockerClient(base_url=engine.base_url, version="1.43", timeout=60),
-                        extra_env=fake_env(tmp_path), boot_timeout_s=30.0, stop_timeout_s=2.0,
-                        memory_release_timeout_s=10.0)
+                        extra_env=fake_env(tmp_path),
+                        timeouts=RuntimeTimeouts(boot_s=30.0, stop_s=2.0, memory_release_s=10.0))
 
 
 def start_and_kill_owner(engine: FakeDockerEngine, tmp_path: Path) -> tuple[str, int]:

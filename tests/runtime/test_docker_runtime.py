@@ -18,7 +18,7 @@ from test_process_contract import leftover_pids
 
 from elsa_tune.errors import RuntimeUnavailable
 from elsa_tune.runtime.docker import SGLangDocker
-from elsa_tune.runtime.protocol import Runtime
+from elsa_tune.runtime.protocol import Runtime, RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
 
 
@@ -36,8 +36,8 @@ def docker_runtime(engine: FakeDockerEngine, tmp_path: Path, scenario: str, **ov
     options: dict[str, object] = {
         "client": docker.DockerClient(base_url=engine.base_url, version="1.43", timeout=60),
         "model_dir": tmp_path / "models", "hf_cache": tmp_path / "hf", "shm_size": "16g", "extra_env": env,
-        "boot_timeout_s": 2.0 if scenario == "hang" else 30.0, "stop_timeout_s": 2.0,
-        "memory_release_timeout_s": 10.0, "health_timeout_s": 2.0}
+        "timeouts": RuntimeTimeouts(boot_s=2.0 if scenario == "hang" else 30.0, stop_s=2.0, memory_release_s=10.0,
+                                    health_s=2.0)}
     options.update(overrides)
     return SGLangDocker(IMAGE, DirectoryGpu(tmp_path / "gpu"), **options)  # type: ignore[arg-type]
 
@@ -108,7 +108,8 @@ def test_missing_image_and_unreachable_engine_are_runtime_unavailable(engine: Fa
 
 
 def test_sigterm_ignored_is_killed_by_the_engine_and_removed(engine: FakeDockerEngine, tmp_path: Path) -> None:
-    runtime = docker_runtime(engine, tmp_path, "slow_stop", stop_timeout_s=1.0)
+    runtime = docker_runtime(engine, tmp_path, "slow_stop",
+                             timeouts=RuntimeTimeouts(stop_s=1.0, memory_release_s=10.0, health_s=2.0))
     server = runtime.start(Candidate(flags={"model-path": "/model/fake"}), tmp_path / "boot")
     ended = runtime.stop(server)
     assert ended.killed and ended.returncode == 137

@@ -23,6 +23,7 @@ import pytest
 
 from elsa_tune.runtime.nvml import open_gpu
 from elsa_tune.runtime.process import SGLangProcess, wait_memory_released
+from elsa_tune.runtime.protocol import RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
 
 pytestmark = pytest.mark.gpu
@@ -107,8 +108,8 @@ def test_sglang_process_pins_by_uuid_and_stop_waits_for_gpu_memory(tmp_path: Pat
     script.write_text(SERVER)
     with open_gpu(gpu_spec()) as gpu:
         before = gpu.memory().used
-        runtime = SGLangProcess((torch_python(), str(script)), gpu, boot_timeout_s=300, stop_timeout_s=10,
-                                memory_release_timeout_s=60, memory_margin_bytes=256 << 20)
+        runtime = SGLangProcess((torch_python(), str(script)), gpu, timeouts=RuntimeTimeouts(boot_s=300, stop_s=10),
+                                memory_margin_bytes=256 << 20)
         server = runtime.start(Candidate(label="gpu"), tmp_path / "boot")
         try:
             assert gpu.memory().used - before >= (ALLOC_GIB << 30) * 0.95

@@ -23,6 +23,7 @@ from test_nvml_gpu import ALLOC_GIB, HOLDER, SERVER, torch_python  # type: ignor
 
 from elsa_tune.runtime.nvml import list_gpus, open_gpu
 from elsa_tune.runtime.process import SGLangProcess, wait_memory_released
+from elsa_tune.runtime.protocol import RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.worker_pool import parse_gpus
 
@@ -63,8 +64,8 @@ def test_two_servers_are_pinned_and_accounted_per_gpu(tmp_path: Path) -> None:
     python = _torch_python()
     with open_gpu(first) as a, open_gpu(second) as b:
         before = {a.uuid: a.memory().used, b.uuid: b.memory().used}
-        runtimes = [SGLangProcess((python, str(script)), gpu, boot_timeout_s=300, stop_timeout_s=10,
-                                  memory_release_timeout_s=60, memory_margin_bytes=MARGIN) for gpu in (a, b)]
+        runtimes = [SGLangProcess((python, str(script)), gpu, timeouts=RuntimeTimeouts(boot_s=300, stop_s=10),
+                                  memory_margin_bytes=MARGIN) for gpu in (a, b)]
         servers = []
         try:
             for runtime, gpu in zip(runtimes, (a, b), strict=True):

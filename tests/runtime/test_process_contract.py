@@ -9,7 +9,7 @@ from contract import RuntimeContract
 from fake_gpu import DirectoryGpu
 
 from elsa_tune.runtime.process import SGLangProcess
-from elsa_tune.runtime.protocol import Runtime
+from elsa_tune.runtime.protocol import Runtime, RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
 
 FAKE = Path(__file__).with_name("fake_sglang.py")
@@ -28,8 +28,9 @@ def fake_runtime(tmp_path: Path, scenario: str, **overrides: object) -> SGLangPr
            "FAKE_SGLANG_GPU_DIR": str(tmp_path / "gpu"), "FAKE_SGLANG_BYTES": str(2 << 30),
            "FAKE_SGLANG_DIE_AFTER_S": "1.5"}
     hang = scenario == "hang"
-    options: dict[str, object] = {"boot_timeout_s": 2.0 if hang else 30.0, "stop_timeout_s": 1.0 if hang else 2.0,
-                                  "memory_release_timeout_s": 10.0, "health_timeout_s": 2.0, "extra_env": env}
+    timeouts = RuntimeTimeouts(boot_s=2.0 if hang else 30.0, stop_s=1.0 if hang else 2.0, memory_release_s=10.0,
+                               health_s=2.0)
+    options: dict[str, object] = {"timeouts": timeouts, "extra_env": env}
     options.update(overrides)
     return SGLangProcess((sys.executable, str(FAKE)), DirectoryGpu(tmp_path / "gpu"), **options)  # type: ignore[arg-type]
 

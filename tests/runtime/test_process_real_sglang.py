@@ -10,6 +10,7 @@ import pytest
 from elsa_tune.errors import BootFailed, ConfigError
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.process import SGLangProcess
+from elsa_tune.runtime.protocol import RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
 
 pytestmark = pytest.mark.sglang
@@ -19,7 +20,7 @@ def real_runtime() -> SGLangProcess:
     python = os.environ.get("ELSA_SGLANG_PYTHON")
     if not python:
         pytest.skip("ELSA_SGLANG_PYTHON is not set")
-    return SGLangProcess((python, "-m", "sglang.launch_server"), boot_timeout_s=300, stop_timeout_s=10)
+    return SGLangProcess((python, "-m", "sglang.launch_server"), timeouts=RuntimeTimeouts(boot_s=300, stop_s=10))
 
 
 def test_flag_removed_in_0523_is_a_classified_bad_flag(tmp_path: Path) -> None:

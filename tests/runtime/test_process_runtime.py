@@ -15,6 +15,7 @@ import elsa_tune.runtime.process as process_module
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.process import SGLangProcess
+from elsa_tune.runtime.protocol import RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
 
 CANDIDATE = Candidate(flags={"model-path": "/models/fake", "max-running-requests": 4, "enable-mixed-chunk": True,
@@ -61,7 +62,8 @@ def test_boot_pins_gpu_by_uuid_binds_localhost_and_records_everything(tmp_path: 
 
 
 def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: Path) -> None:
-    runtime = fake_runtime(tmp_path, "slow_stop", stop_timeout_s=0.5)
+    runtime = fake_runtime(tmp_path, "slow_stop",
+                           timeouts=RuntimeTimeouts(boot_s=30.0, stop_s=0.5, memory_release_s=10.0, health_s=2.0))
     server = runtime.start(CANDIDATE, tmp_path / "b")
     ended = runtime.stop(server)
     assert ended.killed and ended.returncode == -9
@@ -93,7 +95,8 @@ def test_port_taken_between_choice_and_bind_is_retried_once(tmp_path: Path, monk
 
 
 def test_stop_reports_memory_that_is_not_given_back(tmp_path: Path) -> None:
-    runtime = fake_runtime(tmp_path, "ok", memory_release_timeout_s=0.5)
+    runtime = fake_runtime(tmp_path, "ok",
+                           timeouts=RuntimeTimeouts(boot_s=30.0, stop_s=2.0, memory_release_s=0.5, health_s=2.0))
     server = runtime.start(CANDIDATE, tmp_path / "b")
     (tmp_path / "gpu" / str(os.getpid())).write_text(str(4 << 30))   # a foreign process grabbed memory meanwhile
     ended = runtime.stop(server)

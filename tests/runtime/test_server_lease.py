@@ -25,19 +25,21 @@ import pytest
 
 from elsa_tune.runtime.lease import ENV_LEASE_DIR, LeaseBook, Owner, ServerLease, lease_dir
 from elsa_tune.runtime.process_group import ProcessGroup, start_time
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 
 PROFILE = "tiny-test"
+SLEEPER = ("sh", "-c", "sleep 120 & sleep 120; wait")
 
 #: A tuner that boots one simulated server, says where it is, and waits to be killed.
 _OWNER = textwrap.dedent("""
     import json, sys, time
+    from dataclasses import replace
     from pathlib import Path
-    from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+    from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
     from elsa_tune.search_spaces.candidate import Candidate
     card, boot = Path(sys.argv[1]), Path(sys.argv[2])
-    runtime = SimulatedSGLang("tiny-test", card_dir=card, speedup=50.0, boot_timeout_s=60.0)
+    runtime = SimulatedSGLang("tiny-test", card_dir=card, speedup=50.0, timeouts=replace(SIM_TIMEOUTS, boot_s=60.0))
     server = runtime.start(Candidate(label="orphan"), boot)
     print(json.dumps({"pid": int(server.handle), "port": server.port, "uuid": runtime.gpu.uuid}), flush=True)
     time.sleep(600)
@@ -65,7 +67,7 @@ def boot_and_kill_owner(card: Path, boot: Path) -> dict[str, int | str]:
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     """A "server": a process group of two sleeps in their own session."""
-    proc = subprocess.Popen(["sh", "-c", "sleep 120 & sleep 120; wait"], stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(list(SLEEPER), stdin=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 10
     while len(ProcessGroup(proc.pid).members()) < 3 and time.monotonic() < deadline:
@@ -78,7 +80,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def lease_of(proc: subprocess.Popen[bytes], tmp_path: Path, owner: Owner) -> ServerLease:
-    lease = ServerLease.for_server(proc.pid, gpu_uuid="GPU-test", port=1, run_dir=tmp_path, command=("sleep",))
+    lease = ServerLease.for_server(proc.pid, gpu_uuid="GPU-test", port=1, run_dir=tmp_path, command=SLEEPER)
     return replace(lease, owner=owner)
 
 
@@ -96,8 +98,8 @@ def test_the_lease_folder_is_the_env_var_then_xdg_then_cache(monkeypatch: pytest
 
 def test_a_lease_lives_from_start_to_stop_and_says_whose_server_it_is(tmp_path: Path) -> None:
     book = LeaseBook(tmp_path / "leases")
-    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0, boot_timeout_s=60.0,
-                              stop_timeout_s=10.0, leases=book)
+    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=60.0, stop_s=10.0), leases=book)
     server = runtime.start(Candidate(label="leased"), tmp_path / "boot")
     try:
         (lease,) = book.leases()
@@ -207,8 +209,9 @@ def test_other_hosts_and_other_schemas_are_not_judged(sleeper: subprocess.Popen[
 def test_an_unwritable_lease_folder_does_not_stop_a_boot(tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("")
-    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0, boot_timeout_s=60.0,
-                              stop_timeout_s=10.0, leases=LeaseBook(blocked / "leases"))
+    runtime = SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=60.0, stop_s=10.0),
+                              leases=LeaseBook(blocked / "leases"))
     server = runtime.start(Candidate(), tmp_path / "boot")
     assert runtime.stop(server).gpu_memory_released
 
@@ -219,3 +222,48 @@ def _dead_pid() -> int:
     proc.wait(timeout=10)
     assert start_time(proc.pid) is None and proc.pid != os.getpid()
     return proc.pid
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"server_start": None}, "no start time"),
+    ({"command": ("python", "-m", "sglang.launch_server")}, "another command"),
+    ({"server_pgid": "ours"}, "names group"),    # the test's own group: signalling it would stop pytest
+])
+def test_a_group_not_provably_the_servers_is_never_signalled(sleeper: subprocess.Popen[bytes], tmp_path: Path,
+                                                             change: dict[str, object], why: str) -> None:
+    # the issue's case: a lease whose server start is null names any process group; its owner is dead
+    book = LeaseBook(tmp_path / "leases", stop_timeout_s=1.0)
+    lease = lease_of(sleeper, tmp_path, replace(Owner.me(), pid=_dead_pid()))
+    if change.get("server_pgid") == "ours":
+        change = {"server_pgid": os.getpgid(0)}
+    book.write(replace(lease, **change))  # type: ignore[arg-type]
+    (reaped,) = book.reap()
+    assert reaped.stopped == () and why in reaped.detail and "nothing stopped" in reaped.detail
+    assert sleeper.poll() is None and len(ProcessGroup(sleeper.pid).members()) == 3 and book.leases() == []
+
+
+def test_another_users_process_is_never_signalled(tmp_path: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("starting a process as another user needs root")
+    nobody = subprocess.Popen(["sleep", "120"], stdin=subprocess.DEVNULL, start_new_session=True, user=65534,
+                              group=65534)
+    try:
+        book = LeaseBook(tmp_path / "leases", stop_timeout_s=1.0)
+        lease = ServerLease.for_server(nobody.pid, gpu_uuid="GPU-test", port=1, run_dir=tmp_path,
+                                       command=("sleep", "120"))
+        book.write(replace(lease, owner=replace(Owner.me(), pid=_dead_pid())))
+        (reaped,) = book.reap()
+        assert reaped.stopped == () and "belongs to user 65534" in reaped.detail and nobody.poll() is None
+    finally:
+        nobody.kill()
+        nobody.wait(timeout=10)
+
+
+def test_a_script_run_through_its_interpreter_is_the_same_command() -> None:
+    from elsa_tune.runtime.lease import same_command
+
+    assert same_command(("serve.py", "--port", "1"), ("/usr/bin/python3", "/opt/serve.py", "--port", "1"))
+    assert same_command(("sleep", "120"), ("sleep", "120"))
+    assert not same_command(("sleep", "120"), ("sleep", "121"))
+    assert not same_command(("serve.py", "--port", "1"), ("/usr/bin/python3", "/opt/other.py", "--port", "1"))
+    assert not same_command((), ("sleep",))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -15,7 +16,7 @@ from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.protocol import HealthState, Runtime
 from elsa_tune.runtime.sim.faults import BOOT_CRASH_KIND
 from elsa_tune.runtime.sim.profile import load_profile
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 
 PROFILE = "rtx5090-qwen3.6-35b-a3b-nvfp4"
@@ -28,7 +29,7 @@ _SCENARIO_FAULTS = {"ok": None, "bad_flag": None, "oom_at_boot": "no_room_for_kv
 
 def runtime_for(tmp_path: Path, faults: str | None, *, boot_timeout_s: float = 90.0) -> SimulatedSGLang:
     return SimulatedSGLang(PROFILE, card_dir=tmp_path / "card", seed=5, speedup=SPEEDUP, faults=faults,
-                           boot_timeout_s=boot_timeout_s, stop_timeout_s=10.0, memory_release_timeout_s=15.0)
+                           timeouts=replace(SIM_TIMEOUTS, boot_s=boot_timeout_s, stop_s=10.0, memory_release_s=15.0))
 
 
 @pytest.mark.slow
@@ -121,7 +122,7 @@ def test_slow_boot_times_out(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_memory_not_released_holds_the_card_after_stop(tmp_path: Path) -> None:
     runtime = runtime_for(tmp_path, "gpu_not_released=6")
-    runtime.memory_release_timeout_s = 0.5
+    runtime.timeouts = replace(runtime.timeouts, memory_release_s=0.5)
     server = runtime.start(Candidate(flags=BASE_FLAGS), tmp_path / "boot")
     assert runtime.gpu.memory().used > 20 * 1024**3
     ended = runtime.stop(server)
@@ -153,7 +154,8 @@ def test_seed_004_boots_then_dies_on_its_first_generation(tmp_path: Path) -> Non
     # Without MTP at --mem-fraction-static 0.97 the pool leaves no workspace: /v1/models answers, generation dies.
     profile = "rtx5090-qwen3.8-27b-nvfp4"
     config = load_profile(profile).config("no-mtp-0.97")
-    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", speedup=SPEEDUP, boot_timeout_s=90.0)
+    runtime = SimulatedSGLang(profile, card_dir=tmp_path / "card", speedup=SPEEDUP,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=90.0))
     server = runtime.start(Candidate(flags=config.flags, env=config.env), tmp_path / "boot")
     try:
         assert httpx.get(server.base_url + "/v1/models", timeout=10, trust_env=False).status_code == 200

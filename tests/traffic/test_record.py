@@ -29,8 +29,9 @@ from prometheus_backfill import (
     running_prometheus,
 )
 
+from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.prometheus import PrometheusClient
-from elsa_tune.traffic.recording import Recording, RecordWindow, record
+from elsa_tune.traffic.recording import Recording, RecordWindow, auto_step, record
 from elsa_tune.traffic.summary import prefix_reuse
 from elsa_tune.traffic.trace import read_trace
 from elsa_tune.tuner.cli import main
@@ -149,11 +150,14 @@ DAY = 86400.0
         (lambda t: ["--start", _iso(t.end), "--end", _iso(t.start)], "empty or reversed"),
         (lambda t: ["--start", _iso(t.start), "--end", _iso(time.time() + 2 * DAY)], "in the future"),
         (lambda t: ["--since", "fortnight"], "not a duration"),
-        (lambda t: ["--step", "1d", WINDOW], "shorter than two steps"),
+        (lambda t: ["--step", "1d", WINDOW], "a rate curve needs at least 10"),
+        # the counters exist under the selector from the window's last scrape on: nothing grew between two points
+        (lambda t: ["--selector", '{job="sglang"}', "--start", _iso(t.start - 600), "--end",
+                    _iso(t.start + t.scrape_s / 2)], "did not grow"),
         (lambda t: ["--prometheus", f"http://127.0.0.1:{free_port()}", WINDOW], "cannot reach Prometheus"),
     ],
     ids=["wrong-selector", "malformed-selector", "empty-window", "reversed", "future", "bad-duration", "short",
-         "down"],
+         "no-growth", "down"],
 )
 def test_errors_are_explained_and_leave_no_file(one_day: tuple[str, Truth], tmp_path: Path,
                                                 make_args: Callable[[Truth], list[object]], message: str,
@@ -170,8 +174,21 @@ def test_errors_are_explained_and_leave_no_file(one_day: tuple[str, Truth], tmp_
     err = capsys.readouterr().err
     assert "remedy:" in err
     assert re.search(message, err), err
+    if message == "did not grow":   # the selector was right: the error must not send the user to another one
+        assert "matches no" not in err and "--step" in err
     assert out.read_bytes() == b"an older trace"
     assert [p.name for p in tmp_path.iterdir()] == ["prod.parquet"]
+
+
+def test_the_step_is_chosen_from_the_window() -> None:
+    now = 2_000_000_000.0
+    assert auto_step(180) == 5.0 and auto_step(3600) == 30.0 and auto_step(14 * DAY) == 60.0
+    short = RecordWindow(start=now - 180, end=now).checked(now)
+    assert short.step == 5.0 and (short.end - short.start) / short.step >= 30
+    assert RecordWindow(start=now - 14 * DAY, end=now).checked(now).step == 60.0
+    with pytest.raises(TrafficError, match=r"holds 3 steps of 60 s") as raised:
+        RecordWindow(start=now - 180, end=now, step=60.0).checked(now)
+    assert "--step 18s or less" in raised.value.remedy
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.tuner.boot_sample import BootSample, Covariates
 from elsa_tune.tuner.dimensioning import dimension, dimension_passes
 from elsa_tune.tuner.noise_model import NoiseModelSampler
-from elsa_tune.tuner.protocol import BootSample, Covariates
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.statistics import InsufficientData
 

@@ -12,7 +12,7 @@ from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.runtime.failure import FailureKind
-from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
@@ -24,7 +24,8 @@ BASE = {"mem-fraction-static": 0.6, "max-running-requests": 2, "max-mamba-cache-
 
 @pytest.fixture()
 def ctx(tmp_path: Path) -> BootContext:
-    runtime = SimulatedSGLang("tiny-test", card_dir=tmp_path / "card", seed=3, speedup=30.0, boot_timeout_s=60.0)
+    runtime = SimulatedSGLang("tiny-test", card_dir=tmp_path / "card", seed=3, speedup=30.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=60.0))
     workload = synthetic(6, 300, 24, 2, block_size=128, tag="sampler-test")
     store = StudyStore(tmp_path / "run", name="t", heartbeat_interval=None)
     fp = Fingerprint.build(runtime="sglang-sim", runtime_version="0.5.23", gpu=runtime.gpu.state())

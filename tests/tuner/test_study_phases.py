@@ -20,9 +20,9 @@ from elsa_tune.tuner.night import Night, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.search_phase import LocalSearch
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.trials import LocalSearch
 
 TINY_SPACE = Path(__file__).parents[1] / "e2e" / "data" / "tiny-space.yaml"
 
@@ -197,7 +197,8 @@ def _promising(night: Night, name: str) -> tuple[int, object, object]:
     first = Verdict(decision=Decision.INCONCLUSIVE, reason="+20.0% throughput (p = 0.0200 ≤ 0.0410 at look 3); but "
                     "after false-keep control (lond online, test 9 at level 0.0075) its adjusted p 0.2667 exceeds "
                     "0.10: the incumbent stays", effect=1.20, ci_low=1.08, ci_high=1.33, p_value=0.02,
-                    boots_incumbent=6, boots_candidate=6, adjusted_p_value=0.2667, extra={"multiplicity_level": 0.10})
+                    boots_incumbent=6, boots_candidate=6, adjusted_p_value=0.2667, extra={"multiplicity_level": 0.10,
+                                                                                  "held_by_night_control": True})
     return index, technique, first
 
 

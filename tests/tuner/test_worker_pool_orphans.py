@@ -14,11 +14,13 @@ from elsa_tune.tuner.worker_pool import WorkerPool
 #: A worker that boots one simulated server, writes its pid down, and is SIGKILLed (no ``finally`` runs).
 _WORKER = textwrap.dedent("""
     import os, signal, sys
+    from dataclasses import replace
     from pathlib import Path
-    from elsa_tune.runtime.sim.runtime import SimulatedSGLang
+    from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
     from elsa_tune.search_spaces.candidate import Candidate
     root = Path(sys.argv[1])
-    runtime = SimulatedSGLang("tiny-test", card_dir=root / "card", speedup=50.0, boot_timeout_s=60.0)
+    runtime = SimulatedSGLang("tiny-test", card_dir=root / "card", speedup=50.0,
+                              timeouts=replace(SIM_TIMEOUTS, boot_s=60.0))
     server = runtime.start(Candidate(label="orphan"), root / "boot")
     (root / "server.pid").write_text(server.handle)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -14,12 +14,15 @@ import sys
 from collections import Counter
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.tuner.argument_types import finite_float, nonnegative_float, positive_float, positive_int
 from elsa_tune.tuner.gate import GatePolicy, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
 from elsa_tune.tuner.statistics import InsufficientData, boots_per_arm_for, mde_for
 
 NAME = "gate"
 HELP = "plan or simulate the A/B gate: boundaries, detectable effects, keep rates at a given noise"
+EXAMPLES = ('elsa-tune gate plan --sigma-boot 0.05 --looks 2,4,6 --json',
+            'elsa-tune gate simulate --effect 1.05 --effect 1.10 --runs 200 --sigma-boot 0.05')
 MDES = (0.02, 0.03, 0.05, 0.10, 0.15, 0.20)
 
 
@@ -31,20 +34,21 @@ def register(parser: argparse.ArgumentParser) -> None:
     plan.set_defaults(func=_plan)
     simulate = sub.add_parser("simulate", help="keep rate and boots spent for a known true effect (noise model)")
     _policy_args(simulate)
-    simulate.add_argument("--effect", type=float, action="append", metavar="RATIO",
+    simulate.add_argument("--effect", type=finite_float, action="append", metavar="RATIO",
                           help="true change as a fraction, e.g. 0.05 for +5%% (repeatable; default 0 and 0.10)")
-    simulate.add_argument("--runs", type=int, default=200, help="A/B runs per effect (default 200)")
+    simulate.add_argument("--runs", type=positive_int, default=200, help="A/B runs per effect (default 200)")
     simulate.set_defaults(func=_simulate)
 
 
 def _policy_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sigma-boot", type=float, default=0.10, help="boot-to-boot σ of log throughput (0.10)")
-    parser.add_argument("--sigma-run", type=float, default=0.03, help="pass-to-pass σ within a boot (0.03)")
-    parser.add_argument("--passes", type=int, default=2, help="measured passes per boot (2)")
+    parser.add_argument("--sigma-boot", type=nonnegative_float, default=0.10,
+                        help="boot-to-boot σ of log throughput (0.10)")
+    parser.add_argument("--sigma-run", type=nonnegative_float, default=0.03, help="pass-to-pass σ within a boot (0.03)")
+    parser.add_argument("--passes", type=positive_int, default=2, help="measured passes per boot (2)")
     parser.add_argument("--looks", default="4,8,12", help="blocks per arm at each look (4,8,12)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="one-sided false-keep rate (0.05)")
+    parser.add_argument("--alpha", type=positive_float, default=0.05, help="one-sided false-keep rate (0.05)")
     parser.add_argument("--shape", choices=("obf", "pocock"), default="obf", help="boundary shape (obf)")
-    parser.add_argument("--min-effect", type=float, default=0.03, help="minimum worthwhile effect (0.03)")
+    parser.add_argument("--min-effect", type=positive_float, default=0.03, help="minimum worthwhile effect (0.03)")
 
 
 def _policy(args: argparse.Namespace) -> GatePolicy:

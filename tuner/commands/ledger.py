@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,8 @@ from elsa_tune.history.reasons import interval, pct
 
 NAME = "ledger"
 HELP = "show the ledger of techniques measured and rejected (shared by the studies of a folder)"
+EXAMPLES = ('elsa-tune ledger elsa-runs/demo',
+            'elsa-tune ledger elsa-runs/ledger.jsonl --technique hicache --all --json')
 DEFAULT_PATH = Path("elsa-runs")
 
 
@@ -53,7 +56,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.path}: no such ledger, run folder or study folder",
                           remedy="pass the folder studies were written to (default ./elsa-runs) or a ledger.jsonl")
     ledger = Ledger.at(args.path)
-    entries = select(ledger.entries(), technique=args.technique, fingerprint=args.fingerprint, everything=args.all)
+    reader = logging.getLogger("elsa_tune.history.ledger")
+    level = reader.level
+    reader.setLevel(logging.ERROR)   # its corrupt-line warnings are said once, below, by this command
+    try:
+        read = ledger.entries()
+    finally:
+        reader.setLevel(level)
+    entries = select(read, technique=args.technique, fingerprint=args.fingerprint, everything=args.all)
     for bad in ledger.problems():
         print(f"elsa-tune: warning: skipped corrupt ledger line {bad.describe(ledger.backend.source)}",
               file=sys.stderr)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.classify import classify, looks_failed
@@ -26,6 +27,8 @@ from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 NAME = "log"
 HELP = "explain an SGLang server log: the boot report, or the classified failure with its remedy"
+EXAMPLES = ('elsa-tune log explain server.log',
+            'elsa-tune log explain - --json --flags "--page-size 32"')
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -75,10 +78,14 @@ def _read(path: str) -> str:
         text = sys.stdin.read()
     else:
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            raw = Path(path).read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read the server log {path!r}: {exc.strerror or exc}",
                               remedy="pass the path of an SGLang server log (or - to read stdin)") from exc
+        text = raw.decode("utf-8", errors="replace")
+        if b"\0" in raw[:65536] or text[:65536].count("\ufffd") > len(text[:65536]) // 100:
+            raise ConfigError(f"{path!r} is binary data, not a server log",
+                              remedy="pass the text log an SGLang server wrote (its stdout/stderr)")
     if not text.strip():
         raise ConfigError(f"the server log {path!r} is empty", remedy="pass a log that SGLang wrote")
     return text
@@ -89,12 +96,22 @@ def run_explain(args: argparse.Namespace) -> int:
     candidate = parse_flags(args.flags) if args.flags else None
     report = build_report(text, candidate)
     failure = classify(text) if looks_failed(text) else None
+    if failure is None and _says_nothing(report):
+        raise ConfigError(f"nothing in {args.server_log!r} reads as an SGLang server log (no version, pool, "
+                          "slot, phase or failure line)",
+                          remedy="pass the log an SGLang server wrote (its stdout/stderr, from the first line)")
     if args.json:
         print(json.dumps({"report": report.to_dict(), "failure": failure.to_dict() if failure else None},
                          indent=2, default=str))
     else:
         print(render(report, failure))
-    return 1 if failure else 0
+    return exit_codes.FAILED if failure else exit_codes.OK
+
+
+def _says_nothing(report: BootReport) -> bool:
+    """No line of the log was recognised: every field of the report is empty."""
+    fields = report.to_dict()
+    return not any(v not in (None, [], {}, (), "") for k, v in fields.items() if k not in ("schema_version",))
 
 
 def _gb(value: float | None) -> str:

@@ -7,17 +7,23 @@ ledger beside it), so this works on a finished, a running or a killed study.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
 
 NAME = "report"
 HELP = "re-render report.md, report.html and best/ of a study from its history (measures nothing)"
+EXAMPLES = ('elsa-tune report elsa-runs/demo',
+            'elsa-tune report elsa-runs/demo --json --no-plots')
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the study's folder (holds study.json, boots/)")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                        help="the study's folder (holds study.json, boots/), e.g. elsa-runs/demo")
     parser.add_argument("--no-plots", action="store_true", help="skip the figures (faster; the HTML says so)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the decision, the boot counts and the files written as one JSON object")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +39,17 @@ def run(args: argparse.Namespace) -> int:
 
     outputs = write_outputs(run_dir, with_plots=not args.no_plots)
     report = outputs.report
+    if args.json:
+        decision = report.decision()
+        print(json.dumps({
+            "study": report.study_name, "status": report.status, "simulated": report.simulated,
+            "decision": {"action": decision.action, "effect": decision.effect, "deploy": decision.deploy,
+                         "holds": decision.holds, "changes": list(decision.changes)},
+            "summary": report.summary_line(), "boots": len(report.boots),
+            "boot_outcomes": dict(report.boot_counts()), "decisions": len(report.keep_reject),
+            "warnings": list(report.warnings), "report_md": str(outputs.markdown), "report_html": str(outputs.html),
+            "best": str(outputs.best) if outputs.best else None}, indent=2))
+        return 0
     print(f"{report.study_name}: {report.summary_line()}")
     print(f"  {len(report.boots)} boots, {len(report.keep_reject)} decisions, status {report.status}")
     for warning in report.warnings:

@@ -18,9 +18,14 @@ from typing import Any
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime.sim import flags as sglang_flags
+from elsa_tune.tuner.argument_types import positive_float
 
 NAME = "sim"
 HELP = "the simulated SGLang server (serve), a configuration's noiseless truth (truth), the shipped profiles"
+EXAMPLES = ("elsa-tune sim profiles --json",
+            "elsa-tune sim serve --sim-profile tiny-test --model-path tiny-hybrid --port 30000",
+            "elsa-tune sim truth --sim-profile rtx5090-qwen3.8-27b-nvfp4 --model-path nvidia/Qwen3.8-27B-NVFP4 "
+            "--page-size 32 --workload workload.json")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                             "mamba_pool_too_small, cuda_graph_failed, host_oom_killed, technique_crash, unknown, "
                             "crash_after_requests=N, hang, hang_after_requests=N, slow_boot[=F], port_taken, "
                             "gpu_not_released[=S]")
-    serve.add_argument("--sim-speedup", type=float, default=1.0, metavar="X",
+    serve.add_argument("--sim-speedup", type=positive_float, default=1.0, metavar="X",
                        help="run simulated time X times faster than real time (boot and serving)")
     serve.add_argument("--sim-noise", choices=("profile", "off"), default="profile",
                        help="the profile's noise (boot drift, run noise, cold first pass) or none at all")
@@ -52,6 +57,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     truth.set_defaults(func=_truth)
 
     profiles = sub.add_parser("profiles", help="list the shipped simulation profiles")
+    profiles.add_argument("--json", action="store_true", help="print the names as a JSON list")
     profiles.set_defaults(func=_profiles)
 
 
@@ -111,7 +117,7 @@ def _truth(args: argparse.Namespace) -> int:
     path = Path(text)
     try:
         data = json.loads(path.read_text() if not text.lstrip().startswith("{") and path.is_file() else text)
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ConfigError(f"--workload: not JSON text or a readable JSON file: {exc}",
                           remedy='pass e.g. --workload \'{"concurrency": 8, "input_tokens": [1024], '
                                  '"output_tokens": [1024]}\'') from exc
@@ -137,6 +143,11 @@ def _truth(args: argparse.Namespace) -> int:
 def _profiles(args: argparse.Namespace) -> int:
     from elsa_tune.runtime.sim.profile import list_profiles
 
+    if args.json:
+        import json
+
+        print(json.dumps(list_profiles()))
+        return 0
     for name in list_profiles():
         print(name)
     return 0

@@ -16,6 +16,9 @@ from elsa_tune.search_spaces.space import FlagShape, SearchSpace
 
 NAME = "space"
 HELP = "show a search space, or check it against the installed runtime's flags"
+EXAMPLES = ('elsa-tune space list --json',
+            'elsa-tune space show qwen3.8-27b-nvfp4-rtx5090',
+            'elsa-tune space check my-space.yaml --runtime-python /opt/sglang/bin/python')
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +34,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                             f"(default: the bundled SGLang {sglang_flags.SGLANG_VERSION} flag table, with choices)")
     check.set_defaults(func=_check)
     shipped = sub.add_parser("list", help="list the shipped search spaces")
+    shipped.add_argument("--json", action="store_true", help="print the names as a JSON list")
     shipped.set_defaults(func=_list)
 
 
@@ -45,6 +49,9 @@ def _load(args: argparse.Namespace) -> SearchSpace:
 
 
 def _list(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps(list_shipped_spaces()))
+        return 0
     for name in list_shipped_spaces():
         print(name)
     return 0

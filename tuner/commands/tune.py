@@ -9,13 +9,29 @@ every listed GPU at once (``tuner/fleet.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import json
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
+from elsa_tune.output_path import OutputPath
+from elsa_tune.tuner.argument_types import positive_float, positive_int
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from elsa_tune.tuner.preflight import Preflight
+    from elsa_tune.tuner.settings import Settings
 
 NAME = "tune"
 HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic prod.parquet)"
+EXAMPLES = ('elsa-tune --gpu 0 --traffic prod.parquet --space qwen3.8-27b-nvfp4-rtx5090 --model '
+            '/models/qwen --budget 8h',
+            'elsa-tune --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space '
+            'qwen3.8-27b-nvfp4-rtx5090 --traffic demo --budget 8m --out elsa-runs/demo',
+            'elsa-tune --gpu 0 --traffic prod.parquet --budget 8h --dry-run --json')
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -41,15 +57,23 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "\"/opt/sglang-venv/bin/python -m sglang.launch_server\"")
     parser.add_argument("--image", default=None, metavar="IMAGE", help="the container image (--runtime docker)")
     parser.add_argument("--sim-profile", default=None, metavar="NAME", help="the simulator profile (--gpu sim)")
-    parser.add_argument("--sim-speedup", type=float, default=None, metavar="X",
+    parser.add_argument("--sim-speedup", type=positive_float, default=None, metavar="X",
                         help="simulated seconds per wall second (default 40)")
     parser.add_argument("--virtual", action="store_true", default=None,
                         help="with --gpu sim: run the study in the simulated system's time, with no server processes "
                              "(a what-if: an 8-hour study on a profile in seconds; every number is simulated)")
-    parser.add_argument("--pass-seconds", type=float, default=None, metavar="S",
+    parser.add_argument("--pass-seconds", type=positive_float, default=None, metavar="S",
                         help="target length of one measured pass (default: the budget / 250, within 1-180 s)")
-    parser.add_argument("--baseline-boots", type=int, default=None, metavar="N", help="baseline boots (default 4)")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--baseline-boots", type=positive_int, default=None, metavar="N",
+                        help="baseline boots (default 4)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seed of the search's sampler and the boot schedule (default 0), e.g. --seed 7")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show the plan and stop: phases and their budget, estimated boots, every candidate's "
+                             "command line checked against the runtime's flags, what the ledger will skip; "
+                             "boots nothing and creates no run folder")
+    parser.add_argument("--json", action="store_true",
+                        help="print the final summary (or the --dry-run plan) as one JSON object on stdout")
     parser.add_argument("--no-live", dest="live", action="store_false", default=None,
                         help="plain log lines even on a terminal")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more console output")
@@ -60,15 +84,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elsa_tune.history.study_record import StudyStatus
-    from elsa_tune.tuner.console import StudyView, interactive, setup_logging
+    from elsa_tune.history.run_lock import RunLock
+    from elsa_tune.tuner.console import interactive, setup_logging
     from elsa_tune.tuner.preflight import run_preflight
     from elsa_tune.tuner.settings import Settings
-    from elsa_tune.tuner.signals import Interrupts
-    from elsa_tune.tuner.study import Study
     from elsa_tune.tuner.worker_pool import parse_gpus
 
-    cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "verbose", "quiet")}
+    cli = {k: v for k, v in vars(args).items()
+           if k not in ("func", "command", "debug", "verbose", "quiet", "dry_run", "json")}
     cli["verbosity"] = int(args.verbose) - int(args.quiet) or None
     settings = Settings.resolve(cli)
     # --gpu 0,1: the lead owns the first GPU (baseline, screening, confirmation); the search runs on all of them.
@@ -84,13 +107,40 @@ def run(args: argparse.Namespace) -> int:
     if gpus and "sim" in gpus:
         raise ConfigError(f"--gpu {','.join(gpus)}: simulated GPUs are numbered",
                           remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        return _dry_run(settings, as_json=bool(args.json))
+    run_dir = OutputPath(settings.run_dir, "--out", folder=True).check([settings.traffic, settings.space])
+    if settings.log_file is not None:
+        OutputPath(settings.log_file, "--log-file").check([settings.traffic, settings.space])
     live = interactive() if settings.live is None else settings.live
+    setup_logging(None, settings.verbosity, console=True)
+    # The lead's simulated card is the first worker's (``elsa-tune worker`` maps GPU N to <out>/sim-cards/gpuN).
+    card_dir = run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
+    existed = run_dir.exists()
+    RunLock(run_dir).check_free()   # a folder in use is refused before the preflight, which would see a busy GPU
+    try:   # every check before the study's first file: a refused study leaves the run folder as it was
+        pre = run_preflight(settings, card_dir=card_dir)
+    except BaseException:
+        if not existed and card_dir is not None:
+            _remove_created(card_dir, run_dir)
+        raise
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
+                          remedy="give --out a folder you can write to") from exc
+    with RunLock(run_dir):   # refused: another study holds the folder, and nothing here is touched
+        return _study(args, pre, settings, gpus, live)
+
+
+def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: list[str], live: bool) -> int:
+    from elsa_tune.history.study_record import StudyStatus
+    from elsa_tune.tuner.console import StudyView, setup_logging
+    from elsa_tune.tuner.signals import Interrupts
+    from elsa_tune.tuner.study import Study
+
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(settings.run_dir / "study.log")
-    # The lead's simulated card is the first worker's (``elsa-tune worker`` maps GPU N to <out>/sim-cards/gpuN).
-    card_dir = settings.run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
-    pre = run_preflight(settings, card_dir=card_dir)
     search = None
     if gpus:
         from elsa_tune.tuner.fleet import FleetSearch
@@ -105,6 +155,15 @@ def run(args: argparse.Namespace) -> int:
         executor = virtual_executor(pre, clock)
     with StudyView(live=live) as view:
         outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, executor=executor).run()
+    if args.json:
+        print(json.dumps({"study": settings.study_name, "status": outcome.status.value,
+                          "recommended": {"label": outcome.incumbent.label, "argv": outcome.incumbent.argv(),
+                                          "env": dict(outcome.incumbent.env)},
+                          "boots": outcome.boots, "decisions": outcome.decisions, "run_dir": str(outcome.run_dir),
+                          "report": str(Path(outcome.run_dir) / "report.md"),
+                          "launch": str(Path(outcome.run_dir) / "best" / "launch.sh"),
+                          "simulated_hours": clock.now() / 3600 if clock is not None else None}, indent=2))
+        return exit_codes.OK if outcome.status is StudyStatus.FINISHED else exit_codes.INTERRUPTED
     print(f"study {settings.study_name}: {outcome.status.value}; recommended: {outcome.incumbent.label} "
           f"({' '.join(outcome.incumbent.argv())})")
     print(f"  {outcome.boots} boots, {outcome.decisions} decisions; report: {Path(outcome.run_dir) / 'report.md'}")
@@ -118,7 +177,27 @@ def run(args: argparse.Namespace) -> int:
         counts = [len(list(f.glob("boots/*/boot.json"))) for f in folders]
         print(f"  search on GPUs {', '.join(gpus)}: " + ", ".join(f"{n} boots on GPU {gpu} ({f.name}/)"
                                                               for gpu, n, f in zip(gpus, counts, folders, strict=True)))
-    return 0 if outcome.status is StudyStatus.FINISHED else 130
+    return exit_codes.OK if outcome.status is StudyStatus.FINISHED else exit_codes.INTERRUPTED
+
+
+def _remove_created(card_dir: Path, run_dir: Path) -> None:
+    """Undo what a refused preflight created: the simulated card under the run folder, then the empty folders."""
+    shutil.rmtree(card_dir, ignore_errors=True)
+    for folder in (card_dir.parent, run_dir):
+        with contextlib.suppress(OSError):   # not empty (another study's files) or already gone: left as it is
+            folder.rmdir()
+
+
+def _dry_run(settings: Any, *, as_json: bool) -> int:
+    """The plan of the study, without booting and without creating its run folder."""
+    from elsa_tune.tuner.console import setup_logging
+    from elsa_tune.tuner.plan import plan_study
+    from elsa_tune.tuner.preflight import run_preflight
+
+    setup_logging(settings.log_file, settings.verbosity, console=True)
+    plan = plan_study(run_preflight(settings))
+    print(json.dumps(plan.to_dict(), indent=2) if as_json else "\n".join(plan.lines()))
+    return 0
 
 
 def _add_run_log(path: Path) -> None:

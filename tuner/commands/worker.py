@@ -10,10 +10,24 @@ ledger is in the database when ``--storage`` names a server, else ``<out>/ledger
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 from pathlib import Path
+
+from elsa_tune.errors import ConfigError
+from elsa_tune.output_path import OutputPath
+from elsa_tune.tuner.argument_types import (
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 NAME = "worker"
 HELP = "run trial workers of a study shared through a database (several GPUs, several hosts)"
+EXAMPLES = ('elsa-tune worker --study night --gpu 0,1 --storage postgresql://elsa@db/elsa --space '
+            'qwen3.8-27b-nvfp4-rtx5090 --traffic prod.parquet',)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -32,25 +46,25 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launch", default=None, metavar="CMD")
     parser.add_argument("--image", default=None, metavar="IMAGE")
     parser.add_argument("--sim-profile", default=None, metavar="NAME")
-    parser.add_argument("--sim-speedup", type=float, default=None, metavar="X")
+    parser.add_argument("--sim-speedup", type=positive_float, default=None, metavar="X")
     parser.add_argument("--budget", dest="budget_s", default=None, metavar="DURATION",
                         help="this worker's wall time, e.g. 8h (default 8h)")
-    parser.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
+    parser.add_argument("--deadline", type=finite_float, default=None, metavar="EPOCH",
                         help="also stop by this wall-clock time (Unix seconds): a study's search phase ends then")
-    parser.add_argument("--max-trials", type=int, default=None, metavar="N",
+    parser.add_argument("--max-trials", type=positive_int, default=None, metavar="N",
                         help="completed trials of the shared study after which workers stop (default 200)")
     parser.add_argument("--techniques", default="", metavar="A,B",
                         help="techniques every candidate carries (e.g. those a single-GPU study kept)")
-    parser.add_argument("--pass-seconds", type=float, default=None, metavar="S")
-    parser.add_argument("--baseline-boots", type=int, default=None, metavar="N")
+    parser.add_argument("--pass-seconds", type=positive_float, default=None, metavar="S")
+    parser.add_argument("--baseline-boots", type=positive_int, default=None, metavar="N")
     parser.add_argument("--looks", default=None, metavar="2,4,6", help="the A/B gate's looks (blocks per arm)")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--heartbeat", type=int, default=5, metavar="S", help="trial heartbeat interval (s)")
-    parser.add_argument("--grace", type=int, default=20, metavar="S",
+    parser.add_argument("--heartbeat", type=positive_int, default=5, metavar="S", help="trial heartbeat interval (s)")
+    parser.add_argument("--grace", type=nonnegative_int, default=20, metavar="S",
                         help="a trial or work item silent this long belongs to a dead worker (s)")
     parser.add_argument("--no-promote", dest="promote", action="store_false",
                         help="no A/B gate for promising trials (search only)")
-    parser.add_argument("--promote-margin", type=float, default=1.0, metavar="K",
+    parser.add_argument("--promote-margin", type=nonnegative_float, default=1.0, metavar="K",
                         help="a trial goes to the A/B gate when its boot beats the incumbent on the same GPU by more "
                              "than K boot-noise σ (default 1)")
     parser.add_argument("--worker-name", default="", metavar="NAME", help="this worker's name in the claim table")
@@ -66,11 +80,16 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.tuner.worker_pool import WorkerPool, parse_gpus
 
     gpus = parse_gpus(args.gpu)
-    root: Path = args.out or Path("elsa-runs") / args.study
-    root.mkdir(parents=True, exist_ok=True)
+    root: Path = OutputPath(args.out or Path("elsa-runs") / args.study, "--out", folder=True).check(
+        [args.traffic, args.space])
+    if args.storage:
+        _check_storage(args.storage)
+    if args.log_file is not None:
+        OutputPath(args.log_file, "--log-file").check([args.traffic, args.space])
     storage = args.storage or f"sqlite:///{root.resolve() / 'study.db'}"
-    setup_logging(args.log_file, int(args.verbose), console=True)
     if len(gpus) > 1:
+        root.mkdir(parents=True, exist_ok=True)
+        setup_logging(args.log_file, int(args.verbose), console=True)
         argv = _child_argv(args, root, storage)
         from elsa_tune.tuner.budget import parse_duration
 
@@ -81,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> int:
+    from elsa_tune.tuner.console import setup_logging
     from elsa_tune.tuner.preflight import run_preflight
     from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.workers import Worker, WorkerConfig, local_run_dir
@@ -93,7 +113,18 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
            "seed": args.seed, "max_trials": args.max_trials}
     settings = Settings.resolve(cli)
     card_dir = root.resolve() / "sim-cards" / f"gpu{gpu}" if settings.simulated else None
-    pre = run_preflight(settings, card_dir=card_dir)
+    existed = root.exists()
+    try:   # the preflight before the first file: a refused worker leaves no folder behind
+        pre = run_preflight(settings, card_dir=card_dir)
+    except BaseException:
+        if not existed and card_dir is not None:
+            shutil.rmtree(card_dir, ignore_errors=True)
+            for folder in (card_dir.parent, root):
+                with contextlib.suppress(OSError):   # not empty: another worker's files are left alone
+                    folder.rmdir()
+        raise
+    root.mkdir(parents=True, exist_ok=True)
+    setup_logging(args.log_file, int(args.verbose), console=True)
     budget_s = settings.budget_s
     if args.deadline is not None:      # counted from here: the preflight's seconds are already spent
         import time
@@ -108,6 +139,32 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
           f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
           f"{stats.seconds:.0f} s; report {run_dir / 'report.md'}")
     return 0
+
+
+def _check_storage(url: str) -> None:
+    """Refuse a storage URL that cannot name a study database, before any file or connection is made."""
+    import sqlalchemy as sa
+
+    remedy = "give --storage postgresql://USER@HOST/DB (psycopg installed) or sqlite:///PATH, or leave it out"
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise ConfigError(f"--storage {url!r} is not a database URL: {exc}", remedy=remedy) from exc
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            raise ConfigError(f"--storage {url!r} names no database file", remedy=remedy)
+        OutputPath(Path(parsed.database), "--storage").check()
+        return
+    if backend != "postgresql":
+        raise ConfigError(f"--storage {url!r}: {backend!r} is not a supported database", remedy=remedy)
+    if not parsed.host:
+        raise ConfigError(f"--storage {url!r} names no database host", remedy=remedy)
+    try:
+        parsed.get_dialect()
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        raise ConfigError(f"--storage {url!r}: the PostgreSQL driver is not installed ({exc})",
+                          remedy="pip install psycopg2-binary (or psycopg), or use sqlite:///PATH") from exc
 
 
 def _child_argv(args: argparse.Namespace, root: Path, storage: str) -> list[str]:

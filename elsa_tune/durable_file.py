@@ -1,8 +1,9 @@
 """Durable files: every record elsa-tune keeps is written whole or not at all.
 
-``write_atomic`` writes a temporary file beside the target, fsyncs it, renames it over the target and
-fsyncs the folder, so a process killed at any instant leaves either the old file or the new one, never
-a torn one. Readers still treat an unreadable file as a ``HistoryError`` that names the path.
+``replacing`` (and ``write_atomic``, its one-call form) writes a temporary file beside the target, fsyncs
+it, renames it over the target and fsyncs the folder, so a process killed at any instant leaves either the
+old file or the new one, never a torn one. Readers treat an unreadable file as a ``HistoryError`` that
+names the path.
 """
 
 from __future__ import annotations
@@ -11,21 +12,24 @@ import enum
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from elsa_tune.errors import HistoryError
 
 
-def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically (tmp + fsync + rename + fsync of the folder)."""
+@contextmanager
+def replacing(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary handle on a temporary file beside ``path``; when the block ends without an exception the file is
+    fsynced, renamed over ``path`` and the folder fsynced. On an exception ``path`` is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode() if isinstance(data, str) else data
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         if mode is not None:
@@ -35,6 +39,12 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> N
         if tmp.exists():
             tmp.unlink()
     _fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically (``replacing``: tmp + fsync + rename + fsync of the folder)."""
+    with replacing(path, mode=mode) as handle:
+        handle.write(data.encode() if isinstance(data, str) else data)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -23,6 +23,7 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.store import constraint_values
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.tuner.memory_model import Observation
 from elsa_tune.tuner.night import Incumbent, Night, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
@@ -106,7 +107,7 @@ class LocalSearch:
                                                / report.max_total_num_tokens)
                 night.memory.add(Observation(candidate.flags, report.max_total_num_tokens,
                                              report.max_running_requests))
-            values, constraint, failure = trial_values(night, result)
+            values, constraint, failure = trial_values(result, space=night.space, context_target=night.context_target)
             measured[key] = values
             search.tell(proposal, values, constraint=constraint, failure=failure,
                         boot_ids=(result.record.boot_id,))
@@ -143,20 +144,25 @@ def replay_finished(night: Night, search: NumericSearch, measured: dict[str, lis
     return decisions
 
 
-def trial_values(night: Night, result: BootResult) -> tuple[list[float] | None, float, Failure | None]:
-    """A search boot's objective values (None when infeasible), its constraint value and its failure."""
+def trial_values(result: BootResult, *, space: SearchSpace, context_target: int | None
+                 ) -> tuple[list[float] | None, float, Failure | None]:
+    """A search boot's objective values (None when infeasible), its constraint value and its failure.
+
+    The constraint is 0 for a feasible boot, the KV pool's shortfall as a fraction of ``context_target`` when the
+    pool misses it, and 1 for a failed boot, a quality regression or a boot without a throughput.
+    """
     sample, record = result.sample, result.record
     if sample.failed is not None:
         return None, 1.0, sample.failed
     if sample.quality_passed is False:
         return None, 1.0, None
     kv = sample.kv_pool_tokens
-    if night.context_target and kv is not None and kv < night.context_target:
-        return None, (night.context_target - kv) / night.context_target, None
+    if context_target and kv is not None and kv < context_target:
+        return None, (context_target - kv) / context_target, None
     if record.throughput_tok_s is None:
         return None, 1.0, None
     values = []
-    for objective in night.space.objectives or ():
+    for objective in space.objectives or ():
         metric = objective.metric
         if metric.startswith("ttft"):
             ttft = record.ttft_p50_s()

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.protocol import BootSample, Covariates, PassMeasurement, failure_of, summarize
+from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement, failure_of, summarize
 from elsa_tune.tuner.schedule import Arm
 
 

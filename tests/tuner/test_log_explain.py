@@ -12,7 +12,7 @@ import pytest
 from elsa_tune.tuner.cli import main
 from elsa_tune.tuner.commands.log import parse_flags
 
-LOGS = Path(__file__).parent / "logs"
+LOGS = Path(__file__).parents[1] / "runtime" / "logs"
 
 
 def test_explains_a_boot_with_pools_phases_and_no_failure(capsys: pytest.CaptureFixture[str]) -> None:

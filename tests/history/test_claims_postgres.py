@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from postgres_server import running_postgres
 
 from elsa_tune.history.claims import WorkClaims
 from elsa_tune.history.ledger import Ledger
@@ -48,12 +46,6 @@ for i in range(20):
         won.append(i)
 out.write_text(json.dumps({"added": added, "won": won}))
 """
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with running_postgres() as url:
-        yield url
 
 
 def test_racing_processes_on_a_fresh_database_never_duplicate_an_entry_or_a_claim(postgres_url: str,

@@ -1,4 +1,4 @@
-"""Work claims and the database ledger on SQLite (what the GPUs of one host share): fast, real databases."""
+"""Work claims on SQLite (what the GPUs of one host share): fast, real databases."""
 
 from __future__ import annotations
 
@@ -8,31 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from elsa_tune.errors import ConfigError
 from elsa_tune.history.claims import ClaimState, WorkClaims, setup_lock
-from elsa_tune.history.fingerprint import Fingerprint
-from elsa_tune.history.ledger import Evidence, JsonlLedger, Ledger, LedgerEntry
-from elsa_tune.history.pg_ledger import PostgresLedger, ledger_for
+from elsa_tune.history.pg_ledger import PostgresLedger
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.verdict import Decision, Verdict
-from elsa_tune.tuner.worker_pool import parse_gpus
 
 
 def _url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'study.db'}"
-
-
-def _entry(technique: str, *, gpu: str = "RTX 5090", decision: int = 1, verdict: Decision = Decision.REJECT,
-           effect: float | None = 0.8) -> LedgerEntry:
-    fp = Fingerprint(runtime="sglang-sim", runtime_version="0.5.23", model_path="tiny", gpu_name=gpu, driver="1")
-    v = Verdict(decision=verdict, reason=f"{technique}: -20% at short prompts", effect=effect, ci_low=0.7,
-                ci_high=0.9, p_value=0.01, boots_incumbent=4, boots_candidate=4)
-    return LedgerEntry(technique=technique, fingerprint=fp, decision=verdict, reason=v.reason,
-                       evidence=Evidence(study="shared", trials=(3,), boot_ids=(f"000{decision}-x",),
-                                         decision=decision),
-                       date="2026-11-29T15:00:00+00:00", retest_when=fp.retest_condition(),
-                       flags_delta={"enable-mixed-chunk": True}, effect=effect, ci_low=0.7, ci_high=0.9, boots=8,
-                       verdict=v)
 
 
 def test_a_claimed_item_is_busy_for_others_and_done_items_hand_out_their_result(tmp_path: Path) -> None:
@@ -116,53 +98,6 @@ def test_compare_and_set_changes_the_incumbent_only_from_the_value_compared_agai
     assert not a.compare_and_set("incumbent", "base", "t5", {"values": {"x": 5}})   # a compared with a stale one
     assert a.get("incumbent") == ("t3", {"values": {"x": 3}})
     assert a.items() == []                           # shared values are not work items
-
-
-def test_database_ledger_round_trips_entries_and_keeps_one_row_per_decision(tmp_path: Path) -> None:
-    backend = PostgresLedger(_url(tmp_path))
-    ledger = Ledger(backend)
-    hicache, mixed = _entry("hierarchical-cache", decision=1), _entry("mixed-chunk", decision=2)
-    assert backend.append_new(hicache) and backend.append_new(mixed)
-    assert not backend.append_new(hicache)           # a resumed worker recording the same decision again
-    ledger.append(hicache)
-    assert backend.count() == 2
-    assert [e.to_dict() for e in ledger.entries(strict=True)] == [hicache.to_dict(), mixed.to_dict()]
-    assert set(ledger.rejected_for(hicache.fingerprint)) == {"hierarchical-cache", "mixed-chunk"}
-    other_gpu = _entry("mixed-chunk", gpu="RTX PRO 6000").fingerprint
-    assert ledger.rejected_for(other_gpu) == {} and set(ledger.reopened_for(other_gpu)) == {"hierarchical-cache",
-                                                                                             "mixed-chunk"}
-    kept = _entry("mixed-chunk", decision=3, verdict=Decision.KEEP, effect=1.1)
-    assert backend.append_new(kept)
-    assert set(ledger.rejected_for(hicache.fingerprint)) == {"hierarchical-cache"}   # the latest verdict wins
-    # A second handle on the same database (another worker) sees the same ledger.
-    assert [e.key() for e in Ledger(PostgresLedger(_url(tmp_path))).entries()] == [hicache.key(), mixed.key(),
-                                                                                    kept.key()]
-
-
-def test_a_row_that_no_longer_parses_is_reported_not_fatal(tmp_path: Path) -> None:
-    backend = PostgresLedger(_url(tmp_path))
-    backend.append_new(_entry("mixed-chunk"))
-    with backend.engine.begin() as conn:
-        conn.execute(backend.table.insert().values(entry_key="bad", technique="x", ledger_key="y", study="s",
-                                                   decision="reject", appended_at=0.0, entry='{"technique": 1}'))
-    contents = backend.read()
-    assert [e.technique for e in contents.entries] == ["mixed-chunk"]
-    assert len(contents.corrupt) == 1 and "KeyError" in contents.corrupt[0].error
-
-
-def test_ledger_for_uses_the_database_only_for_a_database_server(tmp_path: Path) -> None:
-    run_dir = tmp_path / "root" / "host-gpu0"
-    local = ledger_for(run_dir, f"sqlite:///{tmp_path / 'study.db'}")
-    assert isinstance(local.backend, JsonlLedger) and local.backend.path == tmp_path / "root" / "ledger.jsonl"
-    assert isinstance(ledger_for(run_dir, None).backend, JsonlLedger)
-
-
-def test_gpu_lists_name_each_card_once() -> None:
-    assert parse_gpus("0, 1,3") == ["0", "1", "3"]
-    with pytest.raises(ConfigError):
-        parse_gpus("0,0")
-    with pytest.raises(ConfigError):
-        parse_gpus(" , ")
 
 
 def test_workers_opening_a_fresh_sqlite_study_at_once_all_succeed(tmp_path: Path) -> None:

@@ -1,12 +1,11 @@
 """The per-boot measurement protocol: what one boot yields and how it is summarised for the gate.
 
 A boot runs the identical workload (same requests, order and seeds in both arms) as ``warmup``
-passes that are discarded, then ``k`` measured passes. The first pass after a boot is ~12.7% slow
-(graph capture, JIT, allocator, cold prefix cache: seed 004), so it never enters a comparison. The
-boot is the unit of replication: its measured passes are sub-samples and collapse to one number per
-metric on the log scale (``../shared/research/statistics.md`` §3.2). A boot that crashed, ran out of
-memory or failed more than ``max_error_fraction`` of its requests is a *failed* boot: it carries a
-``Failure`` and no value is ever imputed for it.
+passes that are discarded, then ``k`` measured passes. The first pass after a boot is slow (graph
+capture, JIT, allocator, cold prefix cache), so it never enters a comparison. The boot is the unit of
+replication: its measured passes are sub-samples and collapse to one number per metric on the log
+scale. A boot that crashed, ran out of memory or failed more than ``max_error_fraction`` of its
+requests is a *failed* boot: it carries a ``Failure`` and no value is ever imputed for it.
 
 ``BootSampler`` is the seam to the real world: the study implements it by booting the runtime and
 replaying traffic; tests implement it with seeded synthetic noise. The gate knows nothing else.

@@ -1,0 +1,266 @@
+"""The corpus of bad inputs: files a new user might hand elsa-tune, and the argument lists that hand them over.
+
+``write_files(root)`` writes every file of the corpus under ``root``; ``CASES`` are argument lists in which
+``{d}`` stands for ``root``. Each case is a mistake: the command must refuse it with one paragraph and a remedy,
+an exit status of 1–5, and change no file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[2]
+TS = str(REPO / "benchmarks" / "workers" / "tiny-space.yaml")
+SIM = ("--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic", "demo", "--budget", "1m")
+
+GOOD_MOONCAKE = {"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+SPACE = (REPO / "benchmarks" / "workers" / "tiny-space.yaml").read_text()
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: its name and the argument list (``{d}`` is the corpus folder)."""
+
+    name: str
+    argv: tuple[str, ...]
+
+    def args(self, root: Path) -> list[str]:
+        return [a.replace("{d}", str(root)) for a in self.argv]
+
+
+def _jsonl(*records: object) -> str:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records)
+
+
+def _mooncake(**change: object) -> str:
+    return _jsonl({**GOOD_MOONCAKE, **change})
+
+
+FILES: dict[str, str | bytes] = {
+    "good.jsonl": _jsonl(GOOD_MOONCAKE, {**GOOD_MOONCAKE, "timestamp": 1000}),
+    "self.jsonl": _jsonl(GOOD_MOONCAKE),
+    "binary.dat": bytes(range(256)) * 40,
+    "empty.txt": "",
+    "text.log": "hello\nthis is not a server log\n",
+    "mc-huge-output.jsonl": _mooncake(output_length=3_000_000_000),
+    "mc-huge-input.jsonl": _mooncake(input_length=3_000_000_000, hash_ids=[]),
+    "mc-nan-ts.jsonl": '{"timestamp": NaN, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}\n',
+    "mc-inf-ts.jsonl": '{"timestamp": Infinity, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}\n',
+    "mc-neg-ts.jsonl": _mooncake(timestamp=-5),
+    "mc-nan-len.jsonl": '{"timestamp": 0, "input_length": NaN, "output_length": 20, "hash_ids": [1, 2]}\n',
+    "mc-float-len.jsonl": _mooncake(input_length=600.5),
+    "mc-zero-out.jsonl": _mooncake(output_length=0),
+    "mc-bool-len.jsonl": _mooncake(output_length=True),
+    "mc-str-len.jsonl": _mooncake(output_length="20"),
+    "mc-hashes.jsonl": _mooncake(hash_ids=[1]),
+    "mc-hash-str.jsonl": _mooncake(hash_ids=["a", "b"]),
+    "mc-array.jsonl": _jsonl([1, 2, 3]),
+    "mc-not-json.jsonl": "{timestamp: 0\n",
+    "mc-not-utf8.jsonl": b"\xff\xfe{\"timestamp\": 0}\n",
+    "mc-deep.jsonl": "[" * 100_000 + "\n",
+    "az-huge.csv": AZURE_HEADER + "2023-11-16 18:15:46.6805900,99999999999,10\n",
+    "az-header.csv": "time,in,out\n2023-11-16 18:15:46,10,10\n",
+    "az-date.csv": AZURE_HEADER + "yesterday,10,10\n",
+    "az-neg.csv": AZURE_HEADER + "2023-11-16 18:15:46,-10,10\n",
+    "az-float.csv": AZURE_HEADER + "2023-11-16 18:15:46,1.5,10\n",
+    "az-short.csv": AZURE_HEADER + "2023-11-16 18:15:46,10\n",
+    "az-only-header.csv": AZURE_HEADER,
+    "oa-inf-time.jsonl": '{"created": Infinity, "messages": [{"role": "user", "content": "hi"}]}\n',
+    "oa-nan-time.jsonl": '{"created": NaN, "messages": [{"role": "user", "content": "hi"}]}\n',
+    "oa-no-body.jsonl": _jsonl({"created": 1700000000}),
+    "oa-bad-prompt.jsonl": _jsonl({"created": 1700000000, "prompt": {"a": 1}}),
+    "oa-bad-message.jsonl": _jsonl({"created": 1700000000, "messages": ["hi"]}),
+    "oa-huge-usage.jsonl": _jsonl({"created": 1700000000, "messages": [{"role": "user", "content": "hi"}],
+                                   "usage": {"prompt_tokens": 1e300}}),
+    "oa-no-time.jsonl": _jsonl({"messages": [{"role": "user", "content": "hi"}]}),
+    "space-ok.yaml": SPACE,
+    "space-broken.yaml": "name: [x\n",
+    "space-inf.yaml": SPACE.replace("high: 0.7,", "high: .inf,"),
+    "space-nan.yaml": SPACE.replace("low: 0.5,", "low: .nan,"),
+    "space-huge-rule.yaml": SPACE + "rules:\n  - rule: \"'a' * 999999999999 == 'b'\"\n",
+    "space-pow-rule.yaml": SPACE + "rules:\n  - rule: \"mem-fraction-static ** 99999999 > 1\"\n",
+    "space-unknown-flag.yaml": SPACE.replace("max-running-requests: {type", "max-running-requestz: {type"),
+    "space-low-high.yaml": SPACE.replace("low: 1, high: 4", "low: 4, high: 1"),
+    "space-list.yaml": "- 1\n- 2\n",
+    "space-empty.yaml": "",
+    "space-binary.yaml": b"\x00\x01\x02\xff" * 100,
+    "workload-bad.json": '{"requests": "many"}',
+    "ledger/ledger.jsonl": "{not json\n",
+    "run-empty/placeholder": "",
+    "afile": "a file, not a folder\n",
+}
+
+
+def write_files(root: Path) -> None:
+    """Every file of the corpus under ``root`` (Parquet ones written with pyarrow)."""
+    for name, content in FILES.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    (root / "folder").mkdir(exist_ok=True)
+    table = pa.table({"x": [1, 2]})
+    pq.write_table(table, root / "not-a-trace.parquet")
+    meta = {b"elsa_tune.schema_version": b"\xff\xfe", b"elsa_tune.block_size": b"512"}
+    pq.write_table(table.replace_schema_metadata(meta), root / "meta-not-utf8.parquet")
+    from elsa_tune.traffic.imports import import_trace
+    from elsa_tune.traffic.trace import write_trace
+
+    one = import_trace(root / "self.jsonl", "mooncake").trace
+    write_trace(one, root / "one-row.parquet")
+    write_trace(import_trace(root / "good.jsonl", "mooncake").trace, root / "good.parquet")
+
+
+def _cases() -> list[Case]:
+    cases: list[Case] = []
+
+    def add(name: str, *argv: str) -> None:
+        cases.append(Case(name, tuple(argv)))
+
+    # traffic import: the issue's cases, then every way a source line can be wrong
+    add("import onto a folder", "traffic", "import", "{d}/good.jsonl", "--format", "mooncake", "-o", "{d}/folder")
+    add("import into /proc", "traffic", "import", "{d}/good.jsonl", "--format", "mooncake", "-o", "/proc/x/t.parquet")
+    add("import onto its input", "traffic", "import", "{d}/self.jsonl", "--format", "mooncake", "-o", "{d}/self.jsonl")
+    add("import onto its input by another path", "traffic", "import", "{d}/self.jsonl", "--format", "mooncake", "-o",
+        "{d}/folder/../self.jsonl")
+    add("import under a file", "traffic", "import", "{d}/good.jsonl", "--format", "mooncake", "-o",
+        "{d}/afile/t.parquet")
+    add("import a missing file", "traffic", "import", "{d}/nope.jsonl", "--format", "mooncake", "-o", "{d}/o.parquet")
+    add("import a folder", "traffic", "import", "{d}/folder", "--format", "azure", "-o", "{d}/o.parquet")
+    add("import unknown format", "traffic", "import", "{d}/good.jsonl", "--format", "sharegpt", "-o", "{d}/o.parquet")
+    for size in ("0", "-5", "x", "1.5"):
+        add(f"import block size {size}", "traffic", "import", "{d}/az-float.csv", "--format", "azure", "-o",
+            "{d}/o.parquet", "--block-size", size)
+    add("import breakers sample -1", "traffic", "import", "{d}/oa-no-time.jsonl", "--format", "openai-jsonl", "-o",
+        "{d}/o.parquet", "--breakers-sample", "-1")
+    for name in sorted(FILES):
+        fmt = ("mooncake" if name.startswith("mc-") else "azure" if name.startswith("az-")
+               else "openai-jsonl" if name.startswith("oa-") else None)
+        if fmt:
+            add(f"import {name}", "traffic", "import", f"{{d}}/{name}", "--format", fmt, "-o", "{d}/o.parquet")
+            if "header" not in name and "only" not in name:
+                add(f"import {name} --skip-bad", "traffic", "import", f"{{d}}/{name}", "--format", fmt, "-o",
+                    "{d}/o.parquet", "--skip-bad")
+    for name in ("binary.dat", "empty.txt", "text.log", "space-list.yaml"):
+        for fmt in ("mooncake", "azure", "openai-jsonl"):
+            add(f"import {name} as {fmt}", "traffic", "import", f"{{d}}/{name}", "--format", fmt, "-o",
+                "{d}/o.parquet")
+
+    # traffic show
+    for bins in ("0", "-3", "x"):
+        add(f"show --bins {bins}", "traffic", "show", "{d}/good.parquet", "--bins", bins)
+    for window in ("0", "nan", "inf", "-1"):
+        add(f"show --window {window}", "traffic", "show", "{d}/good.parquet", "--window", window)
+    for name in ("binary.dat", "empty.txt", "good.jsonl", "not-a-trace.parquet", "meta-not-utf8.parquet", "folder",
+                 "nope.parquet"):
+        add(f"show {name}", "traffic", "show", f"{{d}}/{name}")
+        add(f"show {name} --json", "traffic", "show", f"{{d}}/{name}", "--json")
+
+    # log explain
+    for name in ("binary.dat", "empty.txt", "text.log", "folder", "nope.log", "good.parquet"):
+        add(f"log explain {name}", "log", "explain", f"{{d}}/{name}")
+    add("log explain bad --flags", "log", "explain", "{d}/text.log", "--flags", "--a 'b")
+
+    # gate
+    for flag, values in (("--sigma-boot", ("nan", "inf", "-1", "x")), ("--sigma-run", ("nan", "-0.1")),
+                         ("--passes", ("0", "-3", "1.5")), ("--alpha", ("nan", "0", "0.7", "-1")),
+                         ("--looks", ("", "a", "8,4", "0", "1,1")), ("--min-effect", ("0", "nan"))):
+        for value in values:
+            add(f"gate plan {flag} {value!r}", "gate", "plan", flag, value)
+    for runs in ("0", "-1"):
+        add(f"gate simulate --runs {runs}", "gate", "simulate", "--runs", runs)
+    add("gate simulate --effect nan", "gate", "simulate", "--effect", "nan")
+
+    # space
+    for name in ("space-broken.yaml", "space-inf.yaml", "space-nan.yaml", "space-huge-rule.yaml",
+                 "space-pow-rule.yaml", "space-unknown-flag.yaml", "space-low-high.yaml", "space-list.yaml",
+                 "space-empty.yaml", "space-binary.yaml", "nope.yaml", "folder"):
+        add(f"space check {name}", "space", "check", f"{{d}}/{name}")
+        if name != "space-unknown-flag.yaml":   # show prints the space as written; check holds it to the runtime
+            add(f"space show {name}", "space", "show", f"{{d}}/{name}")
+    add("space show unknown name", "space", "show", "generic-sglng")
+
+    # leases
+    add("leases --dir a file", "leases", "--dir", "{d}/afile")
+    add("leases --dir missing", "leases", "--dir", "{d}/no-leases")
+    for value in ("nan", "-1", "inf"):
+        add(f"leases --stop-timeout {value}", "leases", "--stop-timeout", value)
+
+    # the study
+    add("study --out a file", *SIM, "--out", "{d}/afile")
+    add("study --out in /proc", *SIM, "--out", "/proc/x")
+    add("study --out under a file", *SIM, "--out", "{d}/afile/run")
+    add("study --log-file a folder", *SIM, "--out", "{d}/run", "--log-file", "{d}/folder")
+    add("study --log-file onto its traffic", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic",
+        "{d}/good.parquet", "--out", "{d}/run", "--log-file", "{d}/good.parquet")
+    add("study --log-file onto its space", "--gpu", "sim", "--sim-profile", "tiny-test", "--space",
+        "{d}/space-ok.yaml", "--traffic", "demo", "--out", "{d}/run", "--log-file", "{d}/space-ok.yaml")
+    add("study --out onto its traffic", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic",
+        "{d}/good.parquet", "--out", "{d}/good.parquet")
+    for value in ("nan", "0", "-1", "inf"):
+        add(f"study --sim-speedup {value}", *SIM, "--out", "{d}/run", "--sim-speedup", value)
+    add("study --pass-seconds 0", *SIM, "--out", "{d}/run", "--pass-seconds", "0")
+    add("study --baseline-boots 0", *SIM, "--out", "{d}/run", "--baseline-boots", "0")
+    add("study unknown profile", "--gpu", "sim", "--sim-profile", "nope", "--space", TS, "--traffic", "demo",
+        "--out", "{d}/run")
+    for traffic in ("nope.parquet", "folder", "binary.dat", "good.jsonl", "meta-not-utf8.parquet"):
+        add(f"study --traffic {traffic}", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic",
+            f"{{d}}/{traffic}", "--out", "{d}/run")
+    for space in ("space-inf.yaml", "space-huge-rule.yaml", "nope.yaml", "space-binary.yaml"):
+        add(f"study --space {space}", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", f"{{d}}/{space}",
+            "--traffic", "demo", "--out", "{d}/run")
+    for budget in ("soon", "-1h", "0s"):
+        add(f"study --budget {budget}", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic",
+            "demo", "--budget", budget, "--out", "{d}/run")
+    add("study --gpu 0,0", "--gpu", "0,0", "--traffic", "demo", "--out", "{d}/run")
+    add("study --resume without a study", *SIM, "--out", "{d}/run-empty", "--resume")
+    add("study unknown option", *SIM, "--out", "{d}/run", "--bugdet", "1m")
+
+    # workers
+    worker = ("worker", "--study", "s", "--gpu", "0", "--runtime", "sim", "--sim-profile", "tiny-test", "--space", TS,
+              "--traffic", "demo", "--out", "{d}/wk")
+    for url in ("notadb://x/y", "postgresql://user@:::/db", "sqlite:////proc/x/db", "sqlite:///{d}/afile/db",
+                "mysql://x/y"):
+        add(f"worker --storage {url}", *worker, "--storage", url)
+    add("worker --heartbeat 0", *worker, "--heartbeat", "0")
+    add("worker --grace -1", *worker, "--grace", "-1")
+    add("worker --out a file", *worker[:-2], "--out", "{d}/afile")
+    add("worker unknown profile", *[a if a != "tiny-test" else "nope" for a in worker])
+
+    # sim
+    add("sim truth binary workload", "sim", "truth", "--sim-profile", "tiny-test", "--workload", "{d}/binary.dat")
+    add("sim truth bad workload", "sim", "truth", "--sim-profile", "tiny-test", "--workload", "{d}/workload-bad.json")
+    add("sim truth missing workload", "sim", "truth", "--sim-profile", "tiny-test", "--workload", "{d}/nope.json")
+    add("sim truth unknown profile", "sim", "truth", "--sim-profile", "nope", "--workload", "{d}/workload-bad.json")
+
+    # record (nothing listens on port 9 of this host)
+    record = ("record", "--prometheus", "http://127.0.0.1:9", "--since", "1h")
+    add("record -o a folder", *record, "-o", "{d}/folder")
+    add("record -o in /proc", *record, "-o", "/proc/x/t.parquet")
+    for flag, value in (("--scale", "0"), ("--scale", "nan"), ("--block-size", "0"), ("--timeout", "-1"),
+                        ("--step", "never"), ("--since", "forever")):
+        add(f"record {flag} {value}", *record, flag, value, "-o", "{d}/o.parquet")
+    add("record unreachable Prometheus", *record, "-o", "{d}/o.parquet", "--timeout", "2")
+    add("record not a URL", "record", "--prometheus", "not a url", "-o", "{d}/o.parquet")
+
+    # report, ledger (a corrupt ledger line is skipped with a warning by design: the rest of the ledger still counts)
+    for target in ("folder", "nope", "afile", "binary.dat"):
+        add(f"report {target}", "report", f"{{d}}/{target}")
+    add("ledger a missing folder", "ledger", "{d}/nope")
+
+    # check
+    add("check unknown profile", "check", "--gpu", "sim", "--sim-profile", "nope", "--space", TS)
+    add("check missing space", "check", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", "{d}/nope.yaml")
+    add("no such command", "frobnicate")
+    return cases
+
+
+CASES = _cases()

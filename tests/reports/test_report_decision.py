@@ -1,0 +1,60 @@
+"""report.md leads with the decision, lists every technique the study booted, and counts boots so they add up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elsa_history_factory import BASELINE, HistoryBuilder, copy_history
+
+from elsa_tune.history.records import Arm, BootOutcome, Phase
+from elsa_tune.reports.build import write_outputs
+from elsa_tune.reports.markdown import text
+from elsa_tune.reports.model import build_report
+from elsa_tune.reports.plots import incumbent_worth
+
+
+def test_the_first_lines_are_the_decision(history_template: HistoryBuilder, tmp_path: Path) -> None:
+    h = copy_history(history_template, tmp_path)
+    head = "\n".join(write_outputs(h.run_dir, with_plots=False).markdown.read_text().splitlines()[:15])
+    assert "**Deploy the winner: the gate confirmed it against the baseline.**" in head
+    assert "output tok/s +11% [+6%, +16%] over 6 boots against the baseline" in head
+    assert "`best/launch.sh`" in head and "`best/server-args.yaml`" in head
+    assert "`--page-size 16 → 32`" in head and "largest request 100,480 tokens" in head
+
+
+def test_a_technique_booted_without_a_decision_is_listed_with_why(history_template: HistoryBuilder,
+                                                                  tmp_path: Path) -> None:
+    h = copy_history(history_template, tmp_path)
+    track = BASELINE.merged(flags={"mamba-track-interval": 64}, label="mamba-track-interval-64")
+    for outcome in (BootOutcome.MEASURED, BootOutcome.MEASURED, BootOutcome.READY):
+        h.boot(track, Phase.SCREENING, Arm.CANDIDATE, outcome, values=[150.0, 151.0, 152.0],
+               technique="mamba-track-interval-64")
+    report = build_report(h.run_dir)
+    row = next(r for r in report.keep_reject if r.tried == "mamba-track-interval-64")
+    assert row.kept is None and row.kept_word == "No decision"
+    assert row.result.startswith("no decision: its phase's time ran out, or the study stopped, before its A/B "
+                                 "reached a decision; "
+                                 "3 boots in its A/B (3 of it, 0 of the incumbent; 0025-mamba-track-interval-64 … "
+                                 "0027-mamba-track-interval-64: 2 measured, 1 booted but not measured)")
+    booted = {b.technique for b in report.boots if b.technique}
+    assert booted <= {r.tried for r in report.keep_reject}
+    assert sum(n for _, n in report.boot_counts()) == len(report.boots) == 27
+    md = write_outputs(h.run_dir, with_plots=False).markdown.read_text()
+    assert "| mamba-track-interval-64 | no decision: its phase's time ran out" in md
+    assert "27 boots: 23 measured, 2 booted but not measured, 1 failed a stress probe" in md
+
+
+def test_markdown_keeps_comparisons_readable_and_markup_inert() -> None:
+    assert text("p <0.001, a <b>bold</b> & &amp; R&D") == "p <0.001, a &lt;b&gt;bold&lt;/b&gt; & &amp;amp; R&amp;D"
+
+
+def test_the_plotted_incumbent_is_the_mean_of_its_boots_not_the_best_boot(history_template: HistoryBuilder,
+                                                                           tmp_path: Path) -> None:
+    report = build_report(copy_history(history_template, tmp_path).run_dir)
+    worth = incumbent_worth(report.boots)
+    baseline = [b.throughput for b in report.boots if b.phase == "baseline" and b.throughput is not None]
+    assert worth[len(baseline) - 1][1] == sum(baseline) / len(baseline)
+    winner = [b.throughput for b in report.boots if b.phase == "confirmation" and b.arm == "candidate"
+              and b.throughput is not None]
+    assert worth[-1] == (max(b.number for b in report.boots if b.phase == "confirmation" and b.arm == "candidate"),
+                         sum(winner) / len(winner))
