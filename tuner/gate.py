@@ -16,14 +16,12 @@ far. ``decide`` follows ``../shared/research/statistics.md`` §3.5:
 
 **Guardrails over the looks.** A guardrail is a one-sided non-inferiority test (``statistics.md`` §3.5: an
 intersection–union test, no α split between guardrails). Tested at α at every look, a guardrail truly at its
-margin would pass at *some* look more often than α (7.0% at looks 2/4/6: ``benchmarks/gate/run.py``'s tail table),
-so its level at each look is a Pocock level calibrated over the looks like the primary's boundaries
-(``guard_spending``).
+margin would pass at *some* look more often than α, so its level at each look is a Pocock level calibrated over the
+looks like the primary's boundaries (``guard_spending``).
 
-**Guardrail extension.** A TTFT tail shares the boot's drift with its throughput (on the seed-004 profile the
-per-boot p90 TTFT and throughput correlate at −0.93 to −0.98: ``benchmarks/gate/tail_noise.py``; a fixed set of
-tail requests, the same prompts in both arms, is no steadier), so at the cap a real gain can stand with its TTFT
-guardrail unresolved: the bound straddles the margin. No covariate can remove that drift (every per-boot
+**Guardrail extension.** A TTFT tail shares the boot's drift with its throughput (``benchmarks/gate/tail_noise.py``
+measures how closely), so at the cap a real gain can stand with its TTFT guardrail unresolved: the bound straddles
+the margin. No covariate can remove that drift (every per-boot
 measure of it is also moved by the candidate), so more boots are the only honest remedy. With
 ``guard_extension`` > 0, a gain that crossed its boundary at the cap while only a TTFT guardrail is pending
 runs that many more blocks. The primary decision stays the one made at the cap (the extension boots do not test
