@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,3 +43,21 @@ def postgres_server() -> Iterator[str]:
 def postgres_url(postgres_server: str) -> str:
     """A fresh, empty database on the session's server: no test sees another's tables."""
     return fresh_database(postgres_server, f"test{next(_databases)}")
+
+
+@pytest.fixture(autouse=True)
+def _elsa_logger_restored() -> Iterator[None]:
+    """A test that runs the CLI in-process configures the ``elsa_tune`` logger for a terminal (its own handlers, no
+    propagation); every test gets the logger back as it was, so ``caplog`` sees the next test's records."""
+    logger = logging.getLogger("elsa_tune")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    for handler in list(logger.handlers):
+        if handler not in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+    for handler in handlers:
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = propagate

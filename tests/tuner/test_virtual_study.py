@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,23 +76,6 @@ def test_a_whole_virtual_study_spends_simulated_time(tmp_path: Path) -> None:
     assert (result.run_dir / "report.md").exists()
 
 
-@pytest.fixture
-def _logging_restored() -> Iterator[None]:
-    """The CLI configures the ``elsa_tune`` logger for a terminal; other tests expect it as it was."""
-    logger = logging.getLogger("elsa_tune")
-    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
-    yield
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        if handler not in handlers:
-            handler.close()
-    for handler in handlers:
-        logger.addHandler(handler)
-    logger.setLevel(level)
-    logger.propagate = propagate
-
-
-@pytest.mark.usefixtures("_logging_restored")
 def test_the_cli_runs_a_virtual_what_if(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "what-if"
     code = main(["--gpu", "sim", "--virtual", "--sim-profile", "tiny-test", "--space", str(TINY_SPACE),

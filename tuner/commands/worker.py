@@ -18,7 +18,6 @@ from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import (
     finite_float,
-    nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,
@@ -64,7 +63,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="a trial or work item silent this long belongs to a dead worker (s)")
     parser.add_argument("--no-promote", dest="promote", action="store_false",
                         help="no A/B gate for promising trials (search only)")
-    parser.add_argument("--promote-margin", type=nonnegative_float, default=1.0, metavar="K",
+    parser.add_argument("--promote-margin", type=finite_float, default=1.0, metavar="K",
                         help="a trial goes to the A/B gate when its boot beats the incumbent on the same GPU by more "
                              "than K boot-noise σ (default 1)")
     parser.add_argument("--worker-name", default="", metavar="NAME", help="this worker's name in the claim table")
