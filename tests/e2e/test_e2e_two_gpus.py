@@ -40,12 +40,12 @@ def _worker_boots(run_dir: Path) -> dict[str, str]:
 def test_two_simulated_gpus_run_one_study(tmp_path: Path, small_trace: Path) -> None:
     run_dir = tmp_path / "runs" / "two"
     argv = [sys.executable, "-m", "elsa_tune", "--gpu", "0,1", "--runtime", "sim", "--sim-profile", "tiny-test",
-            "--space", str(SPACE), "--traffic", str(small_trace), "--budget", "100s", "--out", str(run_dir),
+            "--space", str(SPACE), "--traffic", str(small_trace), "--budget", "160s", "--out", str(run_dir),
             "--no-live", "--sim-speedup", "20", "--seed", "4", "--baseline-boots", "3"]
     lead = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + 220
         # The workers are searching: a trial's boot finished.
         while not list(run_dir.glob("*-gpu*/boots/*-trial-*/boot.json")):
             assert lead.poll() is None, lead.stdout.read().decode() if lead.stdout else ""
