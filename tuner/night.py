@@ -64,6 +64,11 @@ class StudyClock:
         self._origin = source()
         self._offset = 0.0
 
+    @classmethod
+    def simulated(cls) -> StudyClock:
+        """A clock that moves only by ``advance``: a virtual study's simulated seconds."""
+        return cls(source=lambda: 0.0)
+
     def now(self) -> float:
         return self._source() - self._origin + self._offset
 

@@ -25,10 +25,12 @@ from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import BootOutcome
+from elsa_tune.history.run_dir import SERVER_LOG
 from elsa_tune.probes.protocol import ProbeResult, ProbeStatus
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.engine import SimRequest
 from elsa_tune.runtime.sim.noise import boot_drift
+from elsa_tune.runtime.sim.profile import NoiseProfile
 from elsa_tune.runtime.sim.truth import Truth, TruthWorkload
 from elsa_tune.runtime.sim.virtual import STOP_S, VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate
@@ -108,7 +110,7 @@ class VirtualBoots:
         start = self.clock.now()
         run = self.boot(plan.candidate, _seed_of(self.seed, plan.tag), start, probes=plan.probes,
                         passes=plan.passes, soak_s=plan.soak_s)
-        (folder / "server.log").write_text(run.extra.pop("log_text", ""), encoding="utf-8")
+        (folder / SERVER_LOG).write_text(self.runtime.launch(plan.candidate).log_text, encoding="utf-8")
         run.extra = {**extra, **run.extra}
         self.clock.advance(run.ended - run.started)
         run.started += self.epoch
@@ -116,17 +118,20 @@ class VirtualBoots:
         return run
 
     def boot(self, candidate: Candidate, boot_seed: int, start_s: float, *, probes: bool, passes: bool = True,
-             soak_s: float = 0.0) -> BootRun:
-        """One boot of ``candidate`` starting ``start_s`` simulated seconds into the study (times in those seconds)."""
+             soak_s: float = 0.0, noise: NoiseProfile | None = None) -> BootRun:
+        """One boot of ``candidate`` starting ``start_s`` simulated seconds into the study (times in those seconds).
+
+        ``noise`` replaces the profile's noise for this boot (``VirtualBench.boot_seconds``: none at all).
+        """
         rng = random.Random(f"elsa-virtual:{boot_seed}")
         launch = self.runtime.launch(candidate)
         seconds = launch.boot_s
-        extra: dict[str, Any] = {"virtual": True, "log_text": launch.log_text}
+        extra: dict[str, Any] = {"virtual": True}
         if launch.failure is not None or launch.report is None:
             return BootRun(started=start_s, ended=start_s + seconds + STOP_S, outcome=BootOutcome.BOOT_FAILED,
                            failure=launch.failure, extra=extra)
         report = launch.report
-        noise = self.runtime.profile.noise
+        noise = noise or self.runtime.profile.noise
         drift = boot_drift(noise, rng, start_s)
         run = BootRun(started=start_s, ended=start_s, outcome=BootOutcome.READY, report=report, extra=extra,
                       min_free=int(launch.plan.headroom_gb * 2**30) if launch.plan is not None else None)
@@ -139,7 +144,7 @@ class VirtualBoots:
         if probes:
             seconds += self._probe(candidate, run, drift)
         if run.failure is None and run.quality_passed is not False and passes:
-            seconds += self._measure(candidate, run, drift, rng)
+            seconds += self._measure(candidate, run, drift, rng, noise)
         if run.failure is None and run.quality_passed is not False and soak_s > 0:
             seconds += soak_s
             run.probes.append(ProbeResult("soak", ProbeStatus.PASSED, f"{soak_s:.0f} s of the busiest burst",
@@ -188,14 +193,14 @@ class VirtualBoots:
             run.quality_passed = True
         return seconds
 
-    def _measure(self, candidate: Candidate, run: BootRun, drift: float, rng: random.Random) -> float:
+    def _measure(self, candidate: Candidate, run: BootRun, drift: float, rng: random.Random,
+                 noise: NoiseProfile) -> float:
         """The warm-up and measured passes with the boot's noise; returns their simulated seconds."""
         served = self.runtime.serve(candidate, self.workloads.measured)
         if served.crashed:
             failure = self.runtime.serve_failure(candidate, served)
             run.failure, run.outcome = failure, BootOutcome.DIED
             return served.makespan_s * drift + (self.hang_s if failure.kind is FailureKind.HANG else 0.0)
-        noise = self.runtime.profile.noise
         n = max(1, served.completed + served.rejected + served.aborted)
         errors = (served.rejected + served.aborted) / n
         wander = 0.0
@@ -264,7 +269,7 @@ def virtual_executor(pre: Preflight, clock: StudyClock) -> VirtualBoots:
     runtime = pre.runtime
     if not isinstance(runtime, VirtualSGLang):
         raise TypeError("a virtual study needs the virtual runtime (Settings.virtual)")
-    target = pre.space.guardrails.min_context_tokens or pre.space.model.context_target
+    target = pre.context_target
     s = pre.settings
     return VirtualBoots(runtime, clock, Workloads.of(pre, target), seed=s.seed, context_target=target,
                         quality=pre.space.guardrails.quality_gate, warmup_passes=s.warmup_passes,
@@ -282,7 +287,7 @@ def run_virtual_study(*, profile: str | Path, space: str | Path, out: Path, traf
     s = Settings(gpu="sim", runtime="sim", virtual=True, sim_profile=str(profile), space=str(space), traffic=traffic,
                  budget_s=budget_s, seed=seed, out=Path(out), live=False, **settings)
     pre = run_preflight(s)
-    clock = StudyClock(source=lambda: 0.0)
+    clock = StudyClock.simulated()
     study = Study(pre, view=StudyView(live=False), clock=clock, executor=virtual_executor(pre, clock),
                   with_plots=False, outputs_each_decision=False)
     outcome = study.run()
@@ -307,7 +312,7 @@ class VirtualBench:
                      traffic=traffic, budget_s=budget_s, seed=seed, live=False)
         self.pre = run_preflight(s)
         self.space = self.pre.space
-        self.clock = StudyClock(source=lambda: 0.0)
+        self.clock = StudyClock.simulated()
         self.boots = virtual_executor(self.pre, self.clock)
         self.runtime: VirtualSGLang = self.boots.runtime
         self.workload = self.boots.workloads.measured
@@ -333,11 +338,6 @@ class VirtualBench:
     def boot_seconds(self, candidate: Candidate) -> float:
         """Simulated seconds one measured boot of ``candidate`` costs (launch, passes and stop, no noise)."""
         quiet = replace(self.runtime.profile.noise, boot_sigma=0.0, run_sigma=0.0, family="lognormal")
-        saved = self.runtime.profile
-        self.runtime.profile = replace(saved, noise=quiet)
-        try:
-            run = self.boots.boot(candidate, 0, 0.0, probes=False)
-        finally:
-            self.runtime.profile = saved
+        run = self.boots.boot(candidate, 0, 0.0, probes=False, noise=quiet)
         return run.ended - run.started
 

@@ -151,7 +151,7 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         from elsa_tune.tuner.night import StudyClock
         from elsa_tune.tuner.virtual import virtual_executor
 
-        clock = StudyClock(source=lambda: 0.0)
+        clock = StudyClock.simulated()
         executor = virtual_executor(pre, clock)
     with StudyView(live=live) as view:
         outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, executor=executor).run()
