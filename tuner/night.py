@@ -129,6 +129,7 @@ class Night:
         self.confirmation = ""
         self.confirmation_detail = ""
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
+        self._seen: set[str] = set()          # boots this run has counted and timed once
 
     # ---- what every phase does ------------------------------------------------------------------------
 
@@ -215,9 +216,16 @@ class Night:
         self.view.update(candidate=plan.candidate.label or plan.tag, time_left_s=self.budget.left_s)
 
     def _on_boot(self, result: BootResult) -> None:
-        if result.reused and result.record.boot_id not in self._charged:
-            self.clock.advance(result.record.seconds)
-        self.boot_seconds.append(result.record.seconds)
+        boot_id = result.record.boot_id
+        if boot_id not in self._seen:       # a boot read back again later in this run (an A/B continued) costs nothing
+            self._seen.add(boot_id)
+            if result.reused and boot_id not in self._charged:   # a killed run's boot: spent again on resume
+                self.clock.advance(result.record.seconds)
+            self._charged.add(boot_id)
+            self.boot_seconds.append(result.record.seconds)
+        self._show()
+
+    def _show(self) -> None:
         best = self.incumbent.throughput
         self.view.update(boots=self.booter.boots, failed_boots=self.booter.failed, best=self.incumbent.candidate.label,
                          best_throughput=best, time_left_s=self.budget.left_s)

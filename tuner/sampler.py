@@ -151,6 +151,7 @@ class CandidateBooter:
                 self._done[tag] = record
         self.boots = 0
         self.failed = 0
+        self._counted: set[str] = set()     # boot ids already counted: a boot reused within this run counts once
         #: the quality gate's outcome per candidate key, from its probed boot: a property of the configuration,
         #: so the gate's later boots of the same candidate (which skip the probes) carry it too.
         self.quality: dict[str, bool] = {}
@@ -179,8 +180,10 @@ class CandidateBooter:
             self._done[plan.tag] = result.record
         if result.sample.quality_passed is not None:
             self.quality[plan.candidate.key()] = result.sample.quality_passed
-        self.boots += 1
-        self.failed += result.sample.failed is not None
+        if result.record.boot_id not in self._counted:
+            self._counted.add(result.record.boot_id)
+            self.boots += 1
+            self.failed += result.sample.failed is not None
         if self.on_boot is not None:
             self.on_boot(result)
         return result

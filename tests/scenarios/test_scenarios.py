@@ -19,6 +19,7 @@ from scenario import Scenario, generate
 from score import Score, score_study
 from shapes import write_shape
 
+from elsa_tune.history.run_dir import RunDir
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ReasonCategory
@@ -102,3 +103,15 @@ def test_the_recorded_reasons_are_the_truths(studies: list[tuple[Scenario, Score
     assert judged, "the studies decided no technique"
     wrong = [f"{j.technique}: {j.category} vs {[c.value for c in j.truth.expected]}" for j in judged if not j.right]
     assert len(wrong) <= len(judged) // 5, wrong
+
+
+def test_a_comparison_continued_in_the_next_phase_spends_each_boot_once(tmp_path: Path) -> None:
+    """An A/B the screening allowance cut is finished in the search phase from its recorded boots: the clock and the
+    boot count take every boot once (a slow generated case whose screening cannot finish its A/Bs)."""
+    s = generate(34, tmp_path)
+    result = run_virtual_study(profile=s.profile, space=s.space, traffic=s.traffic, budget_s=8 * 3600, seed=0,
+                               out=tmp_path / "study")
+    history = RunDir(result.run_dir).load()
+    assert result.boots == len(history.boots)
+    assert sum(b.seconds for b in history.boots) == pytest.approx(result.sim_seconds, rel=0.02)
+    assert sum(p.boots for p in history.study.phases) == len(history.boots)   # the phase table adds up
