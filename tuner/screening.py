@@ -142,7 +142,9 @@ class Screening:
                     blocked.append((index, technique))
             survivors.sort(key=_priority)
             while survivors:
-                if not self._time(phase, floor, [p.technique for p in survivors]):
+                # Borrowing another phase's time, an A/B starts only when all it can still take fits in the share.
+                need = self._ab_left_s(survivors[0]) if share < 1.0 else 0.0
+                if not self._time(phase, floor, [p.technique for p in survivors], need=need):
                     return
                 decision = self.gate(survivors[0])
                 probed = survivors.pop(0)
@@ -169,11 +171,19 @@ class Screening:
                                           key=lambda item: item[0])
             raise
 
-    def _time(self, phase: str, floor: float, left: list[Technique]) -> bool:
-        """Whether ``phase`` has time for another screening boot; when not, say which techniques were left."""
+    def _ab_left_s(self, probed: _Probed) -> float:
+        """Seconds the A/B of ``probed`` can still take: its cap in both arms less the boots it already has."""
+        night = self.night
+        cap = 2 * (night.policy.looks[-1] if night.policy else 6)
+        recorded = sum(1 for tag in night.booter.reused_tags if tag.startswith(f"{probed.tag}:ab:"))
+        return max(0, cap - recorded) * night.boot_s()
+
+    def _time(self, phase: str, floor: float, left: list[Technique], *, need: float = 0.0) -> bool:
+        """Whether ``phase`` has time for another screening boot (and ``need`` seconds of work); when not, say which
+        techniques were left."""
         night = self.night
         night.check()
-        if night.budget.allowance(phase) - floor >= 2 * night.boot_s():
+        if night.budget.allowance(phase) - floor >= max(2 * night.boot_s(), need):
             return True
         names = ", ".join(dict.fromkeys(t.name for t in left))
         log.warning("%s out of time: %s not tried", phase, names)

@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 
 #: A first pass this many times longer than planned is shortened (``Study._fit_pass``).
 PASS_TOLERANCE = 2.0
+#: A shortened pass still sends this many requests per client stream (the traffic's mix needs room to show).
+MIN_REQUESTS_PER_STREAM = 2
 
 __all__ = ["Incumbent", "PhaseOver", "StopStudy", "Study", "StudyClock", "StudyOutcome"]
 
@@ -211,7 +213,7 @@ class Study:
         current = len(self.pre.workload)
         if took <= PASS_TOLERANCE * target:
             return False
-        wanted = max(2 * self.pre.concurrency, math.floor(current * target / took))
+        wanted = max(MIN_REQUESTS_PER_STREAM * self.pre.concurrency, math.floor(current * target / took))
         if wanted >= current:
             return False
         workload = closed_loop(self.pre.trace, concurrency=self.pre.concurrency, n_requests=wanted)
