@@ -14,10 +14,12 @@ far. ``decide`` follows ``../shared/research/statistics.md`` §3.5:
 - **INCONCLUSIVE** otherwise: run the next look. At the cap it stays INCONCLUSIVE and the incumbent
   stays; the verdict states the estimate, its CI and the smallest effect the boots could detect.
 
-**Guardrails over the looks.** A guardrail is a one-sided non-inferiority test (``statistics.md`` §3.5: an
-intersection–union test, no α split between guardrails). Tested at α at every look, a guardrail truly at its
-margin would pass at *some* look more often than α, so its level at each look is a Pocock level calibrated over the
-looks like the primary's boundaries (``guard_spending``).
+**Guardrails over the looks.** A guardrail is a one-sided non-inferiority test (an intersection–union test, no α
+split between guardrails). Tested at α at every look, a guardrail truly at its margin would pass at *some* look more
+often than α, so its levels are spent over the looks (``guard_spending``). ``"split"`` (the default) gives the looks up
+to the cap ``GUARD_CAP_SHARE`` of α at one Pocock level calibrated like the primary's boundaries, and the extension's
+look, where a pending guardrail is decided, the rest; the two stages add up to α (Bonferroni), so a guardrail at its
+margin passes somewhere with probability at most α. ``"pocock"`` is one level over every look, ``"none"`` α at each.
 
 **Guardrail extension.** A TTFT tail shares the boot's drift with its throughput (``benchmarks/gate/tail_noise.py``
 measures how closely), so at the cap a real gain can stand with its TTFT guardrail unresolved: the bound straddles
@@ -54,7 +56,9 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 KINDS = ("speed", "memory")
 FUTILITY_RULES = ("boot_saving", "ci", "none")
-GUARD_SPENDING = ("pocock", "none")
+GUARD_SPENDING = ("split", "pocock", "none")
+#: the share of the guardrails' α that the looks up to the cap spend under ``guard_spending="split"``
+GUARD_CAP_SHARE = 0.4
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class GatePolicy:
     measured_passes: int = 2
     warmup_passes: int = 1
     guard_extension: int = 0
-    guard_spending: str = "pocock"
+    guard_spending: str = "split"
     sigma_boot: float = 0.10
     sigma_run: float = 0.03
     analysis: str = "unpaired"
@@ -142,15 +146,27 @@ class GatePolicy:
     def guard_levels(self) -> tuple[float, ...]:
         """The one-sided level of the guardrails' non-inferiority tests at each look (the extension's included).
 
-        ``"pocock"``: the same level at every look, calibrated like the primary's boundaries so that a guardrail
-        truly at its margin passes at some look with probability ``guardrails.alpha``; ``"none"``: ``alpha`` at
-        every look (the per-look reading of ``statistics.md`` §3.5, whose repeated looks let a guardrail at its
-        margin pass more often than ``alpha``).
+        ``"split"``: with an extension, the cap's looks share ``GUARD_CAP_SHARE`` of ``guardrails.alpha`` at one
+        Pocock level and the extension's look has the rest (without one, as ``"pocock"``); ``"pocock"``: the same
+        level at every look, calibrated like the primary's boundaries so that a guardrail truly at its margin passes
+        at some look with probability ``guardrails.alpha``; ``"none"``: ``alpha`` at every look (repeated looks then
+        let a guardrail at its margin pass more often than ``alpha``).
         """
         blocks = tuple(self.blocks_at(j) for j in range(1, self.last_look + 1))
+        alpha = self.guardrails.alpha
         if self.guard_spending == "none" or len(blocks) == 1:
-            return tuple(self.guardrails.alpha for _ in blocks)
-        design = Design(looks=blocks, alpha=self.guardrails.alpha, shape="pocock", analysis=self.analysis,
+            return tuple(alpha for _ in blocks)
+        if self.guard_spending == "split" and self.guard_extension:
+            # Bonferroni between the two stages: the cap's looks share GUARD_CAP_SHARE of α at one Pocock level,
+            # the extension's look, where a pending guardrail is decided, has the rest.
+            cap = self._pocock(blocks[:-1], alpha * GUARD_CAP_SHARE) if len(blocks) > 2 \
+                else (alpha * GUARD_CAP_SHARE,)
+            return (*cap, alpha * (1.0 - GUARD_CAP_SHARE))
+        return self._pocock(blocks, alpha)
+
+    def _pocock(self, blocks: tuple[int, ...], alpha: float) -> tuple[float, ...]:
+        """One nominal level for the looks in ``blocks`` holding the chance of passing at any of them to ``alpha``."""
+        design = Design(looks=blocks, alpha=alpha, shape="pocock", analysis=self.analysis,
                         sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
                         welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
                         winsor=self.winsor)

@@ -15,7 +15,7 @@ from elsa_tune.history.verdict import Decision
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.dimensioning import dimension
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide, run_ab
+from elsa_tune.tuner.gate import GUARD_CAP_SHARE, GatePolicy, GuardrailPolicy, decide, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
 from elsa_tune.tuner.schedule import Arm
 
@@ -96,9 +96,17 @@ def test_an_incumbent_crash_in_the_extension_keeps_the_incumbent() -> None:
     assert v.decision is Decision.INCONCLUSIVE and "an incumbent boot failed" in v.reason
 
 
-def test_guard_levels_are_pocock_over_every_look_and_flat_when_asked() -> None:
+def test_guard_levels_split_alpha_between_the_cap_and_the_extension() -> None:
+    """The cap's looks share 40% of α at one Pocock level; the extension's look, where a pending guardrail is
+    decided, has the other 60%; the stages add up to α."""
     levels = POLICY.guard_levels()
-    assert len(levels) == 4 and len(set(levels)) == 1 and 0.01 < levels[0] < 0.05
+    assert len(levels) == 4 and len(set(levels[:3])) == 1
+    assert levels[0] < 0.05 * GUARD_CAP_SHARE and levels[3] == pytest.approx(0.05 * (1 - GUARD_CAP_SHARE))
+    pocock = replace(POLICY, guard_spending="pocock").guard_levels()
+    assert len(pocock) == 4 and len(set(pocock)) == 1 and 0.005 < pocock[0] < 0.05
+    assert levels[3] > pocock[3] and levels[0] < pocock[0]
+    assert replace(POLICY, guard_extension=0).guard_levels() == replace(POLICY, guard_extension=0,
+                                                                         guard_spending="pocock").guard_levels()
     assert replace(POLICY, guard_spending="none").guard_levels() == (0.05,) * 4
     assert len(replace(POLICY, guard_extension=0).guard_levels()) == 3
     with pytest.raises(ValueError, match="guard_spending"):
@@ -122,7 +130,7 @@ def outcomes(policy: GatePolicy, *, ttft: float, runs: int) -> Counter[Decision]
 @pytest.mark.slow
 def test_operating_characteristics_of_the_tail_guardrail() -> None:
     """A real +29% whose tail is unchanged is kept more often with the extension; a tail truly at its 20% margin
-    passes at most ~α over all the looks with Pocock levels, and more often than α with α at every look."""
+    passes at most ~α over all the looks with the split levels, and more often than α with α at every look."""
     runs = 400
     flat = replace(POLICY, guard_extension=0, guard_spending="none")
     at_margin_flat = outcomes(flat, ttft=1.20, runs=runs)[Decision.KEEP] / runs
