@@ -122,9 +122,14 @@ class Night:
         self.skipped_by_model = 0
         self.notes: list[str] = []
         #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
-        self.promising: list[tuple[int, Technique, Verdict]] = []
+        #: (index, technique, first verdict, the memory technique it was screened with)
+        self.promising: list[tuple[int, Technique, Verdict, str | None]] = []
         #: techniques screening had no time for: continued at the start of the search phase (``Screening``)
         self.unscreened: list[tuple[int, Technique]] = []
+        #: techniques rejected for want of memory (context drop, OOM) not yet retried with more pool (``Screening``)
+        self.lacking: list[tuple[int, Technique]] = []
+        #: memory techniques that grew the pool without being kept: a partner for what lacked memory (``Screening``)
+        self.freeing: list[str] = []
         #: the confirmation's outcome: "confirmed", "unconfirmed", "rejected", "not needed" or "" (not reached)
         self.confirmation = ""
         self.confirmation_detail = ""

@@ -103,12 +103,14 @@ class Screening:
 
         Techniques change a configuration more than a flag value does, so the numeric search tunes around an
         incumbent that has had every technique tried; the list's order must not decide which are tried at all.
+        A technique that lacked memory and has not yet been retried with more pool is retried here too.
         """
         night = self.night
         todo, night.unscreened = night.unscreened, []
-        if not todo:
+        if not todo and not night.lacking:
             return
-        log.info("screening continues in the %s phase: %d techniques were not reached", phase, len(todo))
+        log.info("screening continues in the %s phase: %d techniques were not reached, %d wait for more memory",
+                 phase, len(todo), len(night.lacking))
         self._screen_all(todo, phase, share=0.5)
 
     def _screen_all(self, todo: list[tuple[int, Technique]], phase: str, *, share: float = 1.0) -> None:
@@ -120,13 +122,13 @@ class Screening:
            their screening boot's throughput against the incumbent, the most promising first: the list's order
            never decides which technique the time runs out on.
 
-        A technique rejected for want of memory (context drop, OOM) is screened once more right after a memory
-        technique is kept: the pool it lacked may be there now.
+        A technique rejected for want of memory (context drop, OOM) is screened once more as soon as a memory
+        technique's A/B ends: on the larger pool when it was kept, as one change together with it when it grew the
+        pool without being kept. What waits for that when time runs out waits on the night (``Night.lacking``,
+        ``Night.freeing``) and is retried where screening continues.
         """
         night = self.night
         floor = (1.0 - share) * night.budget.allowance(phase)
-        blocked: list[tuple[int, Technique]] = []
-        freeing: list[str] = []          # memory techniques that grew the pool but were not kept on their own
         survivors: list[_Probed] = []
         stage1 = list(todo)
         try:
@@ -138,32 +140,28 @@ class Screening:
                 stage1.pop(0)
                 if isinstance(probed, _Probed):
                     survivors.append(probed)
-                elif probed is not None and self._lacked_memory(probed, technique):
-                    blocked.append((index, technique))
+                elif probed is not None and self._lacked_memory(probed, technique) \
+                        and technique.name not in {t.name for _, t in night.lacking}:
+                    night.lacking.append((index, technique))
             survivors.sort(key=_priority)
+            if night.freeing:         # a pair waiting from an earlier phase: its partner is known already
+                self._retry_lacking(phase, floor, share, with_=night.freeing[0])
             while survivors:
                 # Borrowing another phase's time, an A/B starts only when all it can still take fits in the share.
-                need = self._ab_left_s(survivors[0]) if share < 1.0 else 0.0
+                need = self._ab_left_s(survivors[0].tag) if share < 1.0 else 0.0
                 if not self._time(phase, floor, [p.technique for p in survivors], need=need):
-                    return
+                    break
                 decision = self.gate(survivors[0])
                 probed = survivors.pop(0)
-                memory = probed.technique.kind is TechniqueKind.MEMORY
-                if decision is not None and memory and decision.kept is not Kept.YES \
-                        and decision.category is ReasonCategory.NO_GAIN:
-                    freeing.append(probed.technique.name)
-                if decision is None or not (decision.kept is Kept.YES and memory and blocked):
+                if probed.technique.kind is not TechniqueKind.MEMORY or decision is None:
                     continue
-                log.info("%s was kept: retrying %s on the larger pool", probed.technique.name,
-                         ", ".join(t.name for _, t in blocked))
-                for index, technique in blocked:
-                    self.screen(index, technique, after=probed.technique.name)
-                blocked = []
-            # No memory technique was kept, but one grew the pool: each technique that lacked memory is screened
-            # once together with it (the pair is kept or not as one change).
-            for index, technique in blocked:
-                if freeing and self._time(phase, floor, [technique]):
-                    self.screen(index, technique, with_=freeing[0])
+                if decision.kept is Kept.YES:
+                    self._retry_lacking(phase, floor, share, after=probed.technique.name)
+                elif decision.category is ReasonCategory.NO_GAIN:
+                    night.freeing.append(probed.technique.name)
+                    self._retry_lacking(phase, floor, share, with_=probed.technique.name)
+            if night.freeing:
+                self._retry_lacking(phase, floor, share, with_=night.freeing[0])
         except PhaseOver:
             if phase == "screening":     # an unfinished comparison is screened again, from its start
                 night.unscreened = sorted({(i, t.name): (i, t) for i, t in
@@ -171,26 +169,59 @@ class Screening:
                                           key=lambda item: item[0])
             raise
 
-    def _ab_left_s(self, probed: _Probed) -> float:
-        """Seconds the A/B of ``probed`` can still take: its cap in both arms less the boots it already has."""
+    def _retry_lacking(self, phase: str, floor: float, share: float, *, after: str | None = None,
+                       with_: str | None = None) -> None:
+        """Screen each technique that lacked memory once more: ``after`` a memory technique was kept (alone, on
+        the larger pool) or ``with_`` one that grew the pool (the pair as one change). Each is retried once."""
+        night = self.night
+        while night.lacking:
+            index, technique = night.lacking[0]
+            if technique.name in night.incumbent.techniques:
+                night.lacking.pop(0)
+                continue
+            need = self._ab_left_s(self._tag(technique, after=after, with_=with_)) if share < 1.0 else 0.0
+            if not self._time(phase, floor, [technique], need=need, carry=False):
+                return
+            if with_ is not None:
+                log.info("%s grew the pool without being kept: screening %s together with it", with_, technique.name)
+            else:
+                log.info("%s was kept: retrying %s on the larger pool", after, technique.name)
+            self.screen(index, technique, after=after, with_=with_)   # a phase ending mid-A/B leaves it waiting
+            night.lacking.pop(0)
+
+    def _tag(self, technique: Technique, *, retest: bool = False, after: str | None = None,
+             with_: str | None = None) -> str:
+        """The boot tag prefix of one screening of ``technique`` (a rerun reads its recorded boots back by it)."""
+        tag = f"screening:{technique.name}" + (":retest" if retest else "") + \
+            (f":after-{after}" if after is not None else "") + (f":with-{with_}" if with_ is not None else "")
+        if self.night.incumbent.techniques and not retest and after is None and with_ is None:
+            tag += ":on-" + "+".join(self.night.incumbent.techniques)
+        return tag
+
+    def _ab_left_s(self, tag: str) -> float:
+        """Seconds the A/B of the screening ``tag`` can still take: its cap in both arms less the boots it has."""
         night = self.night
         cap = 2 * (night.policy.looks[-1] if night.policy else 6)
-        recorded = sum(1 for tag in night.booter.reused_tags if tag.startswith(f"{probed.tag}:ab:"))
+        recorded = sum(1 for t in night.booter.reused_tags if t.startswith(f"{tag}:ab:"))
         return max(0, cap - recorded) * night.boot_s()
 
-    def _time(self, phase: str, floor: float, left: list[Technique], *, need: float = 0.0) -> bool:
+    def _time(self, phase: str, floor: float, left: list[Technique], *, need: float = 0.0,
+              carry: bool = True) -> bool:
         """Whether ``phase`` has time for another screening boot (and ``need`` seconds of work); when not, say which
-        techniques were left."""
+        techniques were left (``carry``: and leave them to be screened where screening continues)."""
         night = self.night
         night.check()
         if night.budget.allowance(phase) - floor >= max(2 * night.boot_s(), need):
             return True
         names = ", ".join(dict.fromkeys(t.name for t in left))
         log.warning("%s out of time: %s not tried", phase, names)
-        if phase == "screening":
+        if phase == "screening" and carry:
             index = {t.name: i for i, t in enumerate(night.space.techniques)}
             night.unscreened = [(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
             night.notes.append(f"screening ran out of time before {names}: continued in the search phase")
+        elif phase == "screening":
+            night.notes.append(f"screening ran out of time before retrying {names} with more memory: "
+                               f"retried in the search phase")
         else:
             night.notes.append(f"{phase}: no time left to screen {names}")
         return False
@@ -203,26 +234,28 @@ class Screening:
         """Test each promising technique once more (fresh boots, a new test), if ``phase``'s allowance has room.
 
         A retest needs a probed boot and at most the gate's extended cap in both arms; it runs only when that fits
-        twice in what ``phase`` has left, so the phase keeps most of its time for its own work.
+        in what ``phase`` has left (it usually ends at an earlier look). A technique first screened together with a
+        memory technique is retested with it, or alone once that memory technique was kept.
         """
         night = self.night
         assert night.policy is not None
         promising = sorted(night.promising, key=lambda item: -(item[2].effect or 0.0))
         night.promising = []
-        for index, technique, first in promising[:RETESTS]:
+        for index, technique, first, with_ in promising[:RETESTS]:
             night.check()
             if technique.name in night.incumbent.techniques:
                 continue
             cost = (1 + 2 * night.policy.max_blocks) * night.boot_s()
-            if night.budget.allowance(phase) < 2 * cost:
+            if night.budget.allowance(phase) < cost:
                 note = f"no time to retest {technique.name} ({reason_from_verdict(first)})"
                 log.warning("%s", note)
                 night.notes.append(note)
                 break
             log.info("retesting %s with fresh boots: the first test was inconclusive at %s", technique.name,
                      reason_from_verdict(first))
-            self.screen(index, technique, first=first)
-        for _, technique, first in promising[RETESTS:]:
+            partner = with_ if with_ not in night.incumbent.techniques else None
+            self.screen(index, technique, first=first, with_=partner)
+        for _, technique, first, _with in promising[RETESTS:]:
             night.notes.append(f"{technique.name} not retested (at most {RETESTS} retests a night): "
                                f"{reason_from_verdict(first)}")
 
@@ -257,10 +290,7 @@ class Screening:
             return self._record(None, skipped=f"not applicable on this incumbent: {exc.message}", **base)
         base["candidate_key"] = candidate.key()
         attempts, result = 0, None
-        tag = f"screening:{technique.name}" + (":retest" if first is not None else "") + \
-            (f":after-{after}" if after is not None else "") + (f":with-{with_}" if with_ is not None else "")
-        if night.incumbent.techniques and first is None and after is None and with_ is None:
-            tag += ":on-" + "+".join(night.incumbent.techniques)
+        tag = self._tag(technique, retest=first is not None, after=after, with_=with_)
         while attempts < 3:
             attempts += 1
             result = night.boot(BootPlan(tag=f"{tag}:probe{attempts}", candidate=candidate, phase=Phase.SCREENING,
@@ -327,7 +357,7 @@ class Screening:
         margin = night.policy.non_inferiority_margin if kind == "memory" and night.policy else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
-            night.promising.append((probed.index, technique, verdict))
+            night.promising.append((probed.index, technique, verdict, with_))
         if decision.kept is Kept.YES:
             night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(technique, with_),
                                         probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)

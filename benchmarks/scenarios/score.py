@@ -27,7 +27,7 @@ from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
-from elsa_tune.search_spaces.space import TechniqueKind
+from elsa_tune.search_spaces.space import SearchSpace, TechniqueKind
 
 
 @dataclass(frozen=True)
@@ -91,19 +91,37 @@ def score_study(oracle: Oracle, recommended: Candidate, decisions: Sequence[Deci
     judged: list[Judged] = []
     for record in decisions:
         if record.technique not in names or id(last.get(record.technique)) != id(record):
-            if record.technique in names and record.kept is Kept.YES and record.technique not in kept_so_far:
-                kept_so_far.append(record.technique)
+            if record.technique in names and record.kept is Kept.YES:
+                kept_so_far.extend(t for t in (*_partners(space, record, kept_so_far), record.technique)
+                                   if t not in kept_so_far)
             continue
         incumbent, matched = _incumbent(oracle, record.incumbent_key, value_sets, kept_so_far)
         values, techniques = incumbent
-        with_it = oracle.space.candidate(dict(values), [*techniques, record.technique])
+        partners = _partners(space, record, techniques)
+        with_it = oracle.space.candidate(dict(values), [*techniques, *partners, record.technique])
         truth = oracle.technique_truth(record.technique, oracle.space.candidate(dict(values), list(techniques)),
                                        with_it)
         category = record.category.value if record.category is not None else None
         judged.append(Judged(record.technique, category, record.kept.value, truth, matched))
-        if record.kept is Kept.YES and record.technique not in kept_so_far:
-            kept_so_far.append(record.technique)
+        if record.kept is Kept.YES:
+            kept_so_far.extend(t for t in (*partners, record.technique) if t not in kept_so_far)
     return _score(oracle, recommended, judged, best)
+
+
+def _partners(space: SearchSpace, record: DecisionRecord, present: Sequence[str]) -> list[str]:
+    """Techniques screened together with ``record.technique`` as one change (a memory technique that frees what
+    it lacked): the others whose every flag and variable the decision's deltas carry, not already present."""
+    own = space.technique(record.technique)
+    out = []
+    for t in space.techniques:
+        if t.name == record.technique or t.name in present or not (t.flags or t.env):
+            continue
+        if t.flags.items() <= own.flags.items() and t.env.items() <= own.env.items():
+            continue          # nothing of it beyond what the technique itself sets
+        if all(record.flags_delta.get(k) == v for k, v in t.flags.items()) and \
+                all(record.env_delta.get(k) == v for k, v in t.env.items()):
+            out.append(t.name)
+    return out
 
 
 def score_protocol(oracle: Oracle, values: dict[str, Value], techniques: Sequence[str], best: float) -> Score:

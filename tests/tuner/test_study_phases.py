@@ -189,7 +189,7 @@ def test_a_resumed_night_knows_what_its_probed_boots_found(tmp_path: Path) -> No
     assert resumed.booter.quality.get(trial.key()) is True and resumed.booter.boots == 0
 
 
-def _promising(night: Night, name: str) -> tuple[int, object, object]:
+def _promising(night: Night, name: str) -> tuple[int, object, object, None]:
     """A technique as the night files it after an inconclusive first test whose interval showed a gain."""
     from elsa_tune.history.verdict import Decision, Verdict
 
@@ -199,7 +199,7 @@ def _promising(night: Night, name: str) -> tuple[int, object, object]:
                     "0.10: the incumbent stays", effect=1.20, ci_low=1.08, ci_high=1.33, p_value=0.02,
                     boots_incumbent=6, boots_candidate=6, adjusted_p_value=0.2667, extra={"multiplicity_level": 0.10,
                                                                                   "held_by_night_control": True})
-    return index, technique, first
+    return index, technique, first, None
 
 
 def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_path: Path) -> None:
