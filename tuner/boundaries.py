@@ -38,11 +38,11 @@ import numpy as np
 from scipy import stats
 
 from elsa_tune.durable_file import replacing
-from elsa_tune.tuner.statistics import ANALYSES, WINSOR_K, FloatArray, t_statistics
+from elsa_tune.tuner.statistics import ANALYSES, BIWEIGHT_C, FloatArray, t_statistics
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SHAPES = ("obf", "pocock")
 CACHE_ENV = "ELSA_TUNE_CACHE"
 _CHUNK = 5_000
@@ -62,7 +62,8 @@ class Design:
     welch_ratio: float = 2.0
     replicates: int = 20_000
     seed: int = 20_241_129
-    winsor: float | None = WINSOR_K
+    winsor: float | None = None
+    robust: float | None = BIWEIGHT_C
 
     def __post_init__(self) -> None:
         if not self.looks or any(b <= a for a, b in zip(self.looks, self.looks[1:], strict=False)):
@@ -85,7 +86,8 @@ class Design:
         return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
                       sigma_boot=round(self.sigma_boot, 3), sigma_run=round(self.sigma_run, 3),
                       measured_passes=self.measured_passes, welch_ratio=self.welch_ratio,
-                      replicates=self.replicates, seed=self.seed, winsor=self.winsor)
+                      replicates=self.replicates, seed=self.seed, winsor=self.winsor,
+                      robust=self.robust)
 
     def key(self) -> str:
         text = json.dumps({**asdict(self), "schema_version": SCHEMA_VERSION}, sort_keys=True)
@@ -176,7 +178,7 @@ def null_maxima(design: Design) -> FloatArray:
         best = np.full(rows, -np.inf)
         for j, n in enumerate(design.looks):
             _, _, df, t, _ = t_statistics(ya[:, :n], yb[:, :n], analysis=design.analysis, winsor=design.winsor,
-                                          welch_ratio=design.welch_ratio)
+                                          robust=design.robust, welch_ratio=design.welch_ratio)
             z = stats.norm.isf(stats.t.sf(np.nan_to_num(t, nan=-np.inf), df))
             best = np.maximum(best, z / weights[j])
         out[start:start + rows] = best
