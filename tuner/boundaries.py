@@ -12,7 +12,8 @@ look's nominal p with ``nominal_p[j] = 1 − Φ(C · w_j)`` (≈ .0014/.0175/.04
 
 ``C`` is found by simulation under the normal model of §1 — boot effect σ_boot, pass noise σ_run, the
 protocol's ``k`` measured passes collapsed as log of their mean, the gate's own Student/Welch/paired
-switch — because small-sample t statistics at correlated looks have no convenient closed form. The
+switch and its robust (biweight) summary of each arm — because small-sample t statistics at correlated looks have
+no convenient closed form. The
 efficacy bound ignores futility stops (they are non-binding: stopping early for futility can only
 lower the false-keep rate) and the noise floor (likewise). The sorted null sample of the
 boundary-scaled maximum is kept to turn an observed t into a design-adjusted p-value, which the
@@ -42,6 +43,7 @@ from elsa_tune.tuner.statistics import ANALYSES, BIWEIGHT_C, FloatArray, t_stati
 
 log = logging.getLogger(__name__)
 
+#: 2: the design's ``winsor``; 3: the design's ``robust`` (the biweight comparison), ``winsor`` off by default
 SCHEMA_VERSION = 3
 SHAPES = ("obf", "pocock")
 CACHE_ENV = "ELSA_TUNE_CACHE"
@@ -180,7 +182,7 @@ def null_maxima(design: Design) -> FloatArray:
             _, _, df, t, _ = t_statistics(ya[:, :n], yb[:, :n], analysis=design.analysis, winsor=design.winsor,
                                           robust=design.robust, welch_ratio=design.welch_ratio)
             z = stats.norm.isf(stats.t.sf(np.nan_to_num(t, nan=-np.inf), df))
-            best = np.maximum(best, z / weights[j])
+            best = np.maximum(best, np.nan_to_num(z, nan=-np.inf) / weights[j])   # no valid test: no crossing
         out[start:start + rows] = best
     out.sort()
     return out

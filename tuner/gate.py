@@ -168,11 +168,14 @@ class GatePolicy:
         return self._pocock(blocks, alpha)
 
     def _pocock(self, blocks: tuple[int, ...], alpha: float) -> tuple[float, ...]:
-        """One nominal level for the looks in ``blocks`` holding the chance of passing at any of them to ``alpha``."""
+        """One nominal level for the looks in ``blocks`` holding the chance of passing at any of them to ``alpha``.
+
+        Calibrated on the plain t, the statistic of the guardrails' own test (``statistics.non_inferiority``).
+        """
         design = Design(looks=blocks, alpha=alpha, shape="pocock", analysis=self.analysis,
                         sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
                         welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
-                        winsor=self.winsor, robust=self.robust)
+                        winsor=None, robust=None)
         return calibrate(design).nominal_p
 
     def blocks_at(self, look: int) -> int:

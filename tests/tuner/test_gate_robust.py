@@ -62,6 +62,17 @@ def test_ordinary_spread_is_not_down_weighted_and_fast_boots_never_are() -> None
     assert float(biweight([ya, fast], 4.685, slow_only=True).weights[1][0, 2]) == 1.0
 
 
+def test_a_paired_analysis_down_weights_a_block_whose_difference_is_far_out_either_way() -> None:
+    a = [0.01, -0.02, 0.03, -0.01, 0.0, 0.02, -0.03, 0.01]
+    b = [y + 0.10 + e for y, e in zip(a, [0.01, -0.01, 0.0, 0.02, -0.02, 0.01, 0.0, -0.01], strict=True)]
+    for sign in (1.0, -1.0):                                            # a slow candidate or a slow incumbent boot
+        outlier = list(b)
+        outlier[5] -= sign * SLOW
+        c = compare(a, outlier, analysis="paired", robust=4.685)
+        assert c.outliers_a == c.outliers_b == (5,)
+        assert c.delta == pytest.approx(0.10, abs=0.01) and c.df < 7   # the block counts for nothing in the df
+
+
 def test_few_boots_fall_back_to_the_plain_t_and_no_spread_never_passes() -> None:
     ya, yb = np.array([[0.0, 0.02, -0.01]]), np.array([[0.1, 0.12, 0.09 - SLOW]])
     robust, plain = t_statistics(ya, yb, robust=4.685), t_statistics(ya, yb)
