@@ -54,10 +54,13 @@ NOISE_FLOOR = 0.01
 
 
 def gate_cell(effect: float, sigma_boot: float, replicates: int, policy: GatePolicy,
-              family: str = "lognormal") -> tuple[float, float]:
-    """(P(keep), mean boots) of the real gate over seeded replicates, boot drift of the given noise family."""
+              family: str = "lognormal", first: int = 0) -> tuple[float, float]:
+    """(P(keep), mean boots) of the real gate over seeded replicates, boot drift of the given noise family.
+
+    ``first`` is the first replicate's number: another ``first`` draws other seeds for the same cell.
+    """
     keeps = boots = 0
-    for rep in range(replicates):
+    for rep in range(first, first + replicates):
         seed = 1_000_003 * rep + int(1000 * sigma_boot) * 7919 + round(1000 * effect)
         sampler = NoiseModelSampler(effect=effect, sigma_boot=sigma_boot, sigma_run=SIGMA_RUN,
                                     measured_passes=policy.measured_passes, warmup_passes=policy.warmup_passes,
@@ -74,7 +77,7 @@ FAMILIES = (("lognormal", "normal on the log scale (the model the boundaries are
             ("drift_step", "every boot from the 9th on 10% slower"))
 
 
-def families_table(replicates: int) -> None:
+def families_table(replicates: int, families: Sequence[str] = (), first: int = 0) -> None:
     """No-op and +10% at σ_boot 5% under each noise family: the robust gate, the winsorized one, the plain t."""
     policy = GatePolicy()
     winsorized = replace(policy, robust=None, winsor=WINSOR_K)
@@ -85,12 +88,14 @@ def families_table(replicates: int) -> None:
           "+10% P(keep), plain t |")
     print("|---|---|---|---|---|---|---|---|")
     for family, what in FAMILIES:
-        null, _ = gate_cell(0.0, 0.05, replicates, policy, family)
-        gain, boots = gate_cell(0.10, 0.05, replicates, policy, family)
-        null_w, _ = gate_cell(0.0, 0.05, replicates, winsorized, family)
-        gain_w, _ = gate_cell(0.10, 0.05, replicates, winsorized, family)
-        null_plain, _ = gate_cell(0.0, 0.05, replicates, plain, family)
-        gain_plain, _ = gate_cell(0.10, 0.05, replicates, plain, family)
+        if families and family not in families:
+            continue
+        null, _ = gate_cell(0.0, 0.05, replicates, policy, family, first)
+        gain, boots = gate_cell(0.10, 0.05, replicates, policy, family, first)
+        null_w, _ = gate_cell(0.0, 0.05, replicates, winsorized, family, first)
+        gain_w, _ = gate_cell(0.10, 0.05, replicates, winsorized, family, first)
+        null_plain, _ = gate_cell(0.0, 0.05, replicates, plain, family, first)
+        gain_plain, _ = gate_cell(0.10, 0.05, replicates, plain, family, first)
         print(f"| {family}: {what} | {null:.3f} | {gain:.3f} | {boots:.1f} | {null_w:.3f} | {gain_w:.3f} | "
               f"{null_plain:.3f} | {gain_plain:.3f} |", flush=True)
     print()
@@ -153,9 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replicates", type=int, default=1000, help="gate A/B runs per cell (default 1000)")
     parser.add_argument("--naive-replicates", type=int, default=100_000)
     parser.add_argument("--families-only", action="store_true", help="only the noise-family table")
+    parser.add_argument("--family", action="append", choices=[f for f, _ in FAMILIES], default=[],
+                        help="with --families-only: only this family (repeatable)")
+    parser.add_argument("--first-replicate", type=int, default=0,
+                        help="with --families-only: number the replicates from here (other seeds, same cells)")
     args = parser.parse_args(argv)
     if args.families_only:
-        families_table(args.replicates)
+        families_table(args.replicates, args.family, args.first_replicate)
         return 0
     policy = GatePolicy()
     bounds = policy.boundaries()

@@ -114,4 +114,4 @@ def test_operating_characteristics_outside_the_calibration_model(family: str) ->
         return keeps / 300
 
     assert keep_rate(0.0) <= 0.075            # α = 5% plus two Monte Carlo standard errors
-    assert keep_rate(0.10) >= 0.85
+    assert keep_rate(0.10) >= 0.88            # 0.933 contaminated, 0.983 t3, 0.960 step drift on these seeds
