@@ -53,7 +53,8 @@ from elsa_tune.tuner.statistics import BIWEIGHT_C, Comparison, InsufficientData,
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+#: 2: ``GatePolicy.robust`` (the biweight comparison, on by default) and ``winsor`` off by default
+SCHEMA_VERSION = 2
 KINDS = ("speed", "memory")
 FUTILITY_RULES = ("boot_saving", "ci", "none")
 GUARD_SPENDING = ("split", "pocock", "none")
