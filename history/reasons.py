@@ -68,7 +68,20 @@ def effect_text(verdict: Verdict) -> str:
         return ", ".join(f"{pct(float(r))} at {name}" for name, r in by_workload.items() if _is_number(r))
     if verdict.effect is None:
         return f"no estimate over {boots} boots"
-    return f"{pct(verdict.effect)} {interval(verdict.ci_low, verdict.ci_high)} over {boots} boots"
+    return f"{pct(verdict.effect)} {interval(verdict.ci_low, verdict.ci_high)} over {boots} boots" + \
+        _outlier_note(verdict)
+
+
+def _outlier_note(verdict: Verdict) -> str:
+    """" (1 boot down-weighted as an outlier: candidate in block 3 −24% off its arm's median, weight 0.00)"."""
+    rows = verdict.outlier_boots
+    if not rows:
+        return ""
+    what = "; ".join(f"{o.arm} in block {o.block} {pct(1.0 + o.off_median)} off its arm's median, weight "
+                     f"{o.weight:.2f}" for o in rows)
+    many = len(rows) > 1
+    return f" ({len(rows)} boots down-weighted as outliers: {what})" if many else \
+        f" (1 boot down-weighted as an outlier: {what})"
 
 
 def reason_from_verdict(verdict: Verdict) -> str:

@@ -32,6 +32,29 @@ class GuardrailResult:
 
 
 @dataclass(frozen=True)
+class OutlierBoot:
+    """A boot the gate's robust comparison down-weighted (weight below 0.5): it counted less, it was not dropped.
+
+    ``arm`` is "incumbent" or "candidate" (for a paired analysis "pair": the block's difference was the outlier),
+    ``block`` its ABBA·BAAB block, ``weight`` its weight in its arm's biweight location (0 = left out), ``off_median``
+    its throughput against its arm's median minus 1 (−0.24: 24% slower than the arm's other boots).
+    """
+
+    arm: str
+    block: int
+    weight: float
+    off_median: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "block": self.block, "weight": self.weight, "off_median": self.off_median}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OutlierBoot:
+        return cls(arm=str(data["arm"]), block=int(data["block"]), weight=float(data["weight"]),
+                   off_median=float(data["off_median"]))
+
+
+@dataclass(frozen=True)
 class Verdict:
     """KEEP / REJECT / INCONCLUSIVE with the reason, effect ratio and its CI, p-value, boots per arm.
 
@@ -57,6 +80,14 @@ class Verdict:
     extra: Mapping[str, Any] = field(default_factory=dict)
     #: why, in the seeds' few words; set by whoever decides (the gate, a screening shortcut, the night's control)
     category: ReasonCategory | None = None
+
+    @property
+    def outlier_boots(self) -> tuple[OutlierBoot, ...]:
+        """The boots the gate down-weighted as outliers (``extra["outlier_boots"]``), in run order of their blocks."""
+        rows = self.extra.get("outlier_boots") if isinstance(self.extra, Mapping) else None
+        if not isinstance(rows, (list, tuple)):
+            return ()
+        return tuple(OutlierBoot.from_dict(r) for r in rows if isinstance(r, Mapping))
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}

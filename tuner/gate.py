@@ -42,18 +42,19 @@ from typing import Any
 
 from elsa_tune.errors import BootFailed, ServerDied
 from elsa_tune.history.reasons import failure_category
-from elsa_tune.history.verdict import Decision, GuardrailResult, Verdict
+from elsa_tune.history.verdict import Decision, GuardrailResult, OutlierBoot, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
 from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
-from elsa_tune.tuner.statistics import WINSOR_K, Comparison, InsufficientData, compare, mde_for, non_inferiority
+from elsa_tune.tuner.statistics import BIWEIGHT_C, Comparison, InsufficientData, compare, mde_for, non_inferiority
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+#: 2: ``GatePolicy.robust`` (the biweight comparison, on by default) and ``winsor`` off by default
+SCHEMA_VERSION = 2
 KINDS = ("speed", "memory")
 FUTILITY_RULES = ("boot_saving", "ci", "none")
 GUARD_SPENDING = ("split", "pocock", "none")
@@ -79,9 +80,11 @@ class GatePolicy:
     ``min_effect`` is the minimum worthwhile gain (futility), ``noise_floor`` the gain a KEEP must at
     least show. ``kind="memory"`` keeps when speed is non-inferior within ``non_inferiority_margin``
     and the KV pool grows by ``memory_min_gain``. σ's are on the log scale and only shape the Monte
-    Carlo calibration and the planned MDE; the test itself uses the observed variance. ``winsor`` clips each
-    arm's boot values to its median ± that many robust σ (from 6 boots per arm; ``None``: the plain t), so a
-    boot slowed by its host does not decide the comparison; the boundaries are calibrated on the same statistic.
+    Carlo calibration and the planned MDE; the test itself uses the observed variance. ``robust`` is the biweight
+    constant of the robust comparison (``statistics.biweight``, from 4 boots per arm; ``None``: the plain t): a boot
+    its host slowed counts less or not at all, and the verdict names it (``extra["outlier_boots"]``). ``winsor``
+    (off by default, the rule before) clips each arm to its median ± that many robust σ. The boundaries are
+    calibrated on the same statistic.
     """
 
     kind: str = "speed"
@@ -106,7 +109,8 @@ class GatePolicy:
     calibration_seed: int = 20_241_129
     max_error_fraction: float = 0.005
     power: float = 0.8
-    winsor: float | None = WINSOR_K
+    winsor: float | None = None
+    robust: float | None = BIWEIGHT_C
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -128,7 +132,7 @@ class GatePolicy:
         return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
                       sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
                       welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
-                      winsor=self.winsor)
+                      winsor=self.winsor, robust=self.robust)
 
     def boundaries(self) -> Boundaries:
         return calibrate(self.design())
@@ -165,11 +169,14 @@ class GatePolicy:
         return self._pocock(blocks, alpha)
 
     def _pocock(self, blocks: tuple[int, ...], alpha: float) -> tuple[float, ...]:
-        """One nominal level for the looks in ``blocks`` holding the chance of passing at any of them to ``alpha``."""
+        """One nominal level for the looks in ``blocks`` holding the chance of passing at any of them to ``alpha``.
+
+        Calibrated on the plain t, the statistic of the guardrails' own test (``statistics.non_inferiority``).
+        """
         design = Design(looks=blocks, alpha=alpha, shape="pocock", analysis=self.analysis,
                         sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
                         welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
-                        winsor=self.winsor)
+                        winsor=None, robust=None)
         return calibrate(design).nominal_p
 
     def blocks_at(self, look: int) -> int:
@@ -303,13 +310,15 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                            final=True, guardrails=(memory,), category=ReasonCategory.MEMORY_LOSS)
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
-                             null_delta=policy.null_delta, winsor=policy.winsor)
+                             null_delta=policy.null_delta, winsor=policy.winsor,
+                             robust=policy.robust)
     except InsufficientData as exc:
         return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test yet: {exc}"
                            + ("; the incumbent stays" if last else ""), final=last,
                            mde=_planned_mde(policy, min(len(ya), len(yb)), bounds, look),
                            category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
+    ctx.extra["outlier_boots"] = [o.to_dict() for o in _outlier_boots(comparison, sa, sb, policy)]
     guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[look - 1])
     guards += (memory,) if memory is not None else ()
     ctx.guardrails = guards
@@ -466,12 +475,14 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
-                             null_delta=policy.null_delta, winsor=policy.winsor)
+                             null_delta=policy.null_delta, winsor=policy.winsor,
+                             robust=policy.robust)
     except InsufficientData as exc:
         return ctx.verdict(Decision.INCONCLUSIVE, f"no valid test after the guardrail extension: {exc}; the "
                                                   "incumbent stays", final=True, p_value=at_cap.p_value,
                            category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
+    ctx.extra["outlier_boots"] = [o.to_dict() for o in _outlier_boots(comparison, sa, sb, policy)]
     guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[-1])
     ctx.guardrails = guards + ((memory,) if memory is not None else ())
     gain = comparison.ratio - 1.0
@@ -500,19 +511,42 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
                        category=ReasonCategory.NO_GAIN)
 
 
-def _usable(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: bool) -> tuple[list[float],
-                                                                                            list[float], int]:
-    """Boot values that can enter the test; for a paired analysis a block enters only whole."""
+def _used(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: bool
+          ) -> tuple[list[BootSummary], list[BootSummary]]:
+    """The boots that can enter the test, in order; for a paired analysis a block enters only whole."""
     if paired:
         by_block_a = {s.block: s for s in sa if not s.unusable}
         by_block_b = {s.block: s for s in sb if not s.unusable}
         blocks = sorted(set(by_block_a) & set(by_block_b))
-        excluded = len(sa) + len(sb) - 2 * len(blocks)
-        return ([by_block_a[b].log_throughput for b in blocks], [by_block_b[b].log_throughput for b in blocks],
-                excluded)
-    ya = [s.log_throughput for s in sa if not s.unusable]
-    yb = [s.log_throughput for s in sb if not s.unusable]
-    return ya, yb, len(sa) + len(sb) - len(ya) - len(yb)
+        return [by_block_a[b] for b in blocks], [by_block_b[b] for b in blocks]
+    return [s for s in sa if not s.unusable], [s for s in sb if not s.unusable]
+
+
+def _usable(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: bool) -> tuple[list[float],
+                                                                                            list[float], int]:
+    """Boot values that can enter the test, and how many boots could not."""
+    used_a, used_b = _used(sa, sb, paired=paired)
+    return ([s.log_throughput for s in used_a], [s.log_throughput for s in used_b],
+            len(sa) + len(sb) - len(used_a) - len(used_b))
+
+
+def _outlier_boots(c: Comparison, sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy
+                   ) -> tuple[OutlierBoot, ...]:
+    """The boots the comparison down-weighted, by arm and block, with their distance from their arm's median."""
+    paired = policy.analysis == "paired"
+    used_a, used_b = _used(sa, sb, paired=paired)
+    if paired:
+        diffs = [b.log_throughput - a.log_throughput for a, b in zip(used_a, used_b, strict=True)]
+        mid = pystats.median(diffs)
+        return tuple(OutlierBoot(arm="pair", block=used_b[i].block, weight=c.weights_b[i],
+                                 off_median=math.expm1(diffs[i] - mid)) for i in c.outliers_b)
+    out: list[OutlierBoot] = []
+    for arm, used, weights, positions in (("incumbent", used_a, c.weights_a, c.outliers_a),
+                                          ("candidate", used_b, c.weights_b, c.outliers_b)):
+        mid = pystats.median(s.log_throughput for s in used)
+        out += [OutlierBoot(arm=arm, block=used[i].block, weight=weights[i],
+                            off_median=math.expm1(used[i].log_throughput - mid)) for i in positions]
+    return tuple(sorted(out, key=lambda o: (o.block, o.arm)))
 
 
 def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy, level: float

@@ -3,8 +3,10 @@
 The boot is the unit of replication: the inputs here are one number per boot (a log of a mean
 throughput, a log TTFT), never pooled iterations. The comparison is a Student t with pooled variance,
 switched to Welch when one arm's variance exceeds the other's by more than ``welch_ratio`` (a candidate
-that adds instability), or a paired t on block differences when consecutive boots are correlated. The
-same vectorised rule serves the gate and the Monte Carlo that calibrates its boundaries, so the
+that adds instability), or a paired t on block differences when consecutive boots are correlated. The gate
+runs it robustly (``robust``): from 4 boots per arm each arm's mean is replaced by a Tukey-biweight location
+that lets a boot its host slowed count less or not at all (``biweight``), and the boots count by their weights.
+The same vectorised rule serves the gate and the Monte Carlo that calibrates its boundaries, so the
 simulated statistic is exactly the one the gate computes.
 
 Nothing here fails open: NaNs, fewer than two boots per arm or a zero standard error raise
@@ -26,6 +28,16 @@ ANALYSES = ("unpaired", "paired")
 #: The gate's winsorization of boot values: robust σ's from the median, from this many boots per arm.
 WINSOR_K = 2.5
 WINSOR_MIN_BOOTS = 6
+#: The gate's robust comparison: Tukey's biweight with this tuning constant (in pooled robust σ's), from this many
+#: boots per arm; a boot whose weight falls below ``COUNTED_WEIGHT`` is reported as down-weighted.
+BIWEIGHT_C = 4.685
+ROBUST_MIN_BOOTS = 4
+COUNTED_WEIGHT = 0.5
+_SCALE_CUT = 3.0
+#: 1 / √(1 − 2cφ(c)/(2Φ(c) − 1)) at c = 3: the SD of a normal sample cut at ±3σ is this much too small
+_SCALE_CORRECTION = 1.0 / math.sqrt(1.0 - 2.0 * _SCALE_CUT * float(stats.norm.pdf(_SCALE_CUT))
+                                    / (2.0 * float(stats.norm.cdf(_SCALE_CUT)) - 1.0))
+_MAD_SIGMA = 1.4826
 _TINY_SE = 1e-12
 
 
@@ -52,6 +64,16 @@ class Comparison:
     sd_a: float
     sd_b: float
     null_delta: float = 0.0
+    weights_a: tuple[float, ...] = ()
+    weights_b: tuple[float, ...] = ()
+
+    @property
+    def outliers_a(self) -> tuple[int, ...]:
+        return tuple(i for i, w in enumerate(self.weights_a) if w < COUNTED_WEIGHT)
+
+    @property
+    def outliers_b(self) -> tuple[int, ...]:
+        return tuple(i for i, w in enumerate(self.weights_b) if w < COUNTED_WEIGHT)
 
     @property
     def ratio(self) -> float:
@@ -103,42 +125,121 @@ def winsorize_pair(ya: FloatArray, yb: FloatArray, k: float | None) -> tuple[Flo
     return clipped_a, clipped_b
 
 
+@dataclass(frozen=True)
+class RobustArms:
+    """Each arm's biweight location, each boot's weight in it (1 = full, 0 = left out), each arm's variance.
+
+    Rows are replicates: ``locations`` and ``variances`` have shape (R,), each of ``weights`` (R, n) like its arm.
+    An arm's variance is its weighted residual variance about its location, Σw·r² / (Σw − 1).
+    """
+
+    locations: tuple[FloatArray, ...]
+    weights: tuple[FloatArray, ...]
+    variances: tuple[FloatArray, ...]
+
+
+def robust_scale(arms: Sequence[FloatArray]) -> FloatArray:
+    """One scale for every arm, shape (R, 1): the SD of the residuals from each arm's median within 3 MAD-σ's.
+
+    The MAD (1.4826 · the median absolute residual, pooled over the arms so that it has every boot behind it and a
+    slow boot cannot hide in its own arm's spread) only decides which residuals are far out; the scale is then the
+    SD of the rest, corrected for the cut at 3 σ, which is nearly as efficient as a plain SD on few boots.
+    """
+    res = np.concatenate([a - np.median(a, axis=-1, keepdims=True) for a in arms], axis=-1)
+    mad = _MAD_SIGMA * np.median(np.abs(res), axis=-1, keepdims=True)
+    near = np.abs(res) < _SCALE_CUT * mad
+    dof = near.sum(axis=-1, keepdims=True) - len(arms)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sd = np.sqrt(np.where(near, res**2, 0.0).sum(axis=-1, keepdims=True) / dof) * _SCALE_CORRECTION
+    scale: FloatArray = np.where(dof > 0, sd, mad)
+    return scale
+
+
+def biweight(arms: Sequence[FloatArray], c: float, *, slow_only: bool) -> RobustArms:
+    """Each arm's Tukey-biweight M-estimate of location on one pooled ``robust_scale``; ``c`` in scale units.
+
+    A boot's weight falls from 1 at its arm's median to 0 at ``c`` scales from it, and the location is the weighted
+    mean: one reweighting step from the median, which is deterministic, vectorised and cannot run away from the bulk
+    of the boots. With ``slow_only`` only boots below the median are down-weighted: a host (a neighbour, a throttle)
+    can slow a boot down but not speed it up, and a rule applied alike to both arms leaves their difference unbiased
+    under symmetric noise; at least half of each arm then keeps its full weight. A row whose scale is zero gets NaN
+    (no valid test).
+    """
+    scale = robust_scale(arms)
+    width = np.where(scale > _TINY_SE, c * scale, np.nan)
+    locations, weights, variances = [], [], []
+    for a in arms:
+        w = _tukey_weights((a - np.median(a, axis=-1, keepdims=True)) / width, slow_only)
+        total = w.sum(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            loc = (w * a).sum(axis=-1, keepdims=True) / total
+            variances.append((w * (a - loc) ** 2).sum(axis=-1) / (total[..., 0] - 1.0))
+        locations.append(loc[..., 0])
+        weights.append(w)
+    return RobustArms(locations=tuple(locations), weights=tuple(weights), variances=tuple(variances))
+
+
+def _tukey_weights(u: FloatArray, slow_only: bool) -> FloatArray:
+    w: FloatArray = np.where(np.abs(u) < 1.0, (1.0 - u**2) ** 2, 0.0)
+    if slow_only:
+        w = np.where(u >= 0.0, 1.0, w)
+    return w
+
+
 def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", welch_ratio: float = 2.0,
-                 null_delta: float = 0.0, winsor: float | None = None
+                 null_delta: float = 0.0, winsor: float | None = None, robust: float | None = None
                  ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """Vectorised over rows: ``ya`` (R, n_a) and ``yb`` (R, n_b) boot values → delta, se, df, t, is_welch.
 
-    ``analysis="paired"`` needs ``n_a == n_b`` and pairs column j of both (block j). Each arm (or the paired
-    differences) is winsorized first (``winsorize``, ``winsor`` robust σ); the boundaries are calibrated on the
-    same statistic.
+    ``analysis="paired"`` needs ``n_a == n_b`` and pairs column j of both (block j). With ``robust`` (a biweight
+    tuning constant c) and at least ``ROBUST_MIN_BOOTS`` boots per arm, each arm is summarised by its biweight
+    location (``biweight``; slow boots down-weighted, or for a paired analysis the differences, both ways) and
+    weighted variance, and the Student/Welch rule runs with each arm's total weight W in place of its boot count
+    (a boot left out counts for nothing, in the SE and in the degrees of freedom). ``winsor`` clips each arm (or
+    the paired differences) to its median ± that many robust σ first (``winsorize``). The boundaries are calibrated
+    on the same statistic.
     """
     if analysis not in ANALYSES:
         raise ValueError(f"analysis must be one of {ANALYSES}, got {analysis!r}")
     n_a, n_b = ya.shape[-1], yb.shape[-1]
     if n_a < 2 or n_b < 2:
         raise InsufficientData(f"a t test needs at least 2 boots per arm, got {n_a} and {n_b}")
+    use_robust = robust is not None and min(n_a, n_b) >= ROBUST_MIN_BOOTS
     if analysis == "paired":
         if n_a != n_b:
             raise InsufficientData(f"a paired test needs whole blocks, got {n_a} and {n_b} boots")
         d = winsorize(yb - ya, winsor)
-        delta = d.mean(axis=-1)
-        se = d.std(axis=-1, ddof=1) / math.sqrt(n_a)
-        df = np.full_like(delta, n_a - 1.0)
+        if use_robust and robust is not None:
+            fit = biweight([d], robust, slow_only=False)
+            total = fit.weights[0].sum(axis=-1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                delta, se, df = fit.locations[0], np.sqrt(fit.variances[0] / total), total - 1.0
+        else:
+            delta = d.mean(axis=-1)
+            se = d.std(axis=-1, ddof=1) / math.sqrt(n_a)
+            df = np.full_like(delta, n_a - 1.0)
         welch = np.zeros_like(delta)
     else:
         ya, yb = winsorize_pair(ya, yb, winsor)
-        delta = yb.mean(axis=-1) - ya.mean(axis=-1)
-        va, vb = ya.var(axis=-1, ddof=1), yb.var(axis=-1, ddof=1)
-        pooled = ((n_a - 1) * va + (n_b - 1) * vb) / (n_a + n_b - 2)
-        se_student = np.sqrt(pooled * (1.0 / n_a + 1.0 / n_b))
-        wa, wb = va / n_a, vb / n_b
-        se_welch = np.sqrt(wa + wb)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            df_welch = (wa + wb) ** 2 / (wa**2 / (n_a - 1) + wb**2 / (n_b - 1))
+        if use_robust and robust is not None:
+            fit = biweight([ya, yb], robust, slow_only=True)
+            delta = fit.locations[1] - fit.locations[0]
+            va, vb = fit.variances
+            m_a, m_b = fit.weights[0].sum(axis=-1), fit.weights[1].sum(axis=-1)
+        else:
+            delta = yb.mean(axis=-1) - ya.mean(axis=-1)
+            va, vb = ya.var(axis=-1, ddof=1), yb.var(axis=-1, ddof=1)
+            m_a, m_b = np.full_like(delta, float(n_a)), np.full_like(delta, float(n_b))
+        with np.errstate(divide="ignore", invalid="ignore"):   # a row with no spread: NaN, never a pass
+            pooled = ((m_a - 1) * va + (m_b - 1) * vb) / (m_a + m_b - 2)
+            se_student = np.sqrt(pooled * (1.0 / m_a + 1.0 / m_b))
+            wa, wb = va / m_a, vb / m_b
+            se_welch = np.sqrt(wa + wb)
+            df_welch = (wa + wb) ** 2 / (wa**2 / (m_a - 1) + wb**2 / (m_b - 1))
             ratio = np.maximum(va, vb) / np.minimum(va, vb)
         use_welch = ratio > welch_ratio
         se = np.where(use_welch, se_welch, se_student)
-        df = np.where(use_welch, np.nan_to_num(df_welch, nan=1.0), float(n_a + n_b - 2))
+        df = np.where(use_welch, np.nan_to_num(df_welch, nan=1.0), m_a + m_b - 2.0)
         welch = use_welch.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = (delta - null_delta) / se
@@ -146,22 +247,36 @@ def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", 
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, analysis: str = "unpaired", welch_ratio: float = 2.0,
-            null_delta: float = 0.0, winsor: float | None = None) -> Comparison:
-    """The gate's test on boot values ``a`` (incumbent) and ``b`` (candidate), on the log scale."""
+            null_delta: float = 0.0, winsor: float | None = None, robust: float | None = None) -> Comparison:
+    """The gate's test on boot values ``a`` (incumbent) and ``b`` (candidate), on the log scale.
+
+    With ``robust``, ``Comparison.weights_a``/``weights_b`` hold each boot's biweight weight (empty when the plain
+    test ran); ``outliers_a``/``outliers_b`` the positions of those below ``COUNTED_WEIGHT``.
+    """
     ya, yb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if ya.ndim != 1 or yb.ndim != 1:
         raise InsufficientData("boot values must be one-dimensional")
     if not (np.all(np.isfinite(ya)) and np.all(np.isfinite(yb))):
         raise InsufficientData("a boot value is NaN or infinite")
     delta, se, df, t, welch = t_statistics(ya[None, :], yb[None, :], analysis=analysis, welch_ratio=welch_ratio,
-                                           null_delta=null_delta, winsor=winsor)
+                                           null_delta=null_delta, winsor=winsor, robust=robust)
     se0, df0, t0 = float(se[0]), float(df[0]), float(t[0])
-    if not math.isfinite(se0) or se0 <= _TINY_SE or not math.isfinite(t0):
+    if not math.isfinite(se0) or se0 <= _TINY_SE or not math.isfinite(t0) or df0 < 1:
         raise InsufficientData("the boot values have no spread (zero standard error): a test cannot be trusted")
+    weights_a: tuple[float, ...] = ()
+    weights_b: tuple[float, ...] = ()
+    if robust is not None and min(len(ya), len(yb)) >= ROBUST_MIN_BOOTS:
+        if analysis == "paired":
+            (w,) = biweight([(yb - ya)[None, :]], robust, slow_only=False).weights
+            weights_a = weights_b = tuple(float(x) for x in w[0])
+        else:
+            wa, wb = biweight([ya[None, :], yb[None, :]], robust, slow_only=True).weights
+            weights_a, weights_b = tuple(float(x) for x in wa[0]), tuple(float(x) for x in wb[0])
     test = "paired" if analysis == "paired" else ("welch" if welch[0] else "student")
     return Comparison(delta=float(delta[0]), se=se0, df=df0, t=t0, p_one_sided=float(stats.t.sf(t0, df0)),
                       test=test, n_a=len(ya), n_b=len(yb), sd_a=float(np.std(ya, ddof=1)),
-                      sd_b=float(np.std(yb, ddof=1)), null_delta=null_delta)
+                      sd_b=float(np.std(yb, ddof=1)), null_delta=null_delta, weights_a=weights_a,
+                      weights_b=weights_b)
 
 
 def mde_from_se(se: float, df: float, *, alpha: float, power: float = 0.8) -> float:

@@ -21,7 +21,7 @@ from elsa_tune.tuner.schedule import Arm
 
 TAIL_ONLY = GuardrailPolicy(ttft_p50_margin=None, ttft_p99_margin=1.20, kv_pool_min_ratio=None)
 POLICY = GatePolicy(looks=(2, 4, 6), guardrails=TAIL_ONLY, sigma_boot=0.107, sigma_run=0.016, replicates=4000,
-                    winsor=None,
+                    robust=None,
                     guard_extension=6)
 
 

@@ -162,11 +162,11 @@ def test_boundaries_reproducible_and_match_the_spec() -> None:
     small = Design(replicates=2_000, seed=5)
     assert (null_maxima(small) == null_maxima(small)).all()     # two fresh simulations: no memo between them
     one = calibrate(Design())
-    fresh = calibrate(Design(seed=7, winsor=None))
+    fresh = calibrate(Design(seed=7, robust=None))
     # statistics.md §3.5: OBF nominal one-sided p .0014 / .0175 / .0426 at 4 / 8 / 12 blocks for the plain t
     for got, want in zip(fresh.nominal_p, (0.0014, 0.0175, 0.0426), strict=True):
         assert got == pytest.approx(want, rel=0.15)
-    # the gate's winsorized t is calibrated to the same α
+    # the gate's robust (biweight) t is calibrated to the same α
     assert 0.045 <= one.achieved_alpha <= 0.05
     pocock = calibrate(Design(shape="pocock"))
     assert len(set(pocock.nominal_p)) == 1 and 0.015 < pocock.nominal_p[0] < 0.03
