@@ -195,6 +195,7 @@ def compare_flags(pre: Preflight, a: Candidate, b: Candidate, *, files: tuple[st
                   view=StudyView(live=False), interrupts=interrupts or Interrupts(), on_decision=lambda: None,
                   executor=executor)
     night.incumbent = Incumbent({}, [], a, None)
+    night.view.update(study=settings.study_name, phase="compare", time_left_s=night.budget.left_s)
     run = _Comparison(night, a, b, files, looks=looks, min_effect=min_effect, seed=seed)
     try:
         return run.run()
