@@ -67,6 +67,9 @@ def test_a_clearly_better_b_exits_0_with_its_interval_above_1(tmp_path: Path,
     again, repeat = compare(tmp_path, capsys, A, FASTER)
     assert again == code and repeat["effect"] == result["effect"]
     assert len(RunDir(tmp_path / "run").load().boots) == len(history.boots)
+    # the folder is a comparison's, not a study's: `elsa-tune report` says so instead of recommending a "baseline"
+    assert main(["report", str(tmp_path / "run")]) == exit_codes.USAGE
+    assert "holds a comparison" in capsys.readouterr().err and not (tmp_path / "run" / "best").exists()
     # another comparison in that folder is refused before it boots anything
     (tmp_path / "c.yaml").write_text(CRASHES)
     assert main(["compare", "--a", str(tmp_path / "a.yaml"), "--b", str(tmp_path / "c.yaml"), "--gpu", "sim",
