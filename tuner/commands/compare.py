@@ -83,7 +83,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pass-seconds", type=positive_float, default=None, metavar="S",
                         help="target length of one measured pass (default: from the budget), e.g. --pass-seconds 120")
     parser.add_argument("--seed", type=int, default=None, metavar="N",
-                        help="seed of the boot schedule (default 0), e.g. --seed 7")
+                        help="seed of the boot schedule and of the simulated runtime's noise (default 0), "
+                             "e.g. --seed 7")
     parser.add_argument("--json", action="store_true",
                         help="print the result (outcome, exit status, effect, interval, both arms) as one JSON object")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more console output, e.g. -vv")
