@@ -303,7 +303,7 @@ def _record(night: Night, result: FlagComparison, a: Candidate, b: Candidate, *,
                               incumbent_key=a.key(), candidate_key=b.key(), verdict=result.verdict,
                               failure=result.failure if result.verdict is None else None,
                               boots_incumbent=tuple(ids[Arm.INCUMBENT]) if ids else (),
-                              boots_candidate=(probe_boot, *(ids[Arm.CANDIDATE] if ids else ())),
+                              boots_candidate=tuple(i for i in (probe_boot, *(ids[Arm.CANDIDATE] if ids else ())) if i),
                               result=f"{result.outcome.sentence}: {result.reason}",
                               ab_result=result.ab_result)
     night.store.record_decision(decision)

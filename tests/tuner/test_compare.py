@@ -114,6 +114,16 @@ def test_the_console_summary_names_the_verdict_and_says_it_is_simulated(
     assert "verdict: B failed: technique_crash" in out and "SIMULATED" in out and "5 boots recorded in" in out
 
 
+def test_a_budget_spent_before_the_gate_decides_is_no_difference_shown(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a virtual boot of the tiny card takes about 2 simulated minutes: 20 minutes end the A/B before its first look
+    code, result = compare(tmp_path, capsys, A, FASTER, "--budget", "20m")
+    assert code == exit_codes.NO_DIFFERENCE and result["outcome"] == "no difference shown"
+    assert "budget of 20 minutes was spent" in str(result["reason"]) and result["ci_low"] is None
+    (decision,) = RunDir(tmp_path / "run").load().decisions
+    assert decision.verdict is None and len(decision.boots_candidate) == 1   # B's probed boot (the A/B's are in boots/)
+
+
 def _verdict(decision: Decision, low: float, high: float, **extra: object) -> Verdict:
     return Verdict(decision=decision, reason="r", effect=(low * high) ** 0.5, ci_low=low, ci_high=high, p_value=0.5,
                    boots_incumbent=12, boots_candidate=12, extra=extra)
