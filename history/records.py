@@ -34,6 +34,7 @@ class Phase(enum.Enum):
     SCREENING = "screening"
     SEARCH = "search"
     CONFIRMATION = "confirmation"
+    COMPARE = "compare"             # ``elsa-tune compare``: two flag files, one A/B, outside any study
 
 
 class Arm(enum.Enum):

@@ -30,6 +30,7 @@ import yaml
 from elsa_tune.reports import units
 from elsa_tune.reports.model import ClientNumbers, Report
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
+from elsa_tune.search_spaces.flag_file import ENV_COMMENT
 
 SCHEMA_VERSION = 2
 DEFAULT_LAUNCH = ("python3", "-m", "sglang.launch_server")
@@ -204,7 +205,7 @@ def server_args_file(report: Report, candidate: Candidate) -> str:
               f"# Label: {_comment(candidate.label)} (candidate key {candidate.key()})",
               f"# Measured on: {_comment(fp.describe()) if fp else 'unknown setup'}",
               *[f"# Rounded for deployment: {r}" for r in _rounded(report, candidate)],
-              *[f"# Environment (not a flag; export it first): {_env_name(k)}={shlex.quote(v)}"
+              *[f"{ENV_COMMENT}{_env_name(k)}={shlex.quote(v)}"
                 for k, v in candidate.env.items()],
               "# Use: python3 -m sglang.launch_server --config server-args.yaml (flags given after it override it)"]
     data = _config(server_argv(report, candidate))

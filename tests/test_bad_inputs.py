@@ -164,3 +164,39 @@ def test_a_gpu_named_twice_is_refused_with_the_remedy(capsys: pytest.CaptureFixt
     assert main(["--gpu", "0,0", "--traffic", "demo"]) == 2
     err = capsys.readouterr().err
     assert "names a GPU twice" in err and "--gpu 0,1" in err and "Traceback" not in err
+
+
+COMPARE_FLAGS = """\
+# A: today's flags on the tiny simulated card (benchmarks/workers/tiny-space.yaml)
+model-path: tiny-hybrid
+mem-fraction-static: 0.6
+max-running-requests: 2
+max-mamba-cache-size: 24
+speculative-algorithm: EAGLE
+speculative-eagle-topk: 1
+speculative-num-steps: 2
+speculative-num-draft-tokens: 3
+"""
+
+
+def test_compare_a_flag_file_with_a_misspelt_flag(tmp_path: Path) -> None:
+    # the installed entry point, as a user runs it: the file and line, the nearest real flag, no run folder
+    (tmp_path / "a.yaml").write_text(COMPARE_FLAGS)
+    text = COMPARE_FLAGS + "enable-mixed-chunks: true\n"
+    (tmp_path / "b.yaml").write_text(text)
+    space = str(Path(__file__).resolve().parents[1] / "benchmarks" / "workers" / "tiny-space.yaml")
+    proc = run_cli("compare", "--a", "a.yaml", "--b", "b.yaml", "--gpu", "sim", "--virtual", "--sim-profile",
+                   "tiny-test", "--space", space, "--out", "run", cwd=tmp_path)
+    err = assert_one_paragraph(proc, code=2, cause="--enable-mixed-chunks is not a flag of the runtime",
+                               fix="did you mean --enable-mixed-chunk?")
+    assert f"b.yaml:{line_of(text, 'enable-mixed-chunks')}:" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_compare_a_flag_file_that_is_a_search_space(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(COMPARE_FLAGS)
+    space = write(tmp_path, GOOD)
+    assert_one_paragraph(call_cli(capsys, "compare", "--a", str(tmp_path / "a.yaml"), "--b", str(space), "--gpu",
+                                  "sim", "--virtual", "--sim-profile", "tiny-test"), code=2,
+                         cause="model is a YAML dict, not one value",
+                         fix="a flag takes one value")

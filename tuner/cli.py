@@ -73,6 +73,9 @@ EXIT_STATUSES = (
     (exit_codes.CANDIDATE, "a candidate failed where the command's result was that candidate"),
     (exit_codes.ENVIRONMENT, "the machine or the runtime is not fit (no GPU, busy GPU, runtime missing)"),
     (exit_codes.HISTORY, "the study store or the ledger is unreadable or inconsistent"),
+    (exit_codes.WORSE, "compare: B is worse than A (interval below 1, or a guardrail confidently worse)"),
+    (exit_codes.NO_DIFFERENCE, "compare: no difference shown (the gate was inconclusive)"),
+    (exit_codes.EQUIVALENT, "compare: B is equivalent to A (interval within ± the minimum effect)"),
     (exit_codes.INTERNAL, "a bug in elsa-tune (rerun with --debug and report the traceback)"),
     (exit_codes.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); rerunning the same command resumes a study"),
 )

@@ -21,6 +21,11 @@ SIM = ("--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic",
 GOOD_MOONCAKE = {"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 SPACE = (REPO / "benchmarks" / "workers" / "tiny-space.yaml").read_text()
+#: a flag file of the tiny simulated card (``elsa-tune compare``), as ``best/server-args.yaml`` is written
+FLAGS = ("model-path: tiny-hybrid\nmem-fraction-static: 0.6\nmax-running-requests: 2\nmax-mamba-cache-size: 24\n"
+         "speculative-algorithm: EAGLE\nspeculative-eagle-topk: 1\nspeculative-num-steps: 2\n"
+         "speculative-num-draft-tokens: 3\n")
+COMPARE = ("compare", "--gpu", "sim", "--virtual", "--sim-profile", "tiny-test", "--space", TS)
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,24 @@ FILES: dict[str, str | bytes] = {
     "ledger/ledger.jsonl": "{not json\n",
     "run-empty/placeholder": "",
     "afile": "a file, not a folder\n",
+    "flags-a.yaml": FLAGS,
+    "flags-b.yaml": FLAGS.replace("0.6", "0.7"),
+    "flags-unknown.yaml": FLAGS + "enable-mixed-chunks: true\n",
+    "flags-underscore.yaml": FLAGS + "chunked_prefill_size: 4096\n",
+    "flags-dashes.yaml": FLAGS + "--page-size: 16\n",
+    "flags-switch-value.yaml": FLAGS + "enable-metrics: 3\n",
+    "flags-needs-value.yaml": FLAGS + "chunked-prefill-size: true\n",
+    "flags-float-int.yaml": FLAGS + "chunked-prefill-size: 2.5\n",
+    "flags-choice.yaml": FLAGS + "kv-cache-dtype: fp8\n",
+    "flags-null.yaml": FLAGS + "page-size:\n",
+    "flags-nan.yaml": FLAGS + "schedule-conservativeness: .nan\n",
+    "flags-list.yaml": FLAGS + "cuda-graph-bs: [1, 2]\n",
+    "flags-dup.yaml": FLAGS + "mem-fraction-static: 0.7\n",
+    "flags-other-model.yaml": FLAGS.replace("tiny-hybrid", "other-model"),
+    "flags-no-model.yaml": FLAGS.replace("model-path: tiny-hybrid\n", ""),
+    "flags-no-model-b.yaml": FLAGS.replace("model-path: tiny-hybrid\n", "").replace("0.6", "0.7"),
+    "flags-only-host.yaml": "host: 0.0.0.0\nport: 30000\n",
+    "flags-env.yaml": "# Environment (not a flag; export it first): X='unclosed\n" + FLAGS,
 }
 
 
@@ -255,6 +278,40 @@ def _cases() -> list[Case]:
     for target in ("folder", "nope", "afile", "binary.dat"):
         add(f"report {target}", "report", f"{{d}}/{target}")
     add("ledger a missing folder", "ledger", "{d}/nope")
+
+    # compare: every flag file checked, every argument refused before the run folder exists
+    add("compare without --b", "compare", "--a", "{d}/flags-a.yaml", "--gpu", "sim", "--virtual", "--sim-profile",
+        "tiny-test")
+    add("compare a file with itself", *COMPARE, "--a", "{d}/flags-a.yaml", "--b", "{d}/flags-a.yaml", "--out",
+        "{d}/cmp")
+    add("compare --a and --b the same file by another path", *COMPARE, "--a", "{d}/flags-a.yaml", "--b",
+        "{d}/folder/../flags-a.yaml", "--out", "{d}/cmp")
+    for name in ("nope.yaml", "folder", "binary.dat", "empty.txt", "space-broken.yaml", "space-list.yaml",
+                 "space-ok.yaml", "good.parquet", "flags-unknown.yaml", "flags-underscore.yaml", "flags-dashes.yaml",
+                 "flags-switch-value.yaml", "flags-needs-value.yaml", "flags-float-int.yaml", "flags-choice.yaml",
+                 "flags-null.yaml", "flags-nan.yaml", "flags-list.yaml", "flags-dup.yaml", "flags-other-model.yaml",
+                 "flags-only-host.yaml", "flags-env.yaml"):
+        add(f"compare --b {name}", *COMPARE, "--a", "{d}/flags-a.yaml", "--b", f"{{d}}/{name}", "--out", "{d}/cmp")
+    add("compare --a flags-unknown.yaml", *COMPARE, "--a", "{d}/flags-unknown.yaml", "--b", "{d}/flags-b.yaml",
+        "--out", "{d}/cmp")
+    add("compare with no model anywhere", "compare", "--gpu", "sim", "--virtual", "--sim-profile", "tiny-test",
+        "--a", "{d}/flags-no-model.yaml", "--b", "{d}/flags-no-model-b.yaml", "--out", "{d}/cmp")
+    add("compare --model another model", *COMPARE, "--a", "{d}/flags-a.yaml", "--b", "{d}/flags-b.yaml", "--model",
+        "other-model", "--out", "{d}/cmp")
+    pair = (*COMPARE, "--a", "{d}/flags-a.yaml", "--b", "{d}/flags-b.yaml")
+    add("compare --out a file", *pair, "--out", "{d}/afile")
+    add("compare --out onto its input", *pair, "--out", "{d}/flags-a.yaml")
+    add("compare --out in /proc", *pair, "--out", "/proc/x")
+    add("compare --log-file a folder", *pair, "--out", "{d}/cmp", "--log-file", "{d}/folder")
+    for flag, value in (("--looks", "8,4"), ("--looks", "0"), ("--looks", "a"), ("--min-effect", "0"),
+                        ("--min-effect", "nan"), ("--baseline-boots", "0"), ("--baseline-boots", "2"),
+                        ("--budget", "soon"), ("--sim-speedup", "0"), ("--pass-seconds", "-1")):
+        add(f"compare {flag} {value}", *pair, "--out", "{d}/cmp", flag, value)
+    add("compare unknown profile", "compare", "--gpu", "sim", "--virtual", "--sim-profile", "nope", "--space", TS,
+        "--a", "{d}/flags-a.yaml", "--b", "{d}/flags-b.yaml", "--out", "{d}/cmp")
+    add("compare --virtual on a GPU", "compare", "--gpu", "0", "--virtual", "--a", "{d}/flags-a.yaml", "--b",
+        "{d}/flags-b.yaml", "--out", "{d}/cmp")
+    add("compare --traffic missing", *pair, "--traffic", "{d}/nope.parquet", "--out", "{d}/cmp")
 
     # check
     add("check unknown profile", "check", "--gpu", "sim", "--sim-profile", "nope", "--space", TS)

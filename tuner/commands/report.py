@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     if not (run_dir / "boots").is_dir() and not (run_dir / "study.json").exists():
         raise ConfigError(f"{run_dir}: not a study folder (no study.json, no boots/)",
                           remedy="pass the folder a study wrote, e.g. elsa-runs/<study>/")
+    if (run_dir / "compare.json").exists() and not (run_dir / "study.json").exists():
+        raise ConfigError(f"{run_dir} holds a comparison (elsa-tune compare), not a study: it has no winner to report",
+                          remedy=f"read {run_dir / 'compare.json'}, or rerun the same elsa-tune compare command to "
+                                 "print its verdict from the recorded boots")
     from elsa_tune.reports.build import write_outputs  # matplotlib is slow to import: only when rendering
 
     outputs = write_outputs(run_dir, with_plots=not args.no_plots)
