@@ -1,6 +1,6 @@
 """``Study``: one unattended night — baseline, technique screening, numeric search, confirmation, outputs.
 
-The flow (``../shared/design.md``, "The flow of one study"), under one ``Budget``:
+The flow, under one ``Budget``:
 
 - **baseline**: boot the baseline ``baseline_boots`` times (the first with the probes and the quality
   reference); ``dimension`` the noise; the gate's policy follows from it and from the time left.
