@@ -51,7 +51,7 @@ _GRAPH_END = re.compile(
 _SERVER_ARGS = re.compile(r"server_args=(?P<body>\{.*|ServerArgs\(.*)$")
 _VERSION = re.compile(r"(?:sglang|SGLang)(?: version|==| v)[ =:]*v?(\d+\.\d+\.\d+[\w.+-]*)")
 
-# Known override warnings (sglang.md §1.3): pattern → (flag, group index of the effective value or None).
+# Known override warnings: pattern → (flag, group index of the effective value or None).
 _OVERRIDES: tuple[tuple[re.Pattern[str], str, int | None], ...] = (
     (re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache"), "max-running-requests", 1),
     (re.compile(r"max_running_requests was reduced from the requested \d+ to (\d+)"), "max-running-requests", 1),
