@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -24,6 +24,7 @@ from elsa_tune.history.store import constraint_values
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.tuner.gate import ABResult
 from elsa_tune.tuner.memory_model import Observation
 from elsa_tune.tuner.night import Incumbent, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
@@ -187,16 +188,22 @@ def promote(ctx: SearchContext, incumbent: Incumbent, candidate: Candidate, valu
                      seed=1000 + number, trial=number)
     # Not in the night's false-keep family: a search keep is a step of the search, and the final incumbent
     # must still beat the original baseline on fresh boots in the confirmation A/B before it is recommended.
-    verdict = ab.verdict
-    changed = {k: v for k, v in candidate.flags.items() if incumbent.candidate.flags.get(k) != v}
-    decision = DecisionRecord(study=ctx.name, number=0, phase=Phase.SEARCH, technique=f"search trial {number}",
-                              flags_delta=changed, incumbent_key=incumbent.candidate.key(),
-                              candidate_key=candidate.key(), verdict=verdict, ab_result=ab.to_dict(),
-                              boots_incumbent=tuple(ids[Arm.INCUMBENT]),
-                              boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())
+    decision = search_decision(ab, ids, study=ctx.name, number=0, technique=f"search trial {number}",
+                               incumbent=incumbent.candidate, candidate=candidate)
     recorded = ctx.decide(decision, trials=(number,))
     if recorded.kept is Kept.YES:
         incumbent = Incumbent(dict(values), list(incumbent.techniques), candidate,
                               arm_mean(ab, Arm.CANDIDATE) or incumbent.throughput)
         ctx.keep(incumbent)
     return recorded, incumbent
+
+
+def search_decision(ab: ABResult, ids: Mapping[Arm, Sequence[str]], *, study: str, number: int, technique: str,
+                    incumbent: Candidate, candidate: Candidate) -> DecisionRecord:
+    """The search phase's record of one A/B of ``candidate`` against ``incumbent`` (its flags' change, verdict,
+    result and boots per arm), decided now."""
+    return DecisionRecord(study=study, number=number, phase=Phase.SEARCH, technique=technique,
+                          flags_delta={k: v for k, v in candidate.flags.items() if incumbent.flags.get(k) != v},
+                          incumbent_key=incumbent.key(), candidate_key=candidate.key(), verdict=ab.verdict,
+                          ab_result=ab.to_dict(), boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                          boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())

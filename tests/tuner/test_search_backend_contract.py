@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from elsa_tune.history.decision import Kept
+from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.tuner.budget import Budget
@@ -106,3 +106,21 @@ def test_a_spent_budget_stops_the_search_before_any_boot(backend: Backends, tmp_
     with pytest.raises(StopStudy):
         backend().run(SearchContext.of(night))
     assert night.booter.boots == 0 and not list(night.store.run_dir.glob("*-gpu*/boots/*"))
+
+
+def test_the_context_numbers_adopted_decisions_after_the_nights_and_hands_a_keep_to_the_night(tmp_path: Path) -> None:
+    night = _night(tmp_path, SPACE)
+    ctx = SearchContext.of(night)
+    worker = DecisionRecord(study="shared", number=1, phase=Phase.SEARCH, technique="search trial 0 (GPU 1)",
+                            skipped="already measured", decided_at=1.0)
+    adopted = ctx.adopt(worker)                    # a worker's decision: numbered and stored, not ledgered again
+    assert (adopted.number, adopted.study, night.decision_number) == (4, night.name, 4)
+    assert [(d.number, d.technique) for d in night.store.load().decisions] == [(4, "search trial 0 (GPU 1)")]
+    assert night.store.ledger.entries() == []
+    started = night.incumbent
+    kept = replace(started, throughput=123.0)
+    ctx.keep(kept)
+    assert night.incumbent is kept and ctx.incumbent is started
+    night.policy = None
+    with pytest.raises(RuntimeError, match="gate policy"):
+        SearchContext.of(night)
