@@ -8,17 +8,15 @@ optuna-dashboard lists only real studies. ``register`` is an upsert: registering
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
 
-from elsa_tune.errors import HistoryError
 from elsa_tune.history.records import BootRecord
+from elsa_tune.history.sql_transaction import transaction
 
 SCHEMA_VERSION = 1
 # schema history: 1 — first version (table elsa_boots_v1).
@@ -73,11 +71,6 @@ class BootRegistry:
             conn.execute(sa.delete(self.table).where(self.table.c.study == self.study,
                                                      self.table.c.boot_id == boot_id))
 
-    @contextmanager
-    def _begin(self) -> Iterator[Connection]:
-        try:
-            with self.engine.begin() as conn:
-                yield conn
-        except SQLAlchemyError as exc:
-            raise HistoryError(f"the boot registry table {TABLE} is unreachable: {exc}",
-                               remedy="check the database server and the user's rights (CREATE, INSERT)") from exc
+    def _begin(self) -> AbstractContextManager[Connection]:
+        return transaction(self.engine, what=f"the boot registry table {TABLE}",
+                           remedy="check the database server and the user's rights (CREATE, INSERT)")

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from elsa_tune.errors import HistoryError
+from elsa_tune.history.sql_transaction import transaction
 
 log = logging.getLogger(__name__)
 
@@ -256,14 +257,9 @@ class WorkClaims:
 
     # ---- internals ------------------------------------------------------------------------------------
 
-    @contextmanager
-    def _begin(self) -> Iterator[Connection]:
-        try:
-            with self.engine.begin() as conn:
-                yield conn
-        except SQLAlchemyError as exc:
-            raise HistoryError(f"the work-claim table is unreachable: {exc}",
-                               remedy="check the database server; the worker can be restarted") from exc
+    def _begin(self) -> AbstractContextManager[Connection]:
+        return transaction(self.engine, what="the work-claim table",
+                           remedy="check the database server; the worker can be restarted")
 
     def _insert(self, values: dict[str, Any]) -> Any:
         dialect = postgresql if self.postgres else sqlite

@@ -60,7 +60,8 @@ class Verdict:
 
     ``effect`` is the throughput ratio candidate/incumbent (1.05 = 5% faster) estimated on per-boot
     means of log throughput; ``ci_low``/``ci_high`` bound it. ``mde`` is the smallest effect the
-    protocol could have detected with the boots it spent, stated whenever the result is not KEEP.
+    protocol could have detected with the boots it spent, as ratio − 1 (0.05 = 5%, unlike ``effect``),
+    stated whenever the result is not KEEP.
     """
 
     decision: Decision

@@ -1,4 +1,4 @@
-"""Classify how SGLang failed, from its log, exit status and timing (``sglang.md`` §3).
+"""Classify how SGLang failed, from its log, exit status and timing .
 
 ``classify(log_text, hints) -> Failure``. Rules are tried in a fixed order, most specific first:
 a CUDA-graph capture failure is also a CUDA OOM, a scheduler traceback ends with SGLang killing

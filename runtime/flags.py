@@ -1,6 +1,6 @@
 """The installed runtime's own flag list, read from ``<launch> --help``, and flag-name validation.
 
-SGLang's flags move between versions (``sglang.md`` §0: ``--cuda-graph-max-bs`` became ambiguous in
+SGLang's flags move between versions (``--cuda-graph-max-bs`` became ambiguous in
 0.5.2x and exits 2). Before a night starts, every flag a search space uses is checked against the
 flags of the launch command that will run it; a miss is refused with the nearest existing flag:
 

@@ -24,13 +24,13 @@ import json
 import logging
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from elsa_tune.durable_file import write_atomic
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.process_group import ProcessGroup, boot_id, is_running, start_time
 
@@ -173,6 +173,15 @@ class Reaped:
     detail: str
 
 
+class CardView(Protocol):
+    """The processes a simulated card lists, read from its folder (``runtime/sim/card.py``'s ``SimulatedCards``).
+
+    A reaper without a ``GpuView`` watches a simulated server's memory release through it.
+    """
+
+    def pids(self, card_dir: Path) -> set[int]: ...
+
+
 @runtime_checkable
 class OrphanReaper(Protocol):
     """A runtime that can find and stop the servers its killed predecessors left on its GPU."""
@@ -184,24 +193,16 @@ class LeaseBook:
     """The lease folder: write, remove, list, and reap the leases whose owner is dead."""
 
     def __init__(self, directory: Path | None = None, *, stop_timeout_s: float = 30.0,
-                 memory_release_timeout_s: float = 60.0) -> None:
+                 memory_release_timeout_s: float = 60.0, cards: CardView | None = None) -> None:
         self.directory = Path(directory) if directory is not None else lease_dir()
         self.stop_timeout_s = stop_timeout_s
         self.memory_release_timeout_s = memory_release_timeout_s
+        self.cards = cards
 
     def write(self, lease: ServerLease) -> Path:
-        """Write atomically (a temporary file, then ``os.replace``): a reader never sees half a lease."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Write durably (``write_atomic``): a reader never sees half a lease."""
         path = self.directory / lease.name
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".lease-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(lease.to_dict(), handle, indent=2)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, json.dumps(lease.to_dict(), indent=2))
         return path
 
     def remove(self, lease: ServerLease) -> None:
@@ -238,7 +239,7 @@ class LeaseBook:
         """Stop the server of every orphaned lease on ``gpu`` (or ``gpu_uuid``; every GPU when neither).
 
         Each stop is logged as a warning naming the lease. ``gpu`` (when given) is watched until it no longer
-        lists the server's processes; without it a simulated card's own folder is watched.
+        lists the server's processes; without it a simulated card's folder is watched through ``cards``.
         """
         uuid = gpu.uuid if gpu is not None else gpu_uuid
         return [self._reap(lease, gpu) for lease in self.orphans(gpu_uuid=uuid, owner_pid=owner_pid)]
@@ -256,7 +257,7 @@ class LeaseBook:
             # only a group whose leader is provably the leased server (same start, same command, our user) is ours
             return self._drop(lease, f"{refusal}; nothing stopped")
         killed = group.stop(self.stop_timeout_s)
-        released, detail = _wait_gpu_free(pids, gpu, lease, self.memory_release_timeout_s)
+        released, detail = _wait_gpu_free(pids, gpu, lease, self.memory_release_timeout_s, self.cards)
         self.remove(lease)
         reaped = Reaped(lease.name, lease.owner, lease.gpu_uuid, tuple(map(str, pids)), killed, released, detail)
         log.warning("stopped an orphaned server whose owner is dead: %s; processes %s %s in %.1f s; %s",
@@ -328,11 +329,12 @@ def same_command(leased: Sequence[str], actual: Sequence[str]) -> bool:
             and os.path.basename(head[-1]) == os.path.basename(leased[0]))
 
 
-def _wait_gpu_free(pids: Sequence[int], gpu: GpuView | None, lease: ServerLease,
-                   timeout_s: float, poll_s: float = 0.2) -> tuple[bool, str]:
+def _wait_gpu_free(pids: Sequence[int], gpu: GpuView | None, lease: ServerLease, timeout_s: float,
+                   cards: CardView | None, poll_s: float = 0.2) -> tuple[bool, str]:
     """Wait (bounded) until the GPU lists none of ``pids``; ``(released, detail)``.
 
-    Without ``gpu``: a simulated card's folder is read, a real GPU is opened through NVML by its UUID.
+    Without ``gpu``: a simulated card's folder is read through ``cards``, a real GPU is opened through NVML by its
+    UUID.
     """
     opened: Any = None
     if gpu is not None:
@@ -341,12 +343,12 @@ def _wait_gpu_free(pids: Sequence[int], gpu: GpuView | None, lease: ServerLease,
         def listed() -> set[int]:
             return {p.pid for p in view.state().processes}
     elif lease.card_dir:
-        from elsa_tune.runtime.sim.card import read_entries
-
-        card = Path(lease.card_dir)
+        if cards is None:
+            return True, f"simulated card {lease.card_dir}: no card view given, memory release not watched"
+        card, view_of_cards = Path(lease.card_dir), cards
 
         def listed() -> set[int]:
-            return {e.pid for e in read_entries(card)}
+            return view_of_cards.pids(card)
     elif lease.gpu_uuid:
         from elsa_tune.errors import ElsaTuneError
         from elsa_tune.runtime.nvml import open_gpu

@@ -177,7 +177,7 @@ class SGLangProcess:
     def reap_orphans(self) -> list[Reaped]:
         """Stop the servers that dead owners (killed tuners or workers) left on this runtime's GPU."""
         book = LeaseBook(self.leases.directory, stop_timeout_s=self.timeouts.stop_s,
-                         memory_release_timeout_s=self.timeouts.memory_release_s)
+                         memory_release_timeout_s=self.timeouts.memory_release_s, cards=self.leases.cards)
         return book.reap(gpu=self.gpu) if self.gpu is not None else []
 
     # ---- check ------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ _GRAPH_END = re.compile(
 _SERVER_ARGS = re.compile(r"server_args=(?P<body>\{.*|ServerArgs\(.*)$")
 _VERSION = re.compile(r"(?:sglang|SGLang)(?: version|==| v)[ =:]*v?(\d+\.\d+\.\d+[\w.+-]*)")
 
-# Known override warnings (sglang.md §1.3): pattern → (flag, group index of the effective value or None).
+# Known override warnings: pattern → (flag, group index of the effective value or None).
 _OVERRIDES: tuple[tuple[re.Pattern[str], str, int | None], ...] = (
     (re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache"), "max-running-requests", 1),
     (re.compile(r"max_running_requests was reduced from the requested \d+ to (\d+)"), "max-running-requests", 1),
@@ -130,7 +130,8 @@ def _first(lines: Sequence[LogLine], pattern: re.Pattern[str]) -> tuple[LogLine,
     return fallback
 
 
-def _number(text: str) -> int | float | str:
+def number(text: str) -> int | float | str:
+    """``text`` stripped, as an int, else a float, else the text itself."""
     text = text.strip()
     for kind in (int, float):
         try:
@@ -146,7 +147,7 @@ def parse_summary(message: str) -> dict[str, int | float | str]:
     for part in message.split(","):
         if "=" in part:
             key, _, value = part.strip().partition("=")
-            values[key.strip()] = _number(value.removesuffix("GB").strip())
+            values[key.strip()] = number(value.removesuffix("GB").strip())
     return values
 
 
@@ -349,7 +350,7 @@ def _same(requested: Any, effective: Any) -> bool:
         text = str(requested).replace(",", " ").split()
         return [str(x) for x in effective] == text
     if isinstance(requested, str) and isinstance(effective, int | float):
-        return _same(_number(requested), effective)
+        return _same(number(requested), effective)
     return str(requested).strip().lower() == str(effective).strip().lower()
 
 
@@ -368,7 +369,7 @@ def find_adjustments(candidate: Candidate, report: BootReport, log_text: str = "
             match = pattern.search(line.message)
             if not match or flag not in requested or flag in found:
                 continue
-            effective: Any = _number(match.group(group)) if group else report.server_args.get(flag.replace("-", "_"))
+            effective: Any = number(match.group(group)) if group else report.server_args.get(flag.replace("-", "_"))
             if effective is not None and _same(requested[flag], effective):
                 continue
             found[flag] = Adjustment(flag, requested[flag], effective, line.raw, reason="runtime override warning")
@@ -376,7 +377,7 @@ def find_adjustments(candidate: Candidate, report: BootReport, log_text: str = "
     summary = _first(lines, _SUMMARY)
     per_dp = _per_dp(requested)
     if "max-running-requests" in requested and report.max_running_requests is not None:
-        asked = int(_number(str(requested["max-running-requests"]))) // per_dp
+        asked = int(number(str(requested["max-running-requests"]))) // per_dp
         if asked != report.max_running_requests and "max-running-requests" not in found:
             evidence = summary[0].raw if summary else "/server_info effective_max_running_requests_per_dp"
             fewer = report.max_running_requests < asked
@@ -419,7 +420,7 @@ def _per_dp(requested: Mapping[str, Any]) -> int:
     if not requested.get("enable-dp-attention"):
         return 1
     try:
-        return max(1, int(_number(str(requested.get("dp-size", 1)))))
+        return max(1, int(number(str(requested.get("dp-size", 1)))))
     except (TypeError, ValueError):
         return 1
 

@@ -1,7 +1,7 @@
 """Recording traffic from Prometheus: a trace synthesised from SGLang's aggregate series.
 
 Prometheus cannot see individual requests, so we sample requests whose aggregates match the series
-(sglang.md §5), and the metadata says ``synthesized: true``:
+and the metadata says ``synthesized: true``:
 
 - **Arrivals.** Per-step increments of the arrival counter (``sglang:http_requests_total`` on the
   generation endpoints; ``sglang:num_requests_total`` as a fallback, which counts at completion and

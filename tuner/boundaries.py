@@ -1,16 +1,16 @@
 """Group-sequential efficacy boundaries for the gate's t statistic, calibrated by Monte Carlo and cached.
 
-The gate looks at the data after several numbers of blocks (e.g. 4, 8, 12). Looking repeatedly at a
-fixed-n test inflates false keeps (peeking after every pair: 17.5% instead of 5%, statistics.md
-§2.9). Each look's t is first put on a common z scale through its own nominal one-sided p
-(z = Φ⁻¹(1 − p), so looks with different degrees of freedom, Student or Welch, are comparable); the
-critical z at look j is ``C · w_j`` with a boundary shape ``w_j`` (O'Brien–Fleming: √(n_K/n_j),
-strict early and lenient late; Pocock: constant) and one constant ``C`` chosen so that, under no
-effect, the probability of crossing at any look is ``alpha`` (less two Monte Carlo standard errors,
-so that simulation error cannot push the real rate above ``alpha``). The gate therefore compares a
-look's nominal p with ``nominal_p[j] = 1 − Φ(C · w_j)`` (≈ .0014/.0175/.0426 for OBF at 4/8/12).
+The gate looks at the data after several numbers of blocks (e.g. 4, 8, 12). Looking repeatedly at a fixed-n
+test inflates false keeps (peeking after every pair: 17.5% instead of 5%). Each look's t is first put on a
+common z scale through its own nominal one-sided p (z = Φ⁻¹(1 − p), so looks with different degrees of
+freedom, Student or Welch, are comparable); the critical z at look j is ``C · w_j`` with a boundary shape
+``w_j`` (O'Brien–Fleming: √(n_K/n_j), strict early and lenient late; Pocock: constant) and one constant
+``C`` chosen so that, under no effect, the probability of crossing at any look is ``alpha`` (less two Monte
+Carlo standard errors, so that simulation error cannot push the real rate above ``alpha``). The gate
+therefore compares a look's nominal p with ``nominal_p[j] = 1 − Φ(C·w_j)`` (≈ .0014/.0175/.0426 for OBF at
+4/8/12).
 
-``C`` is found by simulation under the normal model of §1 — boot effect σ_boot, pass noise σ_run, the
+``C`` is found by simulation under a normal model — boot effect σ_boot, pass noise σ_run, the
 protocol's ``k`` measured passes collapsed as log of their mean, the gate's own Student/Welch/paired
 switch and its robust (biweight) summary of each arm — because small-sample t statistics at correlated looks have
 no convenient closed form. The
@@ -190,7 +190,7 @@ def null_maxima(design: Design) -> FloatArray:
 
 def _boot_values(rng: np.random.Generator, rows: int, boots: int, k: int, sigma_boot: float,
                  sigma_run: float) -> FloatArray:
-    """Per-boot log of the mean of k passes, each pass exp(β + ε) (statistics.md §1)."""
+    """Per-boot log of the mean of k passes, each pass exp(β + ε)."""
     beta = rng.normal(0.0, sigma_boot, size=(rows, boots, 1))
     eps = rng.normal(0.0, sigma_run, size=(rows, boots, k))
     values: FloatArray = np.log(np.exp(beta + eps).mean(axis=-1))

@@ -1,6 +1,6 @@
 """Noise dimensioning on the baseline: how noisy is this stack, and what must the gate do about it.
 
-Run once per model × GPU × build (statistics.md §3.1): the incumbent is booted n times and runs m
+Run once per model × GPU × build: the incumbent is booted n times and runs m
 passes of the identical workload per boot. From that matrix this module estimates
 
 - the warm-up length: per pass index, the mean log offset from the boot's steady state (the later

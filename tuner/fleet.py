@@ -39,7 +39,8 @@ from typing import Any
 from elsa_tune.durable_file import write_atomic
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.run_dir import RunDir
-from elsa_tune.tuner.night import Incumbent, Night, geo
+from elsa_tune.tuner.night import Incumbent, geo
+from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import SearchOutcome
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.worker_pool import WorkerPool, WorkerProcess
@@ -143,36 +144,35 @@ class FleetSearch:
 
     # ---- the phase -------------------------------------------------------------------------------------
 
-    def run(self, night: Night, incumbent: Incumbent) -> SearchOutcome:
-        night.incumbent = incumbent
-        if not night.space.parameters:
-            return SearchOutcome(incumbent, (), 0)
-        run_dir = night.store.run_dir.resolve()
+    def run(self, ctx: SearchContext) -> SearchOutcome:
+        if not ctx.space.parameters:
+            return SearchOutcome(ctx.incumbent, (), 0)
+        run_dir = ctx.store.run_dir.resolve()
         fleet = FleetLog.read(run_dir)
         charged = fleet.spent_s()
         if charged:
-            night.clock.advance(charged)
+            ctx.charge_s(charged)
             log.info("search on %d GPUs: %.0f s spent by earlier starts of the workers charged to the budget",
                      len(self.gpus), charged)
         # What earlier starts decided is adopted even when no time is left to start again.
-        if not fleet.finished and not night.interrupts.requested:
+        if not fleet.finished and not ctx.interrupts.requested:
             alive = fleet.wait_for_children(2 * self.stop_grace_s + 10.0)
             if alive:
                 log.warning("search: workers of an earlier start (pids %s) still run; starting anyway",
                             ", ".join(map(str, alive)))
-            allowance = night.budget.allowance("search")
-            needed = (night.settings.baseline_boots + 1) * night.boot_s()
+            allowance = ctx.allowance_s()
+            needed = (ctx.settings.baseline_boots + 1) * ctx.boot_s()
             if allowance < needed:
                 log.info("search: %.0f s left, less than a worker's baseline and one trial (%.0f s)", allowance, needed)
-                night.notes.append(f"search on GPUs {', '.join(self.gpus)} not started: {allowance:.0f} s left")
+                ctx.note(f"search on GPUs {', '.join(self.gpus)} not started: {allowance:.0f} s left")
             else:
-                self._run_pool(night, fleet, run_dir, allowance)
-        outcome = self.adopt(night, run_dir, earlier=[g for start in fleet.starts for g in start.gpus])
-        night.check()        # interrupted during the pool: StopStudy after the adoption, like after a boot
+                self._run_pool(ctx, fleet, run_dir, allowance)
+        outcome = self.adopt(ctx, run_dir, earlier=[g for start in fleet.starts for g in start.gpus])
+        ctx.check()        # interrupted during the pool: StopStudy after the adoption, like after a boot
         return outcome
 
-    def _run_pool(self, night: Night, fleet: FleetLog, run_dir: Path, allowance: float) -> None:
-        boot_s = night.boot_s()
+    def _run_pool(self, ctx: SearchContext, fleet: FleetLog, run_dir: Path, allowance: float) -> None:
+        boot_s = ctx.boot_s()
         budget_s = max(boot_s, allowance - boot_s)
         start = PoolStart(started_at=time.time(), budget_s=budget_s, gpus=tuple(self.gpus))
         fleet.starts.append(start)
@@ -183,14 +183,13 @@ class FleetSearch:
                                                                         for w in workers))
             fleet.write()
 
-        argv = worker_argv(night.settings, study=night.name, run_dir=run_dir, budget_s=budget_s,
-                           deadline=start.started_at + budget_s, techniques=night.incumbent.techniques,
-                           looks=night.policy.looks if night.policy else night.settings.looks,
-                           ledger=str(night.store.ledger.backend.source), heartbeat_s=self.heartbeat_s,
-                           grace_s=self.grace_s, verbose=self.verbose)
+        argv = worker_argv(ctx.settings, study=ctx.name, run_dir=run_dir, budget_s=budget_s,
+                           deadline=start.started_at + budget_s, techniques=ctx.incumbent.techniques,
+                           looks=ctx.policy.looks, ledger=str(ctx.store.ledger.backend.source),
+                           heartbeat_s=self.heartbeat_s, grace_s=self.grace_s, verbose=self.verbose)
         pool = WorkerPool(self.gpus, argv, log_dir=run_dir / "logs", timeout_s=budget_s + 2 * boot_s + 60.0,
-                          stop_grace_s=self.stop_grace_s, interrupts=night.interrupts, on_started=started)
-        night.view.update(last_event=f"search on GPUs {', '.join(self.gpus)}: one worker each")
+                          stop_grace_s=self.stop_grace_s, interrupts=ctx.interrupts, on_started=started)
+        ctx.event(f"search on GPUs {', '.join(self.gpus)}: one worker each")
         log.info("search: %d workers (GPUs %s), %.0f s each, storage %s", len(self.gpus), ", ".join(self.gpus),
                  budget_s, run_dir / FLEET_DB)
         outcome = "interrupted"
@@ -198,18 +197,18 @@ class FleetSearch:
             code = pool.run()
             if code != 0:
                 logs = ", ".join(str(w.log_path) for w in pool.workers if w.process.returncode)
-                night.notes.append(f"search: a worker exited with {code} (logs: {logs or run_dir / 'logs'})")
+                ctx.note(f"search: a worker exited with {code} (logs: {logs or run_dir / 'logs'})")
                 log.warning("search: a worker exited with %d; see %s", code, logs or run_dir / "logs")
-            outcome = "interrupted" if night.interrupts.requested else "finished"
+            outcome = "interrupted" if ctx.interrupts.requested else "finished"
         finally:
             fleet.starts[-1] = replace(fleet.starts[-1], ended_at=time.time(), outcome=outcome)
             fleet.write()
 
     # ---- what the workers did becomes the study's ------------------------------------------------------
 
-    def adopt(self, night: Night, run_dir: Path, *, earlier: Sequence[str] = ()) -> SearchOutcome:
-        """The shared incumbent becomes the night's; every worker decision is recorded in the study's history,
-        also those of GPUs an earlier start had that this one does not (``earlier``)."""
+    def adopt(self, ctx: SearchContext, run_dir: Path, *, earlier: Sequence[str] = ()) -> SearchOutcome:
+        """The shared incumbent becomes the night's (``ctx.keep``); every worker decision is recorded in the study's
+        history (``ctx.adopt``), also those of GPUs an earlier start had that this one does not (``earlier``)."""
         folders = [(gpu, local_run_dir(run_dir, gpu)) for gpu in dict.fromkeys([*self.gpus, *earlier])]
         found: list[tuple[float, int, int, str, DecisionRecord]] = []
         trials = 0
@@ -219,31 +218,26 @@ class FleetSearch:
             files = RunDir(folder)
             trials += len(files.trials())
             found += [(d.decided_at, index, d.number, gpu, d) for d in files.decisions()]
-        decisions: list[DecisionRecord] = []
-        for _, _, _, gpu, decision in sorted(found, key=lambda f: f[:3]):
-            night.decision_number += 1
-            named = replace(decision, number=night.decision_number, study=night.name,
-                            technique=f"{decision.technique} (GPU {gpu})")
-            night.store.record_decision(named)
-            decisions.append(named)
-            line = f"{named.technique}: {named.kept.value} — {named.result}"
-            night.view.update(decisions=(*night.view.status.decisions, line), last_event=line)
-        shared = self._shared_incumbent(run_dir, night.name)
-        if shared is not None and shared[0] != night.incumbent.candidate.key():
+        decisions = [ctx.adopt(replace(decision, technique=f"{decision.technique} (GPU {gpu})"))
+                     for _, _, _, gpu, decision in sorted(found, key=lambda f: f[:3])]
+        incumbent = ctx.incumbent
+        shared = self._shared_incumbent(run_dir, ctx.name)
+        if shared is not None and shared[0] != incumbent.candidate.key():
             key, values, trial = shared
-            candidate = night.space.candidate(values, list(night.incumbent.techniques),
+            candidate = ctx.space.candidate(values, list(incumbent.techniques),
                                               label=f"trial-{trial}" if trial is not None else "incumbent")
             if candidate.key() != key:
                 log.warning("search: the shared incumbent %s rebuilds as %s; keeping it as given", key, candidate.key())
-            night.incumbent = Incumbent(dict(values), list(night.incumbent.techniques), candidate,
-                                        _throughput_on(folders[0][1], candidate.key()))
+            incumbent = Incumbent(dict(values), list(incumbent.techniques), candidate,
+                                  _throughput_on(folders[0][1], candidate.key()))
+            ctx.keep(incumbent)
             log.info("search on %d GPUs: the incumbent is now %s (%s)", len(self.gpus), candidate.label,
                      " ".join(candidate.argv()))
-        night.notes.append(f"search ran on GPUs {', '.join(self.gpus)} at once ({trials} trials told, "
+        ctx.note(f"search ran on GPUs {', '.join(self.gpus)} at once ({trials} trials told, "
                            f"{len(decisions)} A/B decisions, each on one GPU); workers' folders: "
                            + ", ".join(f.name for _, f in folders))
-        night.on_decision()
-        return SearchOutcome(night.incumbent, tuple(decisions), trials)
+        ctx.outputs()
+        return SearchOutcome(incumbent, tuple(decisions), trials)
 
     def _shared_incumbent(self, run_dir: Path, study: str) -> tuple[str, dict[str, Any], int | None] | None:
         if not (run_dir / FLEET_DB).exists():

@@ -2,7 +2,7 @@
 
 ``run_ab`` boots incumbent (A) and candidate (B) in seeded ABBA·BAAB blocks through a ``BootSampler``
 and, at each planned look (e.g. after 4, 8 and 12 blocks), calls the pure ``decide`` on the boots so
-far. ``decide`` follows ``../shared/research/statistics.md`` §3.5:
+far. ``decide``:
 
 - **REJECT** at once on a crashed candidate boot, a quality-gate failure, a guardrail that is
   confidently worse than its margin, a memory technique that saves no memory, or futility: the

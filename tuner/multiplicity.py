@@ -1,7 +1,7 @@
 """False-keep control across the many techniques one night tests.
 
 Each technique's gate holds its own false-keep rate at α, so a night of 20 no-op techniques still
-expects one false keep (statistics.md §2.11). Two ways to control that:
+expects one false keep. Two ways to control that:
 
 - **Batch** (``adjust_night``), once the night's verdicts are in: Benjamini–Hochberg (``"bh"``,
   default q = 0.10) bounds the expected share of false keeps among kept techniques (the FDR, which

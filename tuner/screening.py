@@ -9,7 +9,7 @@ against the incumbent, under online false-keep control across the night; kept te
 
 A technique the gate left INCONCLUSIVE although its interval shows it faster (the night's false-keep control or
 an unresolved TTFT guardrail held it back) is *promising*: ``retest`` tests it once more, with fresh boots, as a
-new test under the night's false-keep control (``statistics.md`` §3.5: "a retest later is a new test with fresh
+new test under the night's false-keep control ("a retest later is a new test with fresh
 boots"). The study runs the retests at the start of the search phase, before the numeric search tunes around an
 incumbent that a kept technique would change more than any flag value.
 """

@@ -1,10 +1,10 @@
 """The numeric search phase: Optuna trials around the incumbent, and promotion of a winner through the A/B gate.
 
-``SearchBackend`` is the seam: ``run(night, incumbent)`` searches around ``incumbent`` and returns the incumbent
-it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: an ask/tell loop of
-``NumericSearch`` whose ``MemoryModel`` skips candidates predicted to miss the context target without a boot;
-failures are constraints; a candidate whose screening boot beats the incumbent by more than the boot noise goes
-through the A/B gate, and a keep becomes the incumbent for the trials after it.
+``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.incumbent`` (``tuner/search_context.py``) and
+returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: an
+ask/tell loop of ``NumericSearch`` whose ``MemoryModel`` skips candidates predicted to miss the context target
+without a boot; failures are constraints; a candidate whose screening boot beats the incumbent by more than the boot
+noise goes through the A/B gate, and a keep becomes the incumbent for the trials after it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -24,11 +24,13 @@ from elsa_tune.history.store import constraint_values
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.tuner.gate import ABResult
 from elsa_tune.tuner.memory_model import Observation
-from elsa_tune.tuner.night import Incumbent, Night, arm_mean
+from elsa_tune.tuner.night import Incumbent, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, proposal_key
+from elsa_tune.tuner.search_context import SearchContext
 
 log = logging.getLogger(__name__)
 
@@ -43,37 +45,38 @@ class SearchOutcome:
 
 
 class SearchBackend(Protocol):
-    """Runs the numeric search phase of one night around ``incumbent``.
+    """Runs the numeric search phase of one study around ``ctx.incumbent``.
 
-    A backend boots through ``night.boot``/``night.ab``, records every decision through ``night.decide``, calls
-    ``night.check()`` between boots (it raises ``StopStudy``/``PhaseOver``, which a backend lets through),
-    keeps ``night.incumbent`` current as it promotes, so a phase cut short leaves the night's incumbent right,
-    and on resume charges the budget with recorded boots it will not replay (``night.charge_recorded``).
+    A backend boots through ``ctx.boot``/``ctx.ab``, records every decision through ``ctx.decide`` (or, for a
+    decision a worker already put in the ledger, ``ctx.adopt``), calls ``ctx.check()`` between boots (it raises
+    ``StopStudy``/``PhaseOver``, which a backend lets through), hands every keep to ``ctx.keep`` as it promotes,
+    so a phase cut short leaves the night's incumbent right, and on resume charges the budget with recorded boots
+    it will not replay (``ctx.charge_recorded``). It returns the incumbent it ended with: ``ctx.incumbent`` or the
+    candidate of one of its KEEP decisions.
     """
 
-    def run(self, night: Night, incumbent: Incumbent) -> SearchOutcome: ...
+    def run(self, ctx: SearchContext) -> SearchOutcome: ...
 
 
 class LocalSearch:
     """The single-GPU search: one ask → boot → tell loop on this study's own Optuna study."""
 
-    def run(self, night: Night, incumbent: Incumbent) -> SearchOutcome:
-        night.incumbent = incumbent
-        decisions: list[DecisionRecord] = []
-        if not night.space.parameters:
-            return SearchOutcome(night.incumbent, (), 0)
+    def run(self, ctx: SearchContext) -> SearchOutcome:
+        if not ctx.space.parameters:
+            return SearchOutcome(ctx.incumbent, (), 0)
+        incumbent = ctx.incumbent
         # Finished trials are not asked again on resume, so their boots are never replayed: charge them now.
-        night.charge_recorded(Phase.SEARCH)
-        night.memory.add_boots(night.store.load().boots)
-        search = NumericSearch(night.space, night.store, study_name=night.name, seed=night.settings.seed,
-                               techniques=night.incumbent.techniques)
-        search.enqueue(night.incumbent.values)
+        ctx.charge_recorded(Phase.SEARCH)
+        ctx.memory.add_boots(ctx.store.load().boots)
+        search = NumericSearch(ctx.space, ctx.store, study_name=ctx.name, seed=ctx.settings.seed,
+                               techniques=incumbent.techniques)
+        search.enqueue(incumbent.values)
         measured: dict[str, list[float] | None] = {}
-        decisions.extend(replay_finished(night, search, measured))
-        sigma = night.noise.sigma_boot if night.noise else 0.1
-        while search.trials_done() < night.settings.max_trials:
-            night.check()
-            if night.budget.allowance("search") < night.boot_s():
+        decisions, incumbent = replay_finished(ctx, search, measured, incumbent)
+        sigma = ctx.noise.sigma_boot if ctx.noise else 0.1
+        while search.trials_done() < ctx.settings.max_trials:
+            ctx.check()
+            if ctx.allowance_s() < ctx.boot_s():
                 log.info("search: allowance spent after %d trials", search.trials_done())
                 break
             proposal = search.ask()
@@ -88,46 +91,47 @@ class LocalSearch:
                 values = measured[key]
                 search.tell(proposal, values, constraint=0.0 if values else 1.0)
                 continue
-            prediction = night.memory.predict(candidate.flags)
-            if prediction.misses(night.context_target):
-                night.skipped_by_model += 1
+            prediction = ctx.memory.predict(candidate.flags)
+            if prediction.misses(ctx.context_target):
+                ctx.model_skipped()
                 log.info("trial %d skipped without a boot: predicted KV pool %s < target %s (model error %.1f%%)",
-                         number, f"{prediction.kv_tokens:,.0f}", f"{night.context_target:,}",
+                         number, f"{prediction.kv_tokens:,.0f}", f"{ctx.context_target:,}",
                          100 * (prediction.relative_error or 0.0))
-                gap = (night.context_target or 0) - (prediction.kv_tokens or 0)
-                search.tell(proposal, None, constraint=max(1e-3, gap / max(1, night.context_target or 1)))
+                gap = (ctx.context_target or 0) - (prediction.kv_tokens or 0)
+                search.tell(proposal, None, constraint=max(1e-3, gap / max(1, ctx.context_target or 1)))
                 continue
-            result = night.boot(BootPlan(tag=f"search:{number}", candidate=candidate, phase=Phase.SEARCH,
-                                         arm=Arm.CANDIDATE, trial_number=number, probes=True,
-                                         technique=None))
+            result = ctx.boot(BootPlan(tag=f"search:{number}", candidate=candidate, phase=Phase.SEARCH,
+                                       arm=Arm.CANDIDATE, trial_number=number, probes=True, technique=None))
             report = result.record.report
             if report and report.max_total_num_tokens:
                 if prediction.kv_tokens is not None:
-                    night.memory_errors.append(abs(prediction.kv_tokens - report.max_total_num_tokens)
-                                               / report.max_total_num_tokens)
-                night.memory.add(Observation(candidate.flags, report.max_total_num_tokens,
-                                             report.max_running_requests))
-            values, constraint, failure = trial_values(result, space=night.space, context_target=night.context_target)
+                    ctx.model_error(abs(prediction.kv_tokens - report.max_total_num_tokens)
+                                    / report.max_total_num_tokens)
+                ctx.memory.add(Observation(candidate.flags, report.max_total_num_tokens,
+                                           report.max_running_requests))
+            values, constraint, failure = trial_values(result, space=ctx.space, context_target=ctx.context_target)
             measured[key] = values
             search.tell(proposal, values, constraint=constraint, failure=failure,
                         boot_ids=(result.record.boot_id,))
             tput = result.record.throughput_tok_s
-            if (values and tput and night.incumbent.throughput
-                    and math.log(tput / night.incumbent.throughput) > sigma
-                    and night.budget.allowance("search") > night.first_look_boots() * night.boot_s()):
-                decisions.append(promote(night, candidate, proposal.values, number))
-        return SearchOutcome(night.incumbent, tuple(decisions), search.trials_done())
+            if (values and tput and incumbent.throughput
+                    and math.log(tput / incumbent.throughput) > sigma
+                    and ctx.allowance_s() > ctx.first_look_boots() * ctx.boot_s()):
+                decision, incumbent = promote(ctx, incumbent, candidate, proposal.values, number)
+                decisions.append(decision)
+        return SearchOutcome(incumbent, tuple(decisions), search.trials_done())
 
 
-def replay_finished(night: Night, search: NumericSearch, measured: dict[str, list[float] | None]
-                    ) -> list[DecisionRecord]:
+def replay_finished(ctx: SearchContext, search: NumericSearch, measured: dict[str, list[float] | None],
+                    incumbent: Incumbent) -> tuple[list[DecisionRecord], Incumbent]:
     """On resume: what the trials a killed run finished had decided, since Optuna does not ask them again.
 
     Each booted trial's result goes into ``measured`` (a later proposal repeating it is told without a boot), and
     a trial the killed run promoted (its A/B has recorded boots) is promoted again: the A/B replays its boots by
     tag and finishes if the kill cut it short, and a keep becomes the incumbent again, as it was before the kill.
+    Returns the replayed decisions and the incumbent after them.
     """
-    boots = {b.extra.get("tag"): b for b in night.store.load().boots if b.phase is Phase.SEARCH}
+    boots = {b.extra.get("tag"): b for b in ctx.store.load().boots if b.phase is Phase.SEARCH}
     tags = [t for t in boots if isinstance(t, str)]
     decisions = []
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -140,8 +144,9 @@ def replay_finished(night: Night, search: NumericSearch, measured: dict[str, lis
         if feasible and any(t.startswith(f"search:{trial.number}:ab:") for t in tags):
             log.info("trial %d was promoted before the restart: replaying its A/B", trial.number)
             candidate = replace(record.candidate, label=f"trial-{trial.number}")
-            decisions.append(promote(night, candidate, values, trial.number))
-    return decisions
+            decision, incumbent = promote(ctx, incumbent, candidate, values, trial.number)
+            decisions.append(decision)
+    return decisions, incumbent
 
 
 def trial_values(result: BootResult, *, space: SearchSpace, context_target: int | None
@@ -174,22 +179,31 @@ def trial_values(result: BootResult, *, space: SearchSpace, context_target: int 
     return values or [record.throughput_tok_s], 0.0, None
 
 
-def promote(night: Night, candidate: Candidate, values: Mapping[str, Any], number: int) -> DecisionRecord:
-    """A/B a search trial that beat the incumbent's boot noise; a keep becomes the night's incumbent."""
+def promote(ctx: SearchContext, incumbent: Incumbent, candidate: Candidate, values: Mapping[str, Any],
+            number: int) -> tuple[DecisionRecord, Incumbent]:
+    """A/B a search trial that beat the incumbent's boot noise; returns the decision and the incumbent after it
+    (the candidate when kept, handed to ``ctx.keep`` at once)."""
     log.info("trial %d beats the incumbent by more than the boot noise: confirming through the A/B gate", number)
-    ab, ids = night.ab(candidate, tag=f"search:{number}", phase=Phase.SEARCH, technique=candidate.label,
-                       seed=1000 + number, trial=number)
+    ab, ids = ctx.ab(candidate, tag=f"search:{number}", phase=Phase.SEARCH, technique=candidate.label,
+                     seed=1000 + number, trial=number)
     # Not in the night's false-keep family: a search keep is a step of the search, and the final incumbent
     # must still beat the original baseline on fresh boots in the confirmation A/B before it is recommended.
-    verdict = ab.verdict
-    changed = {k: v for k, v in candidate.flags.items() if night.incumbent.candidate.flags.get(k) != v}
-    decision = DecisionRecord(study=night.name, number=0, phase=Phase.SEARCH, technique=f"search trial {number}",
-                              flags_delta=changed, incumbent_key=night.incumbent.candidate.key(),
-                              candidate_key=candidate.key(), verdict=verdict, ab_result=ab.to_dict(),
-                              boots_incumbent=tuple(ids[Arm.INCUMBENT]),
-                              boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())
-    recorded = night.decide(decision, trials=(number,))
+    decision = search_decision(ab, ids, study=ctx.name, number=0, technique=f"search trial {number}",
+                               incumbent=incumbent.candidate, candidate=candidate)
+    recorded = ctx.decide(decision, trials=(number,))
     if recorded.kept is Kept.YES:
-        night.incumbent = Incumbent(dict(values), list(night.incumbent.techniques), candidate,
-                                    arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
-    return recorded
+        incumbent = Incumbent(dict(values), list(incumbent.techniques), candidate,
+                              arm_mean(ab, Arm.CANDIDATE) or incumbent.throughput)
+        ctx.keep(incumbent)
+    return recorded, incumbent
+
+
+def search_decision(ab: ABResult, ids: Mapping[Arm, Sequence[str]], *, study: str, number: int, technique: str,
+                    incumbent: Candidate, candidate: Candidate) -> DecisionRecord:
+    """The search phase's record of one A/B of ``candidate`` against ``incumbent`` (its flags' change, verdict,
+    result and boots per arm), decided now."""
+    return DecisionRecord(study=study, number=number, phase=Phase.SEARCH, technique=technique,
+                          flags_delta={k: v for k, v in candidate.flags.items() if incumbent.flags.get(k) != v},
+                          incumbent_key=incumbent.key(), candidate_key=candidate.key(), verdict=ab.verdict,
+                          ab_result=ab.to_dict(), boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                          boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())

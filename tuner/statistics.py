@@ -280,7 +280,7 @@ def compare(a: Sequence[float], b: Sequence[float], *, analysis: str = "unpaired
 
 
 def mde_from_se(se: float, df: float, *, alpha: float, power: float = 0.8) -> float:
-    """MDE as a ratio − 1: exp[(t_{1−α,df} + t_{power,df}) · SE] − 1 (statistics.md §3.6)."""
+    """MDE as a ratio − 1: exp[(t_{1−α,df} + t_{power,df}) · SE] − 1."""
     if not (se > 0 and df > 0 and 0 < alpha < 1 and 0 < power < 1):
         raise InsufficientData(f"no MDE for se={se}, df={df}, alpha={alpha}, power={power}")
     return math.expm1((float(stats.t.ppf(1 - alpha, df)) + float(stats.t.ppf(power, df))) * se)
@@ -293,7 +293,7 @@ def boot_sd(sigma_boot: float, sigma_run: float, measured_passes: int) -> float:
 
 def mde_for(n_per_arm: int, *, sigma_boot: float, sigma_run: float, measured_passes: int, alpha: float = 0.05,
             power: float = 0.8) -> float:
-    """Planned MDE of a fixed-n Student t with ``n_per_arm`` boots per arm (statistics.md §3.6 table)."""
+    """Planned MDE of a fixed-n Student t with ``n_per_arm`` boots per arm."""
     if n_per_arm < 2:
         raise InsufficientData("an MDE needs at least 2 boots per arm")
     se = boot_sd(sigma_boot, sigma_run, measured_passes) * math.sqrt(2.0 / n_per_arm)

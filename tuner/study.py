@@ -1,6 +1,6 @@
 """``Study``: one unattended night — baseline, technique screening, numeric search, confirmation, outputs.
 
-The flow (``../shared/design.md``, "The flow of one study"), under one ``Budget``:
+The flow, under one ``Budget``:
 
 - **baseline**: boot the baseline ``baseline_boots`` times (the first with the probes and the quality
   reference); ``dimension`` the noise; the gate's policy follows from it and from the time left.
@@ -48,6 +48,7 @@ from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.sampler import BootExecutor, BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
@@ -244,7 +245,7 @@ class Study:
     def _search(self) -> None:
         Screening(self.night).retest("search")
         Screening(self.night).continue_unscreened("search")
-        outcome = self.search.run(self.night, self.night.incumbent)
+        outcome = self.search.run(SearchContext.of(self.night))
         self.night.incumbent = outcome.incumbent
 
     # ---- confirmation -------------------------------------------------------------------------------

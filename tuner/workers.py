@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 from elsa_tune.durable_file import write_atomic
 from elsa_tune.errors import ConfigError, StudyError
 from elsa_tune.history.claims import Claim, ClaimState, WorkClaims, setup_lock
-from elsa_tune.history.decision import DecisionRecord, Kept
+from elsa_tune.history.decision import Kept
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.pg_ledger import ledger_for
 from elsa_tune.history.records import Phase
@@ -46,7 +46,7 @@ from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.sampler import ABSampler, BootPlan, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, Proposal
-from elsa_tune.tuner.search_phase import trial_values
+from elsa_tune.tuner.search_phase import search_decision, trial_values
 from elsa_tune.tuner.signals import Interrupts
 from elsa_tune.tuner.statistics import InsufficientData
 
@@ -390,14 +390,9 @@ class Worker:
         ab = run_ab(sampler, self.policy, rng_seed=self.pre.settings.seed * 7919 + 1000 + number,
                     context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name,
                              "gpu": self.gpu_uuid or self.config.gpu})
-        ids = sampler.boot_ids
-        decision = DecisionRecord(study=self.config.study, number=self.store.next_decision_number(),
-                                  phase=Phase.SEARCH, technique=technique,
-                                  flags_delta={k: v for k, v in candidate.flags.items()
-                                               if incumbent.flags.get(k) != v},
-                                  incumbent_key=incumbent.key(), candidate_key=candidate.key(), verdict=ab.verdict,
-                                  ab_result=ab.to_dict(), boots_incumbent=tuple(ids[Arm.INCUMBENT]),
-                                  boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())
+        decision = search_decision(ab, sampler.boot_ids, study=self.config.study,
+                                   number=self.store.next_decision_number(), technique=technique,
+                                   incumbent=incumbent, candidate=candidate)
         self.store.record_decision(decision)
         self.ledger.record(decision, self.pre.fingerprint, run_dir=self.store.run_dir, trials=(number,))
         keep = decision.kept is Kept.YES

@@ -1,7 +1,7 @@
 """The simulated card's memory, shared on disk, and ``SimulatedGpu``: the ``GpuView`` that reads it.
 
 A simulated GPU is a directory. Each serving process writes one file there, ``proc-<pid>.json``, with
-its pid and the bytes it holds (atomically: write a temporary file, then ``os.replace``). A reader sums
+its pid and the bytes it holds (atomically: ``write_atomic``). A reader sums
 the files of live processes, the way NVML sums the memory of the processes on a card. A file whose
 process is gone stops counting, except while its ``hold_until`` lies in the future: that is how the
 "GPU memory not released after stop" fault keeps a dead server's memory on the card for a while.
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elsa_tune.durable_file import write_atomic
 from elsa_tune.runtime.gpu import GpuMemory, GpuProcess, GpuState
 from elsa_tune.runtime.process_group import is_running
 
@@ -81,15 +82,7 @@ class CardLease:
     def set_used(self, used_bytes: int, hold_until: float | None = None) -> None:
         self.used_bytes = max(0, int(used_bytes))
         payload = {"pid": self.pid, "used_bytes": self.used_bytes, "name": self.name, "hold_until": hold_until}
-        fd, tmp = tempfile.mkstemp(dir=self.card_dir, prefix=".proc-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(payload, handle)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(self.path, json.dumps(payload))
 
     def hold(self, seconds: float) -> None:
         """Keep this process's memory on the card for ``seconds`` after it exits (the not-released fault)."""
@@ -120,6 +113,13 @@ def read_entries(card_dir: Path, now: float | None = None) -> list[CardEntry]:
             with contextlib.suppress(OSError):
                 path.unlink()
     return entries
+
+
+class SimulatedCards:
+    """``CardView`` (``runtime/lease.py``) of the simulated cards: the pids whose entries count on a card now."""
+
+    def pids(self, card_dir: Path) -> set[int]:
+        return {e.pid for e in read_entries(card_dir)}
 
 
 class SimulatedGpu:

@@ -129,7 +129,7 @@ class Faults:
 
 
 def boot_crash(name: str, mem_fraction: float, total_gb: float) -> Crash:
-    """The exact SGLang 0.5.23 text of a boot crash (``sglang.md`` §3)."""
+    """The exact SGLang 0.5.23 text of a boot crash."""
     kind = BOOT_CRASH_KIND[name]
     phase = BOOT_CRASH_PHASE[name]
     if name == "weights_oom":

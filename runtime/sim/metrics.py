@@ -1,6 +1,6 @@
 """SGLang 0.5.23's Prometheus metrics for the simulated server: same names, labels and buckets.
 
-``SglangMetrics`` owns the collectors (``../shared/research/sglang.md`` §5,
+``SglangMetrics`` owns the collectors (SGLang's
 ``srt/observability/metrics_collector.py``) and renders the text exposition format the way
 ``prometheus_client`` does in multiprocess mode (no ``_created`` samples, ``le`` as Go floats). Tokenizer
 metrics carry ``model_name`` and ``engine_type``; scheduler metrics add ``tp_rank``, ``pp_rank`` and

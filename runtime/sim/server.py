@@ -3,7 +3,7 @@
 Serves ``/health`` (= ``/health_generate``), ``/ready``, ``/server_info`` (and the deprecated
 ``/get_server_info``), ``/model_info``, ``/v1/models``, ``/metrics`` (only with ``--enable-metrics``),
 ``/flush_cache``, streaming and non-streaming ``/v1/completions`` and ``/v1/chat/completions`` (tool calls
-included) and the native ``/generate``, with SGLang's response shapes and error texts (``sglang.md`` §4), and the
+included) and the native ``/generate``, with SGLang's response shapes and error texts, and the
 sim-only ``/sim/clock`` (the simulated clock's knots, ``serving.SimClock``) and ``/sim/ack`` (a client's receipt).
 Streams are SSE over chunked transfer encoding, ending with ``data: [DONE]`` (plumbing in ``http.py``).
 """

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's log lines, printed by the simulated server with the exact formats of ``sglang.md`` §2–§3.
+"""SGLang 0.5.23's log lines, printed by the simulated server with SGLang's exact formats.
 
 ``ServerLog`` writes timestamped lines (``[%Y-%m-%d %H:%M:%S] message``, the format of
 ``srt/utils/common.py::configure_logger``; uvicorn's lines carry no timestamp). ``Boot`` walks SGLang's

@@ -142,6 +142,22 @@ def test_a_killed_tuners_server_is_reaped_and_the_next_preflight_proceeds(
         ProcessGroup(pid).signal(signal.SIGKILL)
 
 
+def test_a_simulated_server_reaped_without_a_gpu_view_is_watched_through_the_card_view(tmp_path: Path) -> None:
+    from elsa_tune.runtime.sim.card import SimulatedCards
+
+    card = tmp_path / "card"
+    found = boot_and_kill_owner(card, tmp_path / "boot")
+    pid = int(found["pid"])
+    try:
+        assert pid in SimulatedCards().pids(card)
+        (reaped,) = LeaseBook(cards=SimulatedCards()).reap()     # what ``elsa-tune leases --reap`` builds
+        assert str(pid) in reaped.stopped and reaped.gpu_memory_released, reaped
+        assert reaped.detail == "its processes hold no GPU memory any more"
+        assert ProcessGroup(pid).members() == [] and not SimulatedCards().pids(card) & {pid}
+    finally:
+        ProcessGroup(pid).signal(signal.SIGKILL)
+
+
 def test_a_card_busy_with_a_process_that_is_not_ours_is_still_refused(sleeper: subprocess.Popen[bytes],
                                                                      tmp_path: Path) -> None:
     from elsa_tune.errors import EnvironmentError_

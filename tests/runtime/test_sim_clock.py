@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import random
 import re
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from test_sim_server_http import boot, shutdown
 
 from elsa_tune.runtime.sim import server as sim_server
 from elsa_tune.runtime.sim.engine import Engine, SimRequest
@@ -29,9 +29,6 @@ from elsa_tune.traffic.measurement import Outcome, RequestRecord
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.sim_time import SimTime
 from elsa_tune.traffic.workload import synthetic
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_sim_server_http import boot, shutdown
 
 PROFILE = "tiny-test"
 

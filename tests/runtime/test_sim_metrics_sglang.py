@@ -13,17 +13,14 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from test_sim_server_http import boot, shutdown
 
 from elsa_tune.runtime.sim.metrics import Counter, Histogram, SglangMetrics
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_sim_server_http import boot, shutdown
 
 pytestmark = pytest.mark.sglang
 DUMP = Path(__file__).parent / "sglang_metrics_dump.py"

@@ -1,7 +1,7 @@
 """The ``SearchBackend`` contract, run against every backend: ``LocalSearch`` (this GPU) and ``FleetSearch`` (one
-worker per simulated GPU), on real simulated boots.
+worker per simulated GPU), on real simulated boots, each through the ``SearchContext`` a ``Night`` builds.
 
-A backend searches around the incumbent it is given and returns what it ended with: the night's incumbent (kept
+A backend searches around the context's incumbent and returns what it ended with: the night's incumbent (kept
 current, so a phase cut short leaves it right), which is the given one or the candidate of one of its KEEP
 decisions; its decisions, numbered after the night's earlier ones and stored in the night's history, all of the
 search phase; the trials it finished. A space without numeric parameters is searched without a boot. A night whose
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from elsa_tune.history.decision import Kept
+from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.tuner.budget import Budget
@@ -25,6 +25,7 @@ from elsa_tune.tuner.fleet import FleetSearch
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.night import Night, StopStudy, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
+from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
@@ -74,9 +75,9 @@ def test_a_search_returns_the_incumbent_it_kept_and_the_decisions_it_recorded(ba
     night = _night(tmp_path, SPACE)
     # A baseline measured at a tenth of what the card does: every trial beats it by more than the boot noise, so a
     # backend that promotes on this GPU's numbers (``LocalSearch``) records A/B decisions.
-    given = replace(night.incumbent, throughput=50.0)
+    given = night.incumbent = replace(night.incumbent, throughput=50.0)
     search = backend()
-    outcome = search.run(night, given)
+    outcome = search.run(SearchContext.of(night))
     assert outcome.trials >= 1
     assert outcome.decisions or not isinstance(search, LocalSearch)
     assert outcome.incumbent is night.incumbent
@@ -93,7 +94,7 @@ def test_a_space_without_parameters_is_searched_without_a_boot(backend: Backends
     space = tmp_path / "fixed.yaml"
     space.write_text(NO_PARAMETERS)
     night = _night(tmp_path, space)
-    outcome = backend().run(night, night.incumbent)
+    outcome = backend().run(SearchContext.of(night))
     assert (outcome.incumbent, outcome.decisions, outcome.trials) == (night.incumbent, (), 0)
     assert night.booter.boots == 0 and not (night.store.run_dir / "fleet.json").exists()
 
@@ -103,5 +104,23 @@ def test_a_spent_budget_stops_the_search_before_any_boot(backend: Backends, tmp_
     night = _night(tmp_path, SPACE)
     night.clock.advance(night.budget.total_s)
     with pytest.raises(StopStudy):
-        backend().run(night, night.incumbent)
+        backend().run(SearchContext.of(night))
     assert night.booter.boots == 0 and not list(night.store.run_dir.glob("*-gpu*/boots/*"))
+
+
+def test_the_context_numbers_adopted_decisions_after_the_nights_and_hands_a_keep_to_the_night(tmp_path: Path) -> None:
+    night = _night(tmp_path, SPACE)
+    ctx = SearchContext.of(night)
+    worker = DecisionRecord(study="shared", number=1, phase=Phase.SEARCH, technique="search trial 0 (GPU 1)",
+                            skipped="already measured", decided_at=1.0)
+    adopted = ctx.adopt(worker)                    # a worker's decision: numbered and stored, not ledgered again
+    assert (adopted.number, adopted.study, night.decision_number) == (4, night.name, 4)
+    assert [(d.number, d.technique) for d in night.store.load().decisions] == [(4, "search trial 0 (GPU 1)")]
+    assert night.store.ledger.entries() == []
+    started = night.incumbent
+    kept = replace(started, throughput=123.0)
+    ctx.keep(kept)
+    assert night.incumbent is kept and ctx.incumbent is started
+    night.policy = None
+    with pytest.raises(RuntimeError, match="gate policy"):
+        SearchContext.of(night)

@@ -20,6 +20,7 @@ from elsa_tune.tuner.night import Night, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.screening import Screening
+from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
@@ -58,8 +59,9 @@ def _night(pre: Preflight) -> Night:
 def test_a_resumed_search_charges_the_trials_the_killed_run_finished(tmp_path: Path) -> None:
     pre = _preflight(tmp_path, TINY_SPACE, max_trials=1)
     first = _night(pre)
+    first.policy = GatePolicy()              # the baseline's, as the search phase always has one
     first.budget.begin("search")
-    done = LocalSearch().run(first, first.incumbent)
+    done = LocalSearch().run(SearchContext.of(first))
     assert done.trials == 1 and not done.decisions
     recorded = [b for b in first.store.load().boots if b.phase is Phase.SEARCH]
     assert len(recorded) == 1
@@ -67,8 +69,9 @@ def test_a_resumed_search_charges_the_trials_the_killed_run_finished(tmp_path: P
     assert spent > 0
 
     resumed = _night(pre)            # the killed study restarts: its trial is finished, not asked again
+    resumed.policy = GatePolicy()
     resumed.budget.begin("search")
-    again = LocalSearch().run(resumed, resumed.incumbent)
+    again = LocalSearch().run(SearchContext.of(resumed))
     assert again.trials == 1 and resumed.booter.boots == 0
     assert resumed.budget.elapsed_s >= spent
     assert resumed.budget.elapsed_s < spent + 10.0      # charged once, not per phase or per look-up
@@ -140,14 +143,14 @@ def test_a_resumed_search_replays_the_promotion_a_finished_trial_made(tmp_path: 
         return n
 
     first = night()
-    done = LocalSearch().run(first, first.incumbent)
+    done = LocalSearch().run(SearchContext.of(first))
     assert len(done.decisions) == 1 and done.decisions[0].technique == "search trial 0"
     booted = {b.boot_id for b in first.store.load().boots}
     ab = [b for b in first.store.load().boots if str(b.extra.get("tag", "")).startswith("search:0:ab:")]
     assert len(ab) >= 4
 
     resumed = night()                        # the restart: trial 0 is finished and not asked again
-    again = LocalSearch().run(resumed, resumed.incumbent)
+    again = LocalSearch().run(SearchContext.of(resumed))
     assert {b.boot_id for b in resumed.store.load().boots} == booted          # every A/B boot replayed, none new
     assert len(again.decisions) == 1
     before, after = done.decisions[0], again.decisions[0]

@@ -1,7 +1,7 @@
 """``elsa-tune gate plan|simulate``: what the A/B gate can detect at a given noise, before spending a night on it.
 
 ``plan`` prints the calibrated boundaries of a gate design, the planned MDE at each look and the boots per arm a
-fixed-n test would need for common effect sizes. ``simulate`` runs the real gate against the statistics.md §1
+fixed-n test would need for common effect sizes. ``simulate`` runs the real gate against the gate's
 noise model with a known true effect and prints how often it keeps and how many boots it spends: a quick
 check of a policy (``benchmarks/gate/run.py`` is the full table).
 """

@@ -36,6 +36,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from elsa_tune.errors import ConfigError
     from elsa_tune.runtime.lease import LeaseBook
+    from elsa_tune.runtime.sim.card import SimulatedCards
 
     if args.dir is not None and not args.dir.is_dir():
         what = "is not a folder" if args.dir.exists() else "does not exist"
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.stop_timeout >= 0 or args.stop_timeout == float("inf"):
         raise ConfigError(f"--stop-timeout {args.stop_timeout} is not a number of seconds",
                           remedy="give --stop-timeout a finite number of seconds ≥ 0, e.g. 30")
-    book = LeaseBook(args.dir, stop_timeout_s=args.stop_timeout)
+    book = LeaseBook(args.dir, stop_timeout_s=args.stop_timeout, cards=SimulatedCards())
     leases = book.leases()
     if args.json:
         listed = [{"name": lease.name, "server_pid": lease.server_pid, "gpu_uuid": lease.gpu_uuid, "port": lease.port,

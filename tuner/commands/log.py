@@ -22,7 +22,7 @@ from elsa_tune.errors import ConfigError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.classify import classify, looks_failed
 from elsa_tune.runtime.failure import Failure
-from elsa_tune.runtime.startup_log import build_report
+from elsa_tune.runtime.startup_log import build_report, number
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 NAME = "log"
@@ -58,19 +58,10 @@ def parse_flags(text: str) -> Candidate:
         if eq:
             flags[name], i = inline, i + 1
         elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            flags[name], i = _value(tokens[i + 1]), i + 2
+            flags[name], i = number(tokens[i + 1]), i + 2
         else:
             flags[name], i = True, i + 1
     return Candidate(flags=flags, label="log explain")
-
-
-def _value(text: str) -> FlagValue:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _read(path: str) -> str:
