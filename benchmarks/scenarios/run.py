@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,18 @@ def _study(job: tuple[Case, int, float, str, Sequence[str]]) -> dict[str, Any]:
     return run
 
 
+def _key(name: str, shape: str, traffic: str) -> tuple[str, str, str]:
+    """A scenario's identity across runs: its name, traffic shape and traffic file name (not its folder)."""
+    return name, shape, Path(traffic).name
+
+
+def _known_bests(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Best-the-space-allows per scenario from an earlier run's JSON."""
+    runs = json.loads(path.read_text())["runs"]
+    return {_key(r["scenario"], r["shape"], r["traffic"]): {
+        "best": r["best_tok_s"], "best_label": r["best_label"], "best_method": r["best_method"]} for r in runs}
+
+
 def _values_of(oracle: Oracle, candidate: Any) -> dict[str, Any] | None:
     """The parameter values behind a recommended candidate, read back from its flags and env."""
     values: dict[str, Any] = {}
@@ -187,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="processes (scenarios × seeds run in parallel)")
     parser.add_argument("--root", type=Path, default=None, help="where scenarios and run folders go (default: /tmp)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comparators to run beside the study ('' = none)")
+    parser.add_argument("--best-from", type=Path, default=None,
+                        help="an earlier run's JSON (same scenarios, budget and traffic): reuse its best-the-space-"
+                             "allows instead of computing it again (the truth does not depend on the tuner)")
     args = parser.parse_args(argv)
     if bool(args.profile) != bool(args.space):
         print("--profile and --space go together: give both (a shipped profile and its space) or neither to run "
@@ -214,7 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 jobs = [(i, str(root), args.traffic) for i in range(args.first, args.first + args.scenarios)]
                 cases = pool.map(_generate, jobs, chunksize=1)
-            cases = pool.map(_best, [(c, budget_s) for c in cases], chunksize=1)
+            known = _known_bests(args.best_from) if args.best_from else {}
+            todo = [c for c in cases if _key(c.name, c.shape, c.traffic) not in known]
+            best = {c.name: c for c in pool.map(_best, [(c, budget_s) for c in todo], chunksize=1)}
+            cases = [best.get(c.name) or replace(c, **known[_key(c.name, c.shape, c.traffic)]) for c in cases]
             print(f"{len(cases)} scenario(s) ready, best the space allows computed "
                   f"({time.monotonic() - started:.0f} s)", flush=True)
             work = [(c, seed, budget_s, str(root / "runs"), methods) for c in cases for seed in seeds]
