@@ -138,6 +138,14 @@ class NumericSearch:
         self.store.record_trial_result(self.study, proposal.trial, values=values, constraint=constraint,
                                        failure=failure, boot_ids=boot_ids)
 
+    def withdraw(self, proposal: Proposal, why: str) -> None:
+        """End an asked trial that was never booted (its worker is stopping) as FAIL with ``why``; a told one is
+        left as it is."""
+        running = {t.number for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+        if proposal.trial.number in running:
+            proposal.trial.set_user_attr("withdrawn", why)
+            self.study.tell(proposal.trial, state=optuna.trial.TrialState.FAIL)
+
     def best_feasible(self) -> optuna.trial.FrozenTrial | None:
         """The best told trial that satisfied every constraint (first objective for multi-objective)."""
         done = [t for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))

@@ -264,7 +264,12 @@ class Worker:
                 time.sleep(min(1.0, self.config.heartbeat_s))
                 continue
             drain_until = None
-            self._trial(search, search.ask())
+            proposal = search.ask()
+            try:
+                self._trial(search, proposal)
+            except StopWorker:      # asked but not booted: the trial ends here, the resumed run asks anew
+                search.withdraw(proposal, "the worker stopped before booting it")
+                raise
 
     def _trial(self, search: NumericSearch, proposal: Proposal) -> None:
         number = proposal.trial.number
