@@ -115,3 +115,21 @@ def test_a_comparison_continued_in_the_next_phase_spends_each_boot_once(tmp_path
     assert result.boots == len(history.boots)
     assert sum(b.seconds for b in history.boots) == pytest.approx(result.sim_seconds, rel=0.02)
     assert sum(p.boots for p in history.study.phases) == len(history.boots)   # the phase table adds up
+
+
+def test_a_technique_that_lacked_memory_is_screened_with_the_memory_technique_that_frees_it(tmp_path: Path) -> None:
+    """A generated "unlock pair": a speed technique that drops the context below the target alone, and a memory
+    technique (no speed change, a larger pool) that is not kept on its own. The speed technique is screened again
+    as one change together with the memory technique, even when the screening phase ends during that pair's A/B
+    (it waits on the night and is finished where screening continues), and the pair is what is recommended."""
+    s = generate(33, tmp_path)
+    result = run_virtual_study(profile=s.profile, space=s.space, traffic=s.traffic, budget_s=8 * 3600, seed=0,
+                               out=tmp_path / "study")
+    space = load_space(s.space)
+    room = next(t for t in space.techniques if t.name.endswith("unlock-pair-room"))
+    speed = next(t for t in space.techniques if t.name == room.name.removesuffix("-room"))
+    alone, pair = [d for d in result.decisions if d.technique == speed.name][:2]
+    assert alone.category is ReasonCategory.CONTEXT_DROP
+    assert all(pair.env_delta.get(k) == v for k, v in room.env.items())        # the pair is one change
+    assert pair.category is ReasonCategory.KEPT
+    assert result.recommended.key() == space.candidate(space.baseline_values(), [room.name, speed.name]).key()
