@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -38,6 +39,7 @@ from elsa_tune.runtime.sim.truth import Truth, TruthWorkload, truth
 from elsa_tune.traffic.loadgen import LoadGenerator
 from elsa_tune.traffic.measurement import RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.sim_time import SimTime
 from elsa_tune.traffic.workload import ReplayMode, RequestSpec, Workload, synthetic
 
 READY = "The server is fired up and ready to roll!"
@@ -56,6 +58,8 @@ class Row:
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
     truth: Truth
+    effective_speedup: float
+    wall_s: float
     note: str = ""
 
 
@@ -124,25 +128,83 @@ def run_elsa(url: str, workload: Workload) -> RunMeasurement:
     return gen.measure(workload, pass_index=0)
 
 
-def run_bench_serving(python: str, url: str, speedup: float, n: int, rate: float, tokenizer: Path,
-                      workdir: Path) -> tuple[float | None, float | None, float | None, str]:
-    out = workdir / f"bench-{speedup:g}.jsonl"
+@dataclass(frozen=True)
+class BenchRun:
+    """One ``sglang.bench_serving`` pass, its wall-clock figures converted on the declared clock."""
+
+    tok_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    effective_speedup: float      # simulated seconds per wall second over the pass (the declared knots)
+    plain_speedup: float          # what the server declared it would serve a client that does not stamp at
+    arrivals: list[float]         # bench_serving's own Poisson send schedule, in simulated seconds
+    wall_s: float
+    note: str
+
+
+def bench_arrivals(n: int, rate: float, seed: int, vocab: int) -> list[float]:
+    """bench_serving's send schedule (wall seconds from the first), drawn as it draws it: ``np.random.seed(seed)``,
+    then ``random-ids``'s input lengths, output lengths and offsets, then one exponential interval per request
+    (``sglang/benchmark/serving.py`` ``get_request``, ``datasets/random.py``, sglang 0.5.23)."""
+    import numpy as np
+
+    draws = np.random.RandomState(seed)
+    draws.randint(2000, 2001, size=n)
+    draws.randint(200, 201, size=n)
+    draws.randint(0, vocab, size=n)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += float(draws.exponential(1.0 / rate))
+    return out
+
+
+def pass_start(clock: SimTime, began: float, plain: float) -> float | None:
+    """Where the server retimed its clock to the plain speed-up after ``began``: the pass's first request."""
+    knots = [k for k in clock.knots if k[0] >= began]
+    for (w0, s0), (w1, s1) in itertools.pairwise(knots):
+        if w1 > w0 and abs((s1 - s0) / (w1 - w0) - plain) < 0.01 * plain:
+            return w0
+    return None
+
+
+def run_bench_serving(python: str, url: str, n: int, rate: float, tokenizer: Path,
+                      workdir: Path) -> BenchRun | str:
+    """Drive the server with bench_serving at ``rate`` requests per simulated second: its wall-clock rate is
+    ``rate`` × the plain speed-up the server declares; its wall figures are converted with the clock's mapping
+    over the pass (``/sim/clock`` knots, less the delivery lag), never with server-side latencies."""
+    declared = httpx.get(url + "/server_info", timeout=10).json()["simulated"]["clock"]
+    plain = float(declared["plain_speedup"])
+    out = workdir / f"bench-{time.monotonic_ns()}.jsonl"
     cmd = [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url", url, "--model", "parity",
            "--tokenizer", str(tokenizer), "--dataset-name", "random-ids", "--random-input-len", "2000",
            "--random-output-len", "200", "--random-range-ratio", "1.0", "--num-prompts", str(n),
-           "--max-concurrency", str(STREAMS), "--request-rate", str(rate * speedup), "--warmup-requests", "0",
+           "--max-concurrency", str(STREAMS), "--request-rate", str(rate * plain), "--warmup-requests", "0",
            "--disable-tqdm", "--output-file", str(out), "--seed", "1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    began = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    ended = time.monotonic()
     if done.returncode != 0 or not out.exists():
-        return None, None, None, f"FAILED: {(done.stdout + done.stderr)[-300:]}"
+        return f"FAILED: {(done.stdout + done.stderr)[-300:]}"
     result = json.loads(out.read_text().strip().splitlines()[-1])
-    info = httpx.get(url + "/server_info", timeout=10).json()["simulated"]["clock"]
-    lag, s = float(info["lag_s"]), float(info["speedup"])
+    clock = SimTime.of_clock(httpx.get(url + "/sim/clock", params={"since": began}, timeout=10).json())
+    if clock is None:
+        return "FAILED: the server declared no clock"
     duration = float(result["duration"])
-    tok_s = result["total_output_tokens"] / max(1e-9, (duration - lag) * s)
-    return (tok_s, (result["median_ttft_ms"] / 1e3 - lag) * s * 1e3, (result["p99_ttft_ms"] / 1e3 - lag) * s * 1e3,
-            f"{result['completed']}/{n}; wall figures × {s:g} less the {lag * 1e3:g} ms lag")
+    start = pass_start(clock, began, plain) or ended - duration
+    speed = clock.mean_rate(start, start + duration)   # bench_serving's own window: first send to last chunk
+    lag = clock.lag_s
+
+    def sim_s(wall_ms: float) -> float:
+        return (wall_ms / 1e3 - lag) * speed
+
+    vocab = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
+    arrivals = [a * plain for a in bench_arrivals(n, rate * plain, 1, len(vocab))]
+    return BenchRun(result["total_output_tokens"] / max(1e-9, (duration - lag) * speed),
+                    sim_s(result["median_ttft_ms"]), sim_s(result["p99_ttft_ms"]), speed, plain, arrivals,
+                    ended - began, f"{result['completed']}/{n}; its wall figures less the {lag * 1e3:g} ms lag "
+                                   f"× {speed:.2f} (the declared clock over its pass; plain speed-up {plain:g})")
 
 
 def train_tokenizer(directory: Path) -> Path:
@@ -190,29 +252,36 @@ def main() -> int:
                     began = time.monotonic()
                     m = run_elsa(url, work)
                     wall = time.monotonic() - began
-                    note = (f"simulated time, {m.window_s / wall:.1f}× wall on this host" if m.simulated
+                    note = ("stamped: its own readings on the declared clock" if m.simulated
                             else "WALL TIME: the server declared no clock")
                     rows.append(Row(s, "elsa-tune loadgen", loop, m.output_throughput_tok_s, m.ttft_s.p50,
-                                    m.ttft_s.p99, truths[loop], f"{m.requests_ok}/{m.requests_total}; {note}"))
+                                    m.ttft_s.p99, truths[loop], m.window_s / wall, wall,
+                                    f"{m.requests_ok}/{m.requests_total}; {note}"))
                 if args.sglang_python and tokenizer is not None:
-                    tok_s, p50, p99, note = run_bench_serving(args.sglang_python, url, s, args.requests, args.rate,
-                                                              tokenizer, Path(tmp))
-                    rows.append(Row(s, "sglang.bench_serving", "open*", tok_s, None if p50 is None else p50 / 1e3,
-                                    None if p99 is None else p99 / 1e3, truths["open"], note))
+                    bench = run_bench_serving(args.sglang_python, url, args.requests, args.rate, tokenizer, Path(tmp))
+                    if isinstance(bench, str):
+                        rows.append(Row(s, "sglang.bench_serving", "open*", None, None, None, truths["open"], 0.0,
+                                        0.0, bench))
+                    else:
+                        rows.append(Row(s, "sglang.bench_serving", "open*", bench.tok_s, bench.ttft_p50_s,
+                                        bench.ttft_p99_s, truth_of(bench.arrivals, args.requests),
+                                        bench.effective_speedup, bench.wall_s, bench.note))
             finally:
                 stop(proc)
     print(f"{PROFILE} --sim-config {CONFIG} --sim-noise off; 2,000-token prompts, 200-token outputs, "
           f"{args.requests} requests, at most {STREAMS} in flight; open loop at {args.rate:g} req/s (simulated)")
-    print("| speed-up | client | loop | output tok/s (truth) | TTFT p50 ms (truth) | TTFT p99 ms (truth) | note |")
-    print("|---|---|---|---|---|---|---|")
+    print("| speed-up | client | loop | effective speed-up | wall s | output tok/s (truth) | TTFT p50 ms (truth) "
+          "| TTFT p99 ms (truth) | note |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         t = r.truth
-        print(f"| {r.speedup:g} | {r.client} | {r.loop} | "
+        print(f"| {r.speedup:g} | {r.client} | {r.loop} | {r.effective_speedup:.2f}× | {r.wall_s:.1f} | "
               f"{'—' if r.tok_s is None else f'{r.tok_s:,.1f}'}{pct(r.tok_s, t.output_tokens_per_s)} "
               f"({(t.output_tokens_per_s or 0):,.1f}) | {ms(r.ttft_p50_ms)}{pct(r.ttft_p50_ms, t.ttft_p50_s)} "
               f"({ms(t.ttft_p50_s)}) | {ms(r.ttft_p99_ms)}{pct(r.ttft_p99_ms, t.ttft_p99_s)} ({ms(t.ttft_p99_s)}) "
               f"| {r.note} |")
-    print("open*: sglang.bench_serving's own Poisson draws at the same rate (its truth is the open loop's).")
+    print("open*: sglang.bench_serving's own Poisson draws at the same rate; its truth is the same engine on those "
+          "arrivals (its draws reproduced, bench_arrivals).")
     return 0
 
 
