@@ -111,7 +111,7 @@ def open_loop(n: int, rate: float, speedup: float, seed: int) -> Workload:
     return Workload(ReplayMode.OPEN_LOOP, specs, BLOCK, source="parity")
 
 
-def truth_of(arrivals: list[float] | None, n: int) -> Truth:
+def truth_of(arrivals: list[float] | None, n: int, max_in_flight: int = 0) -> Truth:
     profile = load_profile(PROFILE)
     flags = {**profile.base_flags, **profile.configs[CONFIG].flags}
     if arrivals is None:
@@ -119,7 +119,8 @@ def truth_of(arrivals: list[float] | None, n: int) -> Truth:
                              block_size=BLOCK)
     else:
         work = TruthWorkload(requests=tuple(SimRequest(rid=f"r{i}", input_tokens=2000, output_tokens=200, arrival_s=a)
-                                            for i, a in enumerate(arrivals)), block_size=BLOCK)
+                                            for i, a in enumerate(arrivals)), block_size=BLOCK,
+                             max_in_flight=max_in_flight)
     return truth(profile, flags, {}, work)
 
 
@@ -264,7 +265,7 @@ def main() -> int:
                                         0.0, bench))
                     else:
                         rows.append(Row(s, "sglang.bench_serving", "open*", bench.tok_s, bench.ttft_p50_s,
-                                        bench.ttft_p99_s, truth_of(bench.arrivals, args.requests),
+                                        bench.ttft_p99_s, truth_of(bench.arrivals, args.requests, STREAMS),
                                         bench.effective_speedup, bench.wall_s, bench.note))
             finally:
                 stop(proc)
@@ -280,8 +281,9 @@ def main() -> int:
               f"({(t.output_tokens_per_s or 0):,.1f}) | {ms(r.ttft_p50_ms)}{pct(r.ttft_p50_ms, t.ttft_p50_s)} "
               f"({ms(t.ttft_p50_s)}) | {ms(r.ttft_p99_ms)}{pct(r.ttft_p99_ms, t.ttft_p99_s)} ({ms(t.ttft_p99_s)}) "
               f"| {r.note} |")
-    print("open*: sglang.bench_serving's own Poisson draws at the same rate; its truth is the same engine on those "
-          "arrivals (its draws reproduced, bench_arrivals).")
+    print("open*: sglang.bench_serving's own Poisson draws at the same rate, at most 8 in flight (its semaphore); its "
+          "truth is the same engine on those arrivals (its draws reproduced, bench_arrivals), a request held by the "
+          "cap sent when a slot frees.")
     return 0
 
 

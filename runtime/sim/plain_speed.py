@@ -10,14 +10,18 @@ speed-up, chosen so that its overhead stays a small share of the simulated laten
     plain = clamp(TARGET_SHARE × latency_scale_s / overhead_s, min(1, full), full)
 
 - ``latency_scale_s``: the 10th percentile of the simulated TTFTs of the last ``WINDOW`` requests (the
-  shortest latency a client reads that matters; until one has been served: unknown, so ``min(1, full)``);
+  shortest latency a client reads that matters);
 - ``overhead_s``: the wall seconds one request costs the host outside the simulation, measured on requests of
   clients that do not stamp: the median of how late the server's own first-token write completed
   against its due instant, twice (the client does the mirror image: write the request, read the chunk), plus
   ``CLIENT_FLOOR_S`` (a Python HTTP client's own per-request work, which the server cannot see).
 
-The speed changes only between passes (``serving.Serving`` retimes its clock when idle), and every change is a
-knot of the declared clock (``/sim/clock``); ``describe()`` is what ``/server_info`` declares.
+Until ``MIN_SAMPLES`` of each have been measured the speed-up is ``min(1, full)``: an unknown overhead is not
+assumed small.
+
+The speed changes only between passes (``serving.Serving`` retimes its clock when idle, and a plain pass keeps
+its speed across short idle gaps), and every change is a knot of the declared clock (``/sim/clock``);
+``describe()`` is what ``/server_info`` declares besides the pace the next plain request gets.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ TARGET_SHARE = 0.03
 CLIENT_FLOOR_S = 0.001
 #: Measurements kept (the most recent), of each kind.
 WINDOW = 200
+#: Measurements of each kind needed before a plain client is served faster than 1×.
+MIN_SAMPLES = 10
 
 
 class PlainSpeed:
@@ -61,7 +67,7 @@ class PlainSpeed:
         """The speed-up for the next pass of a client that does not stamp."""
         low = min(1.0, self.full)
         scale = self.latency_scale_s
-        if scale is None:
+        if scale is None or min(len(self._ttfts), len(self._overheads)) < MIN_SAMPLES:
             return low
         return min(self.full, max(low, TARGET_SHARE * scale / self.overhead_s))
 

@@ -180,7 +180,8 @@ class SimHttpServer:
                 "startup_time": self.startup_time, "kv_events": None, "version": md.version, "frontend": "python",
                 "internal_states": [internal],
                 "simulated": {"sim_time_s": self.serving.sim_time_s,
-                              "clock": {**self.serving.clock.describe(), **self.serving.plain.describe()},
+                              "clock": {**self.serving.clock.describe(), **self.serving.plain.describe(),
+                                        "plain_speedup": self.serving.plain_pace(time.monotonic())},
                               "pacing": self.serving.pacing.summary(),
                               "finished_requests": self.serving.finished_requests}}
 

@@ -16,11 +16,16 @@ The lag absorbs the host's own request overhead (client write, parse, hashing) a
 follow-ups have arrived (``Job.follows``), so that they join the step SGLang would have admitted them to. A client
 that acknowledges receipts (``Job.ack_key``, ``/sim/ack``) has the clock stand still after a first token or an end
 (of a request no follow-up comes after) until it has the bytes, so that its readings carry none of the host's
-delivery latency. When
-the
-host cannot keep pace the clock slows instead of skipping, and says where (``/sim/clock``'s knots). A client
-that knows the clock (``traffic/sim_time.py``) converts its own wall-clock readings into simulated time and
-measures the simulated system without the host's overhead multiplied by the speed-up.
+delivery latency. When the host cannot keep pace the clock slows instead of skipping, and says where
+(``/sim/clock``'s knots). A client that knows the clock (``traffic/sim_time.py``) converts its own wall-clock
+readings into simulated time and measures the simulated system without the host's overhead multiplied by the
+speed-up.
+
+A pass (requests from an idle server until it is idle again) that begins with a request of a client that does not
+stamp is a plain pass: the clock is retimed to the plain speed-up (``plain_speed.py``) at the instant that request
+was read, and stays a straight line (late deliveries come late instead of stopping the clock, since such a
+client's schedule is in wall time); a request its client stamps, or a ``/sim/clock`` read, on an idle server
+retimes it back to ``speedup``. Every retime is a knot of the declared clock.
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ REACTION_S = 0.250
 LATE_TOLERANCE_S = 0.002
 #: A step end this far (wall seconds) off the clock's line starts a new knot (see ``SimClock``).
 KNOT_TOLERANCE_S = 0.0001
+#: A plain pass keeps its speed-up across idle gaps shorter than this (wall seconds): an open-loop client leaves
+#: the server idle between requests, and its run must stay on one line to be converted.
+PLAIN_PASS_IDLE_S = 5.0
 #: A client stamp further in the past than this (wall seconds) is not trusted (another host's clock?).
 MAX_STAMP_AGE_S = 1.0
 
@@ -282,6 +290,7 @@ class Serving:
         self.plain = PlainSpeed(self.speedup)
         self._idle_waiting = False        # nothing in flight or queued: the clock may be retimed
         self._plain_pass = False          # the pass began with a client that does not stamp
+        self._idle_from = time.monotonic()
         self._wake = asyncio.Event()
         self._reacted = asyncio.Event()
         self._awaited = 0                 # follow-ups announced by requests that finished, not yet arrived
@@ -305,8 +314,9 @@ class Serving:
         job.received_at = job.received_at or time.monotonic()
         if not self.jobs and self._idle_waiting:
             # a pass begins: a client that does not stamp is served at the plain speed-up (plain_speed.py)
+            rate = self.plain_pace(job.received_at) if not job.stamped else self.speedup
             self._plain_pass = not job.stamped
-            self.clock.retime(job.received_at, self.plain.speedup() if self._plain_pass else self.speedup)
+            self.clock.retime(job.received_at, rate)
         self.jobs[job.spec.rid] = job
         if job.follows and self._awaited:
             self._awaited -= 1
@@ -410,7 +420,7 @@ class Serving:
             if self._awaited:
                 waited_from = self.clock.anchor[0]
                 await self._follow_ups(loop)
-                self._pause(loop.time(), waited_from)
+                self._pause(loop.time(), waited_from, tolerance=0.0)
             self._release()
 
     def _await_ack(self, job: Job) -> None:
@@ -430,17 +440,19 @@ class Serving:
             self._reacted.set()
         return True
 
-    def _pause(self, now: float, due: float) -> None:
+    def _pause(self, now: float, due: float, tolerance: float = LATE_TOLERANCE_S) -> None:
         """The scheduler is at ``source.now``, which the clock's line reaches at wall ``due``; at ``now`` (a
         late delivery, a wait for follow-ups) the clock stands still from ``due`` to ``now − lag`` (a busy host
-        slows the simulation; it never skips time). Smaller lateness (a sleep's overshoot) is not added up."""
+        slows the simulation; it never skips time). Lateness up to ``tolerance`` (a sleep's overshoot) is not
+        added up; a wait for clients' receipts and follow-ups has none (a receipt a millisecond after its
+        delivery is 40 simulated milliseconds at 40×)."""
         late = now - self.clock.lag_s - due
         if self._plain_pass:
             late = 0.0   # a plain client's schedule is in wall time: the line stays straight, late tokens come late
-        if late > LATE_TOLERANCE_S:
+        if late > tolerance:
             self.pacing.paused_s += late
         t = self.source.now
-        self.clock.move(due + late if late > LATE_TOLERANCE_S else due, t, since=t)
+        self.clock.move(due + late if late > tolerance else due, t, since=t)
 
     async def _follow_ups(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait (at most ``REACTION_S``) for the follow-ups and receipts clients announced."""
@@ -460,7 +472,7 @@ class Serving:
         if nxt is None:
             # the pool as an idle scheduler reports it (the radix cache's unlocked prompts are not used)
             self._gauges_and_log(self.source.pool_state(), loop.time())
-            idle_from = loop.time()
+            idle_from = self._idle_from = loop.time()
             self._idle_waiting = True
             try:
                 await self._wake.wait()
@@ -476,6 +488,12 @@ class Serving:
         if loop.time() >= due:
             self.source.advance_to(nxt)
             self._pause(loop.time(), due - self.clock.lag_s)
+
+    def plain_pace(self, now: float) -> float:
+        """The speed-up a request of a client that does not stamp would begin (or continue) a pass at now."""
+        if self._plain_pass and (self.jobs or now - self._idle_from < PLAIN_PASS_IDLE_S):
+            return self.clock.rate
+        return self.plain.speedup()
 
     def clock_read(self, now: float) -> None:
         """A client reads the clock (``/sim/clock``: only clients that stamp do): an idle server goes back to

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from elsa_tune.runtime.sim.engine import SimRequest
-from elsa_tune.runtime.sim.plain_speed import CLIENT_FLOOR_S, TARGET_SHARE, PlainSpeed
+from elsa_tune.runtime.sim.plain_speed import CLIENT_FLOOR_S, MIN_SAMPLES, TARGET_SHARE, PlainSpeed
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.serving import SimClock
 from elsa_tune.runtime.sim.truth import TruthWorkload, truth
@@ -25,22 +25,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_sim_server_http import SPEEDUP, boot, shutdown
 
 
-def test_a_plain_client_gets_one_times_until_a_latency_was_served_then_what_its_overhead_allows() -> None:
+def test_a_plain_client_gets_one_times_until_measured_then_what_its_overhead_allows() -> None:
     plain = PlainSpeed(full=40.0)
     assert plain.speedup() == 1.0 and plain.describe()["latency_scale_ms"] is None
     for _ in range(50):
         plain.observe_ttft(0.5)                      # half a simulated second: long latencies
-    assert plain.speedup() == pytest.approx(TARGET_SHARE * 0.5 / CLIENT_FLOOR_S)
+    assert plain.speedup() == 1.0                    # an overhead not yet measured is not assumed small
+    for _ in range(MIN_SAMPLES):
+        plain.observe_overhead(0.0005)               # a quiet host: half a millisecond late at the socket
+    assert plain.overhead_s == pytest.approx(2 * 0.0005 + CLIENT_FLOOR_S)
+    assert plain.speedup() == pytest.approx(TARGET_SHARE * 0.5 / (2 * 0.0005 + CLIENT_FLOOR_S))
     for _ in range(50):
-        plain.observe_overhead(0.004)                # a busy host: 4 ms late at the socket
-    assert plain.overhead_s == pytest.approx(2 * 0.004 + CLIENT_FLOOR_S)
+        plain.observe_overhead(0.004)                # a busy host: 4 ms late
     assert plain.speedup() == pytest.approx(TARGET_SHARE * 0.5 / (2 * 0.004 + CLIENT_FLOOR_S))
     for _ in range(200):
         plain.observe_overhead(0.05)                 # far too slow for any speed-up: never below 1×
     assert plain.speedup() == 1.0
     fast = PlainSpeed(full=4.0)
-    for _ in range(10):
+    for _ in range(MIN_SAMPLES):
         fast.observe_ttft(30.0)
+        fast.observe_overhead(0.001)
     assert fast.speedup() == 4.0                     # never above the declared speed-up
     assert PlainSpeed(full=0.5).speedup() == 0.5     # a slowed-down server stays slowed down
 
