@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -75,12 +76,21 @@ def start_server(speedup: float, card_dir: str) -> tuple[subprocess.Popen[str], 
             "--sim-noise", "off", "--sim-speedup", str(speedup), "--sim-card-dir", card_dir, "--model-path", "parity",
             "--port", str(port), "--enable-metrics"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
+    out = proc.stdout
+    assert out is not None
+    for line in out:
         if READY in line:
-            threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+            threading.Thread(target=drain, args=(out,), daemon=True).start()
             return proc, f"http://127.0.0.1:{port}"
+    out.close()
     raise SystemExit(f"the simulated server did not start (rc={proc.poll()})")
+
+
+def drain(out: IO[str]) -> None:
+    """Read the server's log to its end (so that it never blocks on a full pipe), then close it."""
+    with out:
+        for _ in out:
+            pass
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
@@ -91,6 +101,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+    time.sleep(0.2)   # the drain thread reaches the log's end and closes it
 
 
 def poisson(n: int, rate: float, seed: int) -> list[float]:
