@@ -4,11 +4,14 @@ Boots ``elsa-tune sim serve`` (``--sim-config stock --sim-noise off``) at each `
 elsa-tune's load generator (which stamps its sends, acknowledges its first tokens and ends, and converts its own
 wall-clock readings on the server's declared clock, ``traffic/sim_time.py``) and, when ``--sglang-python``
 names a Python with SGLang 0.5.23, with ``python -m sglang.bench_serving`` (which knows nothing of the
-simulator: its wall-clock figures are converted here with the declared speed-up and delivery lag, no knots).
-Workloads: 2,000-token prompts, 200-token outputs; an open loop (Poisson arrivals at ``--rate`` requests per
-simulated second; bench_serving's with at most 8 in flight, as the issue measured it) and a closed loop of 8.
-Each row stands beside the simulator's truth (``runtime/sim/truth.py``: the same engine on a simulated clock,
-no HTTP, no host) for the same arrivals: the open loop's schedule, or the closed loop's.
+simulator: the server serves it at the plain speed-up it declares, ``runtime/sim/plain_speed.py``; it is given
+``--rate`` × that speed-up, and its wall-clock figures are converted here on the clock the server declares over
+its pass, ``/sim/clock``: less the delivery lag, times the pass's simulated seconds per wall second; never with a
+latency the server measured). Workloads: 2,000-token prompts, 200-token outputs; an open loop (Poisson arrivals
+at ``--rate`` requests per simulated second; bench_serving's with at most 8 in flight, as the issue measured
+it) and a closed loop of 8. Each row stands beside the simulator's truth (``runtime/sim/truth.py``: the same
+engine on a simulated clock, no HTTP, no host) for the same arrivals: the open loop's schedule, the closed
+loop's, or bench_serving's own draws (reproduced, ``bench_arrivals``) with its cap of 8 in flight.
 
     python benchmarks/sim/parity.py --speedup 1 10 40 --sglang-python ~/.cache/elsa-tune/sglang-0.5.23/bin/python
 """
@@ -216,7 +219,7 @@ def run_bench_serving(python: str, url: str, n: int, rate: float, tokenizer: Pat
     return BenchRun(result["total_output_tokens"] / max(1e-9, (duration - lag) * speed),
                     sim_s(result["median_ttft_ms"]), sim_s(result["p99_ttft_ms"]), speed, plain, arrivals,
                     ended - began, f"{result['completed']}/{n}; its wall figures less the {lag * 1e3:g} ms lag "
-                                   f"× {speed:.2f} (the declared clock over its pass; plain speed-up {plain:g})")
+                                   f"× {speed:.2f} (the declared clock over its pass; plain speed-up {plain:.2f})")
 
 
 def train_tokenizer(directory: Path) -> Path:

@@ -7,17 +7,18 @@ speed-up converts back to simulated time: its per-request host overhead (seriali
 the chunk, waiting for a busy core) is multiplied by the speed-up too. So such a client is served at a lower
 speed-up, chosen so that its overhead stays a small share of the simulated latencies it measures::
 
-    plain = clamp(TARGET_SHARE × latency_scale_s / overhead_s, min(1, full), full)
+    plain = clamp(TARGET_SHARE × latency_scale_s / overhead_s, min(SLOWEST, full), full)
 
 - ``latency_scale_s``: the 10th percentile of the simulated TTFTs of the last ``WINDOW`` requests (the
   shortest latency a client reads that matters);
-- ``overhead_s``: the wall seconds one request costs the host outside the simulation, measured on requests of
-  clients that do not stamp: the median of how late the server's own first-token write completed
-  against its due instant, twice (the client does the mirror image: write the request, read the chunk), plus
-  ``CLIENT_FLOOR_S`` (a Python HTTP client's own per-request work, which the server cannot see).
+- ``overhead_s``: the wall seconds one request costs the host outside the simulation: the median of how late the
+  server's own first-token write completed against its due instant (any client's: it is the host's), twice (the
+  client does the mirror image: write the request, read the chunk), plus ``CLIENT_FLOOR_S`` (a Python HTTP
+  client's own per-request work, which the server cannot see).
 
-Until ``MIN_SAMPLES`` of each have been measured the speed-up is ``min(1, full)``: an unknown overhead is not
-assumed small.
+Below 1× the simulation runs in slow motion (a busy host, short latencies); never slower than ``SLOWEST``. Until
+``MIN_SAMPLES`` of each have been measured the speed-up is ``min(1, full)``: an unknown overhead is not assumed
+small.
 
 The speed changes only between passes (``serving.Serving`` retimes its clock when idle, and a plain pass keeps
 its speed across short idle gaps), and every change is a knot of the declared clock (``/sim/clock``);
@@ -34,6 +35,8 @@ TARGET_SHARE = 0.03
 CLIENT_FLOOR_S = 0.001
 #: Measurements kept (the most recent), of each kind.
 WINDOW = 200
+#: The slowest a plain client is served at (simulated seconds per wall second).
+SLOWEST = 0.25
 #: Measurements of each kind needed before a plain client is served faster than 1×.
 MIN_SAMPLES = 10
 
@@ -47,7 +50,7 @@ class PlainSpeed:
         self._ttfts: deque[float] = deque(maxlen=WINDOW)
 
     def observe_overhead(self, seconds: float) -> None:
-        """A plain request's first token reached the socket ``seconds`` (wall) after its due instant."""
+        """A request's first token reached the socket ``seconds`` (wall) after its due instant."""
         self._overheads.append(max(0.0, seconds))
 
     def observe_ttft(self, sim_seconds: float) -> None:
@@ -65,11 +68,10 @@ class PlainSpeed:
 
     def speedup(self) -> float:
         """The speed-up for the next pass of a client that does not stamp."""
-        low = min(1.0, self.full)
         scale = self.latency_scale_s
         if scale is None or min(len(self._ttfts), len(self._overheads)) < MIN_SAMPLES:
-            return low
-        return min(self.full, max(low, TARGET_SHARE * scale / self.overhead_s))
+            return min(1.0, self.full)
+        return min(self.full, max(min(SLOWEST, self.full), TARGET_SHARE * scale / self.overhead_s))
 
     def describe(self) -> dict[str, float | None]:
         scale = self.latency_scale_s

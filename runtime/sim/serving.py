@@ -503,8 +503,8 @@ class Serving:
             self.clock.retime(now, self.speedup)
 
     def first_token_written(self, job: Job, at: float) -> None:
-        """The server wrote ``job``'s first token at wall ``at``; a plain client's lateness is measured."""
-        if not job.stamped and job.first_due:
+        """The server wrote ``job``'s first token at wall ``at``: the host's lateness is measured."""
+        if job.first_due:
             self.plain.observe_overhead(at - job.first_due)
 
     def _deliver(self, step: StepResult, now: float, due: float = 0.0) -> None:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from elsa_tune.runtime.sim.engine import SimRequest
-from elsa_tune.runtime.sim.plain_speed import CLIENT_FLOOR_S, MIN_SAMPLES, TARGET_SHARE, PlainSpeed
+from elsa_tune.runtime.sim.plain_speed import CLIENT_FLOOR_S, MIN_SAMPLES, SLOWEST, TARGET_SHARE, PlainSpeed
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.serving import SimClock
 from elsa_tune.runtime.sim.truth import TruthWorkload, truth
@@ -38,9 +38,13 @@ def test_a_plain_client_gets_one_times_until_measured_then_what_its_overhead_all
     for _ in range(50):
         plain.observe_overhead(0.004)                # a busy host: 4 ms late
     assert plain.speedup() == pytest.approx(TARGET_SHARE * 0.5 / (2 * 0.004 + CLIENT_FLOOR_S))
+    for _ in range(100):
+        plain.observe_overhead(0.0125)               # 2.6 ms for 15 ms of share: slow motion
+    assert plain.speedup() == pytest.approx(TARGET_SHARE * 0.5 / (2 * 0.0125 + CLIENT_FLOOR_S))
+    assert plain.speedup() < 1.0
     for _ in range(200):
-        plain.observe_overhead(0.05)                 # far too slow for any speed-up: never below 1×
-    assert plain.speedup() == 1.0
+        plain.observe_overhead(0.05)                 # far too slow: never slower than SLOWEST
+    assert plain.speedup() == SLOWEST
     fast = PlainSpeed(full=4.0)
     for _ in range(MIN_SAMPLES):
         fast.observe_ttft(30.0)
