@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 SENT_AT_HEADER = "x-elsa-sent-at"
 SIM_AT_HEADER = "x-elsa-sim-at"
 ACK_HEADER = "x-elsa-ack"
+#: Sim-only: ``full`` asks for the full speed-up without stamping (a client that times deadlines, not latencies).
+PACE_HEADER = "x-elsa-pace"
 #: Sim-only headers of a closed-loop client: "I send my next request when this one ends" / "this is that request".
 FOLLOW_UP_HEADER = "x-elsa-follow-up"
 FOLLOWS_HEADER = "x-elsa-follows"
@@ -384,7 +386,8 @@ class SimHttpServer:
                   cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt, host_hit_damage=md.host_hit_damage,
                   follow_up=FOLLOW_UP_HEADER in request.headers, follows=FOLLOWS_HEADER in request.headers,
                   sent_at=_stamp(request, SENT_AT_HEADER), sim_at=_stamp(request, SIM_AT_HEADER),
-                  ack_key=request.headers.get(ACK_HEADER), received_at=request.received_at)
+                  ack_key=request.headers.get(ACK_HEADER), received_at=request.received_at,
+                  full_pace=request.headers.get(PACE_HEADER) == "full")
         if self.host_tier is not None:
             job.host_restorable_tokens = self.host_tier.observe(spec.block_hashes) * md.block_size
         try:

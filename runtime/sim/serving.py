@@ -25,7 +25,8 @@ A pass (requests from an idle server until it is idle again) that begins with a 
 stamp is a plain pass: the clock is retimed to the plain speed-up (``plain_speed.py``) at the instant that request
 was read, and stays a straight line (late deliveries come late instead of stopping the clock, since such a
 client's schedule is in wall time); a request its client stamps, or a ``/sim/clock`` read, on an idle server
-retimes it back to ``speedup``. Every retime is a knot of the declared clock.
+retimes it back to ``speedup``; so does a request with ``x-elsa-pace: full`` (a client that times deadlines, not
+latencies: elsa-tune's probes). Every retime is a knot of the declared clock.
 """
 
 from __future__ import annotations
@@ -214,6 +215,7 @@ class Job:
     ack_key: str | None = None        # its client acknowledges the first token and the end (x-elsa-ack)
     received_at: float = 0.0          # when the server had read it (monotonic); 0: when submitted
     first_due: float = 0.0            # wall instant its first token was due at the socket (lag included)
+    full_pace: bool = False           # its client asked for the full speed-up (x-elsa-pace: full)
     arrival_sim: float = 0.0          # simulated instant it arrived (the clock at its client's send stamp)
     follow_up: bool = False           # its client sends another request as soon as this one ends
     follows: bool = False             # it is such a request
@@ -226,8 +228,9 @@ class Job:
 
     @property
     def stamped(self) -> bool:
-        """Its client knows the clock (it stamps sends or acknowledges receipts, ``traffic/sim_time.py``)."""
-        return self.sent_at is not None or self.sim_at is not None or self.ack_key is not None
+        """Its client knows the clock (it stamps sends or acknowledges receipts, ``traffic/sim_time.py``) or
+        asked for the full speed-up: it is not served at the plain one."""
+        return self.sent_at is not None or self.sim_at is not None or self.ack_key is not None or self.full_pace
 
 
 class Pacing:

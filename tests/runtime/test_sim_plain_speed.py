@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from elsa_tune.probes.client import FULL_PACE
 from elsa_tune.runtime.sim.engine import SimRequest
 from elsa_tune.runtime.sim.plain_speed import CLIENT_FLOOR_S, MIN_SAMPLES, SLOWEST, TARGET_SHARE, PlainSpeed
 from elsa_tune.runtime.sim.profile import load_profile
@@ -89,10 +90,14 @@ def test_a_plain_client_reads_the_truths_ttft_at_a_high_speedup(tmp_path: Path) 
                         first = time.monotonic()
         assert first is not None
         during = SimTime.of_clock(httpx.get(url + "/server_info", timeout=10).json()["simulated"]["clock"])
+        probe = {"model": "sim-model", "prompt": "hello", "max_tokens": 4}   # a probe asks for the full pace
+        assert httpx.post(url + "/v1/completions", json=probe, headers=FULL_PACE, timeout=30).status_code == 200
+        probed = SimTime.of_clock(httpx.get(url + "/server_info", timeout=10).json()["simulated"]["clock"])
         after = SimTime.of_clock(httpx.get(url + "/sim/clock", params={"since": began}, timeout=10).json())
     finally:
         shutdown(running)
     assert during is not None and during.rate == 1.0            # the pass ran at the plain speed-up
+    assert probed is not None and probed.rate == SPEEDUP
     assert after is not None and after.rate == SPEEDUP          # a clock read on an idle server restores it
     assert after.mean_rate(first - 0.02, first) == pytest.approx(1.0)    # its knots say so too
     profile = load_profile("tiny-test")
