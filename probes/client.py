@@ -16,6 +16,9 @@ from typing import Any
 
 import httpx
 
+#: A probe times deadlines, not latencies: it asks a simulated server for its full speed-up, which it would
+#: otherwise lower for a client that does not stamp (``runtime/sim/plain_speed.py``); SGLang ignores the header.
+FULL_PACE = {"x-elsa-pace": "full"}
 
 @dataclass(frozen=True)
 class Reply:
@@ -97,7 +100,7 @@ class ProbeClient:
         status: int | None = None
         try:
             async with asyncio.timeout(self.first_token_s) as deadline:
-                async with client.stream("POST", f"{self.base_url}/v1/chat/completions", json=body,
+                async with client.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=FULL_PACE,
                                          timeout=httpx.Timeout(None, connect=self.connect_s)) as resp:
                     status = resp.status_code
                     if status != 200:

@@ -219,7 +219,7 @@ class LoadGenerator:
         if declared is None:
             raise MeasurementFailed(f"GET {url} gave no clock (status {resp.status_code})",
                                     remedy="use a simulated server of this elsa-tune version")
-        return clock.with_knots(declared.knots)
+        return clock.with_knots(declared.knots, declared.rate)
 
     async def _model(self, client: httpx.AsyncClient) -> str:
         try:

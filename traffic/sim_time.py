@@ -41,23 +41,27 @@ CLOCK_PATH = "/sim/clock"
 
 @dataclass(frozen=True)
 class SimTime:
-    """The declared clock of one simulated server: ``speedup`` simulated seconds per wall second on the line
-    through its last knot, deliveries ``lag_s`` wall seconds after their simulated instant, and ``knots``
-    ``(monotonic wall, simulated)`` where the host made it run slower (empty: a straight line from (0, 0))."""
+    """The declared clock of one simulated server: ``speedup`` simulated seconds per wall second for a client
+    that stamps, deliveries ``lag_s`` wall seconds after their simulated instant, ``knots`` ``(monotonic wall,
+    simulated)`` where the host made it run slower or the server changed its pace (empty: a straight line from
+    (0, 0)), and ``rate``, the slope past the last knot (``None``: ``speedup``; lower while the server serves a
+    client that does not stamp, ``runtime/sim/plain_speed.py``)."""
 
     speedup: float
     lag_s: float
     knots: tuple[tuple[float, float], ...] = ()
+    rate: float | None = None
 
     @classmethod
     def of_clock(cls, clock: Mapping[str, Any]) -> SimTime | None:
         """The clock of a ``/server_info`` ``simulated.clock`` or a ``/sim/clock`` body; ``None`` if malformed."""
         try:
             speedup, lag = float(clock["speedup"]), float(clock["lag_s"])
+            rate = float(clock["rate"]) if clock.get("rate") is not None else None
             knots = tuple((float(w), float(s)) for w, s in clock.get("knots") or ())
         except (KeyError, TypeError, ValueError):
             return None
-        return cls(speedup, lag, knots) if speedup > 0 and lag >= 0 else None
+        return cls(speedup, lag, knots, rate) if speedup > 0 and (rate is None or rate > 0) and lag >= 0 else None
 
     @classmethod
     def of_server_info(cls, info: Mapping[str, Any]) -> SimTime | None:
@@ -70,9 +74,10 @@ class SimTime:
         """The simulated instant of monotonic wall time ``wall``."""
         knots = self.knots or ((0.0, 0.0),)
         i = bisect.bisect_right(knots, (wall, float("inf")))
-        if i == 0 or i == len(knots):
-            w0, s0 = knots[0] if i == 0 else knots[-1]
-            return s0 + (wall - w0) * self.speedup
+        if i == 0:
+            return knots[0][1] + (wall - knots[0][0]) * self.speedup
+        if i == len(knots):
+            return knots[-1][1] + (wall - knots[-1][0]) * (self.rate or self.speedup)
         (w0, s0), (w1, s1) = knots[i - 1], knots[i]
         return s0 + (wall - w0) * (s1 - s0) / (w1 - w0) if w1 > w0 else s1
 
@@ -107,8 +112,12 @@ class SimTime:
             end_s=None if rec.end_s is None else at - origin + received(rec.end_s - rec.sent_s),
             itl_s=tuple(chunk_gaps))
 
-    def with_knots(self, knots: Sequence[tuple[float, float]]) -> SimTime:
-        return SimTime(self.speedup, self.lag_s, tuple(knots))
+    def with_knots(self, knots: Sequence[tuple[float, float]], rate: float | None = None) -> SimTime:
+        return SimTime(self.speedup, self.lag_s, tuple(knots), rate)
+
+    def mean_rate(self, start: float, end: float) -> float:
+        """Simulated seconds per wall second between monotonic wall instants ``start`` and ``end``."""
+        return (self.sim(end) - self.sim(start)) / (end - start) if end > start else self.rate or self.speedup
 
     def describe(self) -> str:
         return (f"simulated time: the client's own wall-clock readings on the simulated server's clock (up to "

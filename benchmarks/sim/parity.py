@@ -4,11 +4,14 @@ Boots ``elsa-tune sim serve`` (``--sim-config stock --sim-noise off``) at each `
 elsa-tune's load generator (which stamps its sends, acknowledges its first tokens and ends, and converts its own
 wall-clock readings on the server's declared clock, ``traffic/sim_time.py``) and, when ``--sglang-python``
 names a Python with SGLang 0.5.23, with ``python -m sglang.bench_serving`` (which knows nothing of the
-simulator: its wall-clock figures are converted here with the declared speed-up and delivery lag, no knots).
-Workloads: 2,000-token prompts, 200-token outputs; an open loop (Poisson arrivals at ``--rate`` requests per
-simulated second; bench_serving's with at most 8 in flight, as the issue measured it) and a closed loop of 8.
-Each row stands beside the simulator's truth (``runtime/sim/truth.py``: the same engine on a simulated clock,
-no HTTP, no host) for the same arrivals: the open loop's schedule, or the closed loop's.
+simulator: the server serves it at the plain speed-up it declares, ``runtime/sim/plain_speed.py``; it is given
+``--rate`` × that speed-up, and its wall-clock figures are converted here on the clock the server declares over
+its pass, ``/sim/clock``: less the delivery lag, times the pass's simulated seconds per wall second; never with a
+latency the server measured). Workloads: 2,000-token prompts, 200-token outputs; an open loop (Poisson arrivals
+at ``--rate`` requests per simulated second; bench_serving's with at most 8 in flight, as the issue measured
+it) and a closed loop of 8. Each row stands beside the simulator's truth (``runtime/sim/truth.py``: the same
+engine on a simulated clock, no HTTP, no host) for the same arrivals: the open loop's schedule, the closed
+loop's, or bench_serving's own draws (reproduced, ``bench_arrivals``) with its cap of 8 in flight.
 
     python benchmarks/sim/parity.py --speedup 1 10 40 --sglang-python ~/.cache/elsa-tune/sglang-0.5.23/bin/python
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -29,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -38,6 +43,7 @@ from elsa_tune.runtime.sim.truth import Truth, TruthWorkload, truth
 from elsa_tune.traffic.loadgen import LoadGenerator
 from elsa_tune.traffic.measurement import RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.sim_time import SimTime
 from elsa_tune.traffic.workload import ReplayMode, RequestSpec, Workload, synthetic
 
 READY = "The server is fired up and ready to roll!"
@@ -56,6 +62,8 @@ class Row:
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
     truth: Truth
+    effective_speedup: float
+    wall_s: float
     note: str = ""
 
 
@@ -71,12 +79,21 @@ def start_server(speedup: float, card_dir: str) -> tuple[subprocess.Popen[str], 
             "--sim-noise", "off", "--sim-speedup", str(speedup), "--sim-card-dir", card_dir, "--model-path", "parity",
             "--port", str(port), "--enable-metrics"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
+    out = proc.stdout
+    assert out is not None
+    for line in out:
         if READY in line:
-            threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+            threading.Thread(target=drain, args=(out,), daemon=True).start()
             return proc, f"http://127.0.0.1:{port}"
+    out.close()
     raise SystemExit(f"the simulated server did not start (rc={proc.poll()})")
+
+
+def drain(out: IO[str]) -> None:
+    """Read the server's log to its end (so that it never blocks on a full pipe), then close it."""
+    with out:
+        for _ in out:
+            pass
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
@@ -87,6 +104,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+    time.sleep(0.2)   # the drain thread reaches the log's end and closes it
 
 
 def poisson(n: int, rate: float, seed: int) -> list[float]:
@@ -107,7 +125,7 @@ def open_loop(n: int, rate: float, speedup: float, seed: int) -> Workload:
     return Workload(ReplayMode.OPEN_LOOP, specs, BLOCK, source="parity")
 
 
-def truth_of(arrivals: list[float] | None, n: int) -> Truth:
+def truth_of(arrivals: list[float] | None, n: int, max_in_flight: int = 0) -> Truth:
     profile = load_profile(PROFILE)
     flags = {**profile.base_flags, **profile.configs[CONFIG].flags}
     if arrivals is None:
@@ -115,7 +133,8 @@ def truth_of(arrivals: list[float] | None, n: int) -> Truth:
                              block_size=BLOCK)
     else:
         work = TruthWorkload(requests=tuple(SimRequest(rid=f"r{i}", input_tokens=2000, output_tokens=200, arrival_s=a)
-                                            for i, a in enumerate(arrivals)), block_size=BLOCK)
+                                            for i, a in enumerate(arrivals)), block_size=BLOCK,
+                             max_in_flight=max_in_flight)
     return truth(profile, flags, {}, work)
 
 
@@ -124,25 +143,83 @@ def run_elsa(url: str, workload: Workload) -> RunMeasurement:
     return gen.measure(workload, pass_index=0)
 
 
-def run_bench_serving(python: str, url: str, speedup: float, n: int, rate: float, tokenizer: Path,
-                      workdir: Path) -> tuple[float | None, float | None, float | None, str]:
-    out = workdir / f"bench-{speedup:g}.jsonl"
+@dataclass(frozen=True)
+class BenchRun:
+    """One ``sglang.bench_serving`` pass, its wall-clock figures converted on the declared clock."""
+
+    tok_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    effective_speedup: float      # simulated seconds per wall second over the pass (the declared knots)
+    plain_speedup: float          # what the server declared it would serve a client that does not stamp at
+    arrivals: list[float]         # bench_serving's own Poisson send schedule, in simulated seconds
+    wall_s: float
+    note: str
+
+
+def bench_arrivals(n: int, rate: float, seed: int, vocab: int) -> list[float]:
+    """bench_serving's send schedule (wall seconds from the first), drawn as it draws it: ``np.random.seed(seed)``,
+    then ``random-ids``'s input lengths, output lengths and offsets, then one exponential interval per request
+    (``sglang/benchmark/serving.py`` ``get_request``, ``datasets/random.py``, sglang 0.5.23)."""
+    import numpy as np
+
+    draws = np.random.RandomState(seed)
+    draws.randint(2000, 2001, size=n)
+    draws.randint(200, 201, size=n)
+    draws.randint(0, vocab, size=n)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += float(draws.exponential(1.0 / rate))
+    return out
+
+
+def pass_start(clock: SimTime, began: float, plain: float) -> float | None:
+    """Where the server retimed its clock to the plain speed-up after ``began``: the pass's first request."""
+    knots = [k for k in clock.knots if k[0] >= began]
+    for (w0, s0), (w1, s1) in itertools.pairwise(knots):
+        if w1 > w0 and abs((s1 - s0) / (w1 - w0) - plain) < 0.01 * plain:
+            return w0
+    return None
+
+
+def run_bench_serving(python: str, url: str, n: int, rate: float, tokenizer: Path,
+                      workdir: Path) -> BenchRun | str:
+    """Drive the server with bench_serving at ``rate`` requests per simulated second: its wall-clock rate is
+    ``rate`` × the plain speed-up the server declares; its wall figures are converted with the clock's mapping
+    over the pass (``/sim/clock`` knots, less the delivery lag), never with server-side latencies."""
+    declared = httpx.get(url + "/server_info", timeout=10).json()["simulated"]["clock"]
+    plain = float(declared["plain_speedup"])
+    out = workdir / f"bench-{time.monotonic_ns()}.jsonl"
     cmd = [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url", url, "--model", "parity",
            "--tokenizer", str(tokenizer), "--dataset-name", "random-ids", "--random-input-len", "2000",
            "--random-output-len", "200", "--random-range-ratio", "1.0", "--num-prompts", str(n),
-           "--max-concurrency", str(STREAMS), "--request-rate", str(rate * speedup), "--warmup-requests", "0",
+           "--max-concurrency", str(STREAMS), "--request-rate", str(rate * plain), "--warmup-requests", "0",
            "--disable-tqdm", "--output-file", str(out), "--seed", "1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    began = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    ended = time.monotonic()
     if done.returncode != 0 or not out.exists():
-        return None, None, None, f"FAILED: {(done.stdout + done.stderr)[-300:]}"
+        return f"FAILED: {(done.stdout + done.stderr)[-300:]}"
     result = json.loads(out.read_text().strip().splitlines()[-1])
-    info = httpx.get(url + "/server_info", timeout=10).json()["simulated"]["clock"]
-    lag, s = float(info["lag_s"]), float(info["speedup"])
+    clock = SimTime.of_clock(httpx.get(url + "/sim/clock", params={"since": began}, timeout=10).json())
+    if clock is None:
+        return "FAILED: the server declared no clock"
     duration = float(result["duration"])
-    tok_s = result["total_output_tokens"] / max(1e-9, (duration - lag) * s)
-    return (tok_s, (result["median_ttft_ms"] / 1e3 - lag) * s * 1e3, (result["p99_ttft_ms"] / 1e3 - lag) * s * 1e3,
-            f"{result['completed']}/{n}; wall figures × {s:g} less the {lag * 1e3:g} ms lag")
+    start = pass_start(clock, began, plain) or ended - duration
+    speed = clock.mean_rate(start, start + duration)   # bench_serving's own window: first send to last chunk
+    lag = clock.lag_s
+
+    def sim_s(wall_ms: float) -> float:
+        return (wall_ms / 1e3 - lag) * speed
+
+    vocab = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
+    arrivals = [a * plain for a in bench_arrivals(n, rate * plain, 1, len(vocab))]
+    return BenchRun(result["total_output_tokens"] / max(1e-9, (duration - lag) * speed),
+                    sim_s(result["median_ttft_ms"]), sim_s(result["p99_ttft_ms"]), speed, plain, arrivals,
+                    ended - began, f"{result['completed']}/{n}; its wall figures less the {lag * 1e3:g} ms lag "
+                                   f"× {speed:.2f} (the declared clock over its pass; plain speed-up {plain:.2f})")
 
 
 def train_tokenizer(directory: Path) -> Path:
@@ -190,29 +267,37 @@ def main() -> int:
                     began = time.monotonic()
                     m = run_elsa(url, work)
                     wall = time.monotonic() - began
-                    note = (f"simulated time, {m.window_s / wall:.1f}× wall on this host" if m.simulated
+                    note = ("stamped: its own readings on the declared clock" if m.simulated
                             else "WALL TIME: the server declared no clock")
                     rows.append(Row(s, "elsa-tune loadgen", loop, m.output_throughput_tok_s, m.ttft_s.p50,
-                                    m.ttft_s.p99, truths[loop], f"{m.requests_ok}/{m.requests_total}; {note}"))
+                                    m.ttft_s.p99, truths[loop], m.window_s / wall, wall,
+                                    f"{m.requests_ok}/{m.requests_total}; {note}"))
                 if args.sglang_python and tokenizer is not None:
-                    tok_s, p50, p99, note = run_bench_serving(args.sglang_python, url, s, args.requests, args.rate,
-                                                              tokenizer, Path(tmp))
-                    rows.append(Row(s, "sglang.bench_serving", "open*", tok_s, None if p50 is None else p50 / 1e3,
-                                    None if p99 is None else p99 / 1e3, truths["open"], note))
+                    bench = run_bench_serving(args.sglang_python, url, args.requests, args.rate, tokenizer, Path(tmp))
+                    if isinstance(bench, str):
+                        rows.append(Row(s, "sglang.bench_serving", "open*", None, None, None, truths["open"], 0.0,
+                                        0.0, bench))
+                    else:
+                        rows.append(Row(s, "sglang.bench_serving", "open*", bench.tok_s, bench.ttft_p50_s,
+                                        bench.ttft_p99_s, truth_of(bench.arrivals, args.requests, STREAMS),
+                                        bench.effective_speedup, bench.wall_s, bench.note))
             finally:
                 stop(proc)
     print(f"{PROFILE} --sim-config {CONFIG} --sim-noise off; 2,000-token prompts, 200-token outputs, "
           f"{args.requests} requests, at most {STREAMS} in flight; open loop at {args.rate:g} req/s (simulated)")
-    print("| speed-up | client | loop | output tok/s (truth) | TTFT p50 ms (truth) | TTFT p99 ms (truth) | note |")
-    print("|---|---|---|---|---|---|---|")
+    print("| speed-up | client | loop | effective speed-up | wall s | output tok/s (truth) | TTFT p50 ms (truth) "
+          "| TTFT p99 ms (truth) | note |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         t = r.truth
-        print(f"| {r.speedup:g} | {r.client} | {r.loop} | "
+        print(f"| {r.speedup:g} | {r.client} | {r.loop} | {r.effective_speedup:.2f}× | {r.wall_s:.1f} | "
               f"{'—' if r.tok_s is None else f'{r.tok_s:,.1f}'}{pct(r.tok_s, t.output_tokens_per_s)} "
               f"({(t.output_tokens_per_s or 0):,.1f}) | {ms(r.ttft_p50_ms)}{pct(r.ttft_p50_ms, t.ttft_p50_s)} "
               f"({ms(t.ttft_p50_s)}) | {ms(r.ttft_p99_ms)}{pct(r.ttft_p99_ms, t.ttft_p99_s)} ({ms(t.ttft_p99_s)}) "
               f"| {r.note} |")
-    print("open*: sglang.bench_serving's own Poisson draws at the same rate (its truth is the open loop's).")
+    print("open*: sglang.bench_serving's own Poisson draws at the same rate, at most 8 in flight (its semaphore); its "
+          "truth is the same engine on those arrivals (its draws reproduced, bench_arrivals), a request held by the "
+          "cap sent when a slot frees.")
     return 0
 
 

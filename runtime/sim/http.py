@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ class Request:
     query: Mapping[str, list[str]]
     headers: Mapping[str, str]
     body: bytes
+    received_at: float = 0.0    # time.monotonic() when its head had been read (before any parsing)
 
     def json(self) -> Any:
         return json.loads(self.body or b"{}")
@@ -45,6 +47,7 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
         return None
+    received_at = time.monotonic()
     if len(head) > MAX_HEADER_BYTES:
         raise ValueError("header too large")
     lines = head.decode("latin-1").split("\r\n")
@@ -59,7 +62,8 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
         raise ValueError("body too large")
     body = await reader.readexactly(length) if length else b""
     parts = urlsplit(target)
-    return Request(method=method.upper(), path=parts.path, query=parse_qs(parts.query), headers=headers, body=body)
+    return Request(method=method.upper(), path=parts.path, query=parse_qs(parts.query), headers=headers, body=body,
+                   received_at=received_at)
 
 
 async def send(writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str) -> int:

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 SENT_AT_HEADER = "x-elsa-sent-at"
 SIM_AT_HEADER = "x-elsa-sim-at"
 ACK_HEADER = "x-elsa-ack"
+#: Sim-only: ``full`` asks for the full speed-up without stamping (a client that times deadlines, not latencies).
+PACE_HEADER = "x-elsa-pace"
 #: Sim-only headers of a closed-loop client: "I send my next request when this one ends" / "this is that request".
 FOLLOW_UP_HEADER = "x-elsa-follow-up"
 FOLLOWS_HEADER = "x-elsa-follows"
@@ -179,7 +181,9 @@ class SimHttpServer:
                 "max_req_input_len": max_request_input(md.context_len, md.max_total_num_tokens),
                 "startup_time": self.startup_time, "kv_events": None, "version": md.version, "frontend": "python",
                 "internal_states": [internal],
-                "simulated": {"sim_time_s": self.serving.sim_time_s, "clock": self.serving.clock.describe(),
+                "simulated": {"sim_time_s": self.serving.sim_time_s,
+                              "clock": {**self.serving.clock.describe(), **self.serving.plain.describe(),
+                                        "plain_speedup": self.serving.plain_pace(time.monotonic())},
                               "pacing": self.serving.pacing.summary(),
                               "finished_requests": self.serving.finished_requests}}
 
@@ -189,6 +193,7 @@ class SimHttpServer:
             since = float((request.query.get("since") or ["0"])[0] or 0)
         except ValueError as exc:
             raise HttpError(400, "since must be a number (time.monotonic() seconds)") from exc
+        self.serving.clock_read(time.monotonic())
         return await send_json(writer, 200, self.serving.clock.describe(since))
 
     async def _sim_ack(self, request: Request, writer: asyncio.StreamWriter) -> int:
@@ -308,11 +313,15 @@ class SimHttpServer:
                 return await send_json(writer, 200, self._native_body(job))
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                          b"server: uvicorn\r\ntransfer-encoding: chunked\r\n\r\n")
+            first = True
             while True:
                 n, done = await job.deliveries.get()
                 if n and not done:
                     write_event(writer, self._native_body(job, final=False))
                     await writer.drain()
+                    if first:
+                        self.serving.first_token_written(job, time.monotonic())
+                        first = False
                 if done:
                     break
             write_event(writer, {"error": error_body(job.error, "BadRequestError", 400)} if job.error
@@ -377,7 +386,8 @@ class SimHttpServer:
                   cache_hit_damage=md.cache_hit_damage, damage_salt=md.damage_salt, host_hit_damage=md.host_hit_damage,
                   follow_up=FOLLOW_UP_HEADER in request.headers, follows=FOLLOWS_HEADER in request.headers,
                   sent_at=_stamp(request, SENT_AT_HEADER), sim_at=_stamp(request, SIM_AT_HEADER),
-                  ack_key=request.headers.get(ACK_HEADER))
+                  ack_key=request.headers.get(ACK_HEADER), received_at=request.received_at,
+                  full_pace=request.headers.get(PACE_HEADER) == "full")
         if self.host_tier is not None:
             job.host_restorable_tokens = self.host_tier.observe(spec.block_hashes) * md.block_size
         try:
@@ -425,6 +435,8 @@ class SimHttpServer:
                 write_event(writer, {"id": rid, "object": obj, "created": created,
                                       "model": self.model.served_name, "choices": [choice], "usage": None})
                 await writer.drain()
+                if sent == n:
+                    self.serving.first_token_written(job, time.monotonic())
             if done:
                 break
         if job.error is not None:

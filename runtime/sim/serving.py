@@ -16,11 +16,17 @@ The lag absorbs the host's own request overhead (client write, parse, hashing) a
 follow-ups have arrived (``Job.follows``), so that they join the step SGLang would have admitted them to. A client
 that acknowledges receipts (``Job.ack_key``, ``/sim/ack``) has the clock stand still after a first token or an end
 (of a request no follow-up comes after) until it has the bytes, so that its readings carry none of the host's
-delivery latency. When
-the
-host cannot keep pace the clock slows instead of skipping, and says where (``/sim/clock``'s knots). A client
-that knows the clock (``traffic/sim_time.py``) converts its own wall-clock readings into simulated time and
-measures the simulated system without the host's overhead multiplied by the speed-up.
+delivery latency. When the host cannot keep pace the clock slows instead of skipping, and says where
+(``/sim/clock``'s knots). A client that knows the clock (``traffic/sim_time.py``) converts its own wall-clock
+readings into simulated time and measures the simulated system without the host's overhead multiplied by the
+speed-up.
+
+A pass (requests from an idle server until it is idle again) that begins with a request of a client that does not
+stamp is a plain pass: the clock is retimed to the plain speed-up (``plain_speed.py``) at the instant that request
+was read, and stays a straight line (late deliveries come late instead of stopping the clock, since such a
+client's schedule is in wall time); a request its client stamps, or a ``/sim/clock`` read, on an idle server
+retimes it back to ``speedup``; so does a request with ``x-elsa-pace: full`` (a client that times deadlines, not
+latencies: elsa-tune's probes). Every retime is a knot of the declared clock.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from elsa_tune.runtime.sim.engine import StepResult
 from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash, watchdog_crash
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.noise import ServingNoise
+from elsa_tune.runtime.sim.plain_speed import PlainSpeed
 from elsa_tune.runtime.sim.startup import ServerLog, runtime_line
 from elsa_tune.runtime.sim.tokens import Completion
 
@@ -66,6 +73,9 @@ REACTION_S = 0.250
 LATE_TOLERANCE_S = 0.002
 #: A step end this far (wall seconds) off the clock's line starts a new knot (see ``SimClock``).
 KNOT_TOLERANCE_S = 0.0001
+#: A plain pass keeps its speed-up across idle gaps shorter than this (wall seconds): an open-loop client leaves
+#: the server idle between requests, and its run must stay on one line to be converted.
+PLAIN_PASS_IDLE_S = 5.0
 #: A client stamp further in the past than this (wall seconds) is not trusted (another host's clock?).
 MAX_STAMP_AGE_S = 1.0
 
@@ -81,7 +91,8 @@ class SimClock:
     """
 
     def __init__(self, speedup: float, lag_s: float, wall0: float, *, keep: int = 200_000) -> None:
-        self.speedup = speedup
+        self.speedup = speedup       # the declared speed-up: what a client that stamps is served at
+        self.rate = speedup          # the current line's slope (``retime``: lower for a client that does not)
         self.lag_s = lag_s
         self.knots: list[tuple[float, float]] = [(wall0, 0.0)]
         self.anchor = (wall0, 0.0)     # the last step's end (or the start): the line extrapolates from it
@@ -90,18 +101,18 @@ class SimClock:
     def sim_at(self, wall: float) -> float:
         """The simulated instant of monotonic wall time ``wall`` on the current line (no lag applied)."""
         w0, s0 = self.anchor
-        return s0 + (wall - w0) * self.speedup
+        return s0 + (wall - w0) * self.rate
 
     def wall_at(self, sim: float) -> float:
         """The monotonic wall time of simulated instant ``sim`` on the current line (deliveries add the lag)."""
         w0, s0 = self.anchor
-        return w0 + (sim - s0) / self.speedup
+        return w0 + (sim - s0) / self.rate
 
     def move(self, wall: float, sim: float, since: float | None = None) -> None:
         """Anchor the line at ``(wall, sim)``, the end of a stretch that began at simulated ``since`` on the
         current line (default: the last anchor); a point off the line of the last knot makes knots."""
         last_w, last_s = self.knots[-1]
-        if abs(wall - (last_w + (sim - last_s) / self.speedup)) > KNOT_TOLERANCE_S:
+        if abs(wall - (last_w + (sim - last_s) / self.rate)) > KNOT_TOLERANCE_S:
             start = self.anchor if since is None else (self.wall_at(since), since)
             if self.knots[-1] != start:
                 self.knots.append(start)
@@ -110,9 +121,22 @@ class SimClock:
                 del self.knots[: self.keep // 2]
         self.anchor = (wall, sim)
 
+    def retime(self, wall: float, rate: float) -> None:
+        """From monotonic wall instant ``wall`` on, run at ``rate`` simulated seconds per wall second; a knot
+        keeps the line continuous. Only while nothing is in flight (a step's deadline is on the old line)."""
+        if rate == self.rate:
+            return
+        wall = max(wall, self.anchor[0])
+        point = (wall, self.sim_at(wall))
+        if self.knots[-1] != self.anchor:
+            self.knots.append(self.anchor)
+        self.knots.append(point)
+        self.anchor, self.rate = point, rate
+
     def describe(self, since: float | None = None) -> dict[str, object]:
-        """The clock as ``/server_info`` (``since`` None: no knots) and ``/sim/clock?since=WALL`` declare it."""
-        out: dict[str, object] = {"speedup": self.speedup, "lag_s": self.lag_s}
+        """The clock as ``/server_info`` (``since`` None: no knots) and ``/sim/clock?since=WALL`` declare it:
+        ``speedup`` (a stamping client's), ``rate`` (the line's slope now, past the last knot), ``lag_s``."""
+        out: dict[str, object] = {"speedup": self.speedup, "rate": self.rate, "lag_s": self.lag_s}
         if since is not None:
             first = max(0, bisect.bisect_left(self.knots, (since, -math.inf)) - 1)
             out["knots"] = [[w, s] for w, s in (*self.knots[first:], self.anchor)]
@@ -189,7 +213,9 @@ class Job:
     sent_at: float | None = None      # the client's x-elsa-sent-at stamp (time.monotonic() on this host)
     sim_at: float | None = None       # the simulated instant its client named (x-elsa-sim-at)
     ack_key: str | None = None        # its client acknowledges the first token and the end (x-elsa-ack)
-    received_at: float = 0.0
+    received_at: float = 0.0          # when the server had read it (monotonic); 0: when submitted
+    first_due: float = 0.0            # wall instant its first token was due at the socket (lag included)
+    full_pace: bool = False           # its client asked for the full speed-up (x-elsa-pace: full)
     arrival_sim: float = 0.0          # simulated instant it arrived (the clock at its client's send stamp)
     follow_up: bool = False           # its client sends another request as soon as this one ends
     follows: bool = False             # it is such a request
@@ -199,6 +225,12 @@ class Job:
     damage_salt: str = ""
     host_hit_damage: float = 0.0      # share spoiled when part of the prefix comes back from the host tier
     host_restorable_tokens: int = 0   # leading prompt tokens the host tier holds (answers.HostTier)
+
+    @property
+    def stamped(self) -> bool:
+        """Its client knows the clock (it stamps sends or acknowledges receipts, ``traffic/sim_time.py``) or
+        asked for the full speed-up: it is not served at the plain one."""
+        return self.sent_at is not None or self.sim_at is not None or self.ack_key is not None or self.full_pace
 
 
 class Pacing:
@@ -258,6 +290,10 @@ class Serving:
         self.last_gen_throughput = 0.0
         self.pacing = Pacing()
         self.clock = SimClock(self.speedup, CLOCK_LAG_S, time.monotonic())
+        self.plain = PlainSpeed(self.speedup)
+        self._idle_waiting = False        # nothing in flight or queued: the clock may be retimed
+        self._plain_pass = False          # the pass began with a client that does not stamp
+        self._idle_from = time.monotonic()
         self._wake = asyncio.Event()
         self._reacted = asyncio.Event()
         self._awaited = 0                 # follow-ups announced by requests that finished, not yet arrived
@@ -278,7 +314,12 @@ class Serving:
         """Hand a request to the scheduler; raises ``JobRejected`` (HTTP 400) when it refuses it. While a step
         is in flight the request is held until the step's end is placed on the clock, then enters (a refusal
         then ends its stream with the error)."""
-        job.received_at = time.monotonic()
+        job.received_at = job.received_at or time.monotonic()
+        if not self.jobs and self._idle_waiting:
+            # a pass begins: a client that does not stamp is served at the plain speed-up (plain_speed.py)
+            rate = self.plain_pace(job.received_at) if not job.stamped else self.speedup
+            self._plain_pass = not job.stamped
+            self.clock.retime(job.received_at, rate)
         self.jobs[job.spec.rid] = job
         if job.follows and self._awaited:
             self._awaited -= 1
@@ -369,7 +410,7 @@ class Serving:
                 self._release()
                 await self._idle(loop)
                 continue
-            wall = step.duration_s / self.speedup
+            wall = step.duration_s / self.clock.rate
             self.sim_time_s += step.duration_s
             deadline = self.clock.wall_at(began) + wall
             delay = deadline + self.clock.lag_s - loop.time()
@@ -378,11 +419,11 @@ class Serving:
             now = loop.time()
             self.pacing.record(wall, now - deadline - self.clock.lag_s)
             self._pause(now, deadline)
-            self._deliver(step, now)
+            self._deliver(step, now, deadline + self.clock.lag_s)
             if self._awaited:
                 waited_from = self.clock.anchor[0]
                 await self._follow_ups(loop)
-                self._pause(loop.time(), waited_from)
+                self._pause(loop.time(), waited_from, tolerance=0.0)
             self._release()
 
     def _await_ack(self, job: Job) -> None:
@@ -402,15 +443,19 @@ class Serving:
             self._reacted.set()
         return True
 
-    def _pause(self, now: float, due: float) -> None:
+    def _pause(self, now: float, due: float, tolerance: float = LATE_TOLERANCE_S) -> None:
         """The scheduler is at ``source.now``, which the clock's line reaches at wall ``due``; at ``now`` (a
         late delivery, a wait for follow-ups) the clock stands still from ``due`` to ``now − lag`` (a busy host
-        slows the simulation; it never skips time). Smaller lateness (a sleep's overshoot) is not added up."""
+        slows the simulation; it never skips time). Lateness up to ``tolerance`` (a sleep's overshoot) is not
+        added up; a wait for clients' receipts and follow-ups has none (a receipt a millisecond after its
+        delivery is 40 simulated milliseconds at 40×)."""
         late = now - self.clock.lag_s - due
-        if late > LATE_TOLERANCE_S:
+        if self._plain_pass:
+            late = 0.0   # a plain client's schedule is in wall time: the line stays straight, late tokens come late
+        if late > tolerance:
             self.pacing.paused_s += late
         t = self.source.now
-        self.clock.move(due + late if late > LATE_TOLERANCE_S else due, t, since=t)
+        self.clock.move(due + late if late > tolerance else due, t, since=t)
 
     async def _follow_ups(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait (at most ``REACTION_S``) for the follow-ups and receipts clients announced."""
@@ -430,8 +475,12 @@ class Serving:
         if nxt is None:
             # the pool as an idle scheduler reports it (the radix cache's unlocked prompts are not used)
             self._gauges_and_log(self.source.pool_state(), loop.time())
-            idle_from = loop.time()
-            await self._wake.wait()
+            idle_from = self._idle_from = loop.time()
+            self._idle_waiting = True
+            try:
+                await self._wake.wait()
+            finally:
+                self._idle_waiting = False
             if loop.time() - idle_from >= NEW_PASS_IDLE_S:
                 self.noise.new_pass()
             return
@@ -443,8 +492,27 @@ class Serving:
             self.source.advance_to(nxt)
             self._pause(loop.time(), due - self.clock.lag_s)
 
-    def _deliver(self, step: StepResult, now: float) -> None:
-        """Hand ``step``'s tokens to the streams (``now``: wall) and count them (at its simulated end)."""
+    def plain_pace(self, now: float) -> float:
+        """The speed-up a request of a client that does not stamp would begin (or continue) a pass at now."""
+        if self._plain_pass and (self.jobs or now - self._idle_from < PLAIN_PASS_IDLE_S):
+            return self.clock.rate
+        return self.plain.speedup()
+
+    def clock_read(self, now: float) -> None:
+        """A client reads the clock (``/sim/clock``: only clients that stamp do): an idle server goes back to
+        the declared speed-up, so the line it is given is the one its requests will run on."""
+        if not self.jobs and self._idle_waiting:
+            self._plain_pass = False
+            self.clock.retime(now, self.speedup)
+
+    def first_token_written(self, job: Job, at: float) -> None:
+        """The server wrote ``job``'s first token at wall ``at``: the host's lateness is measured."""
+        if job.first_due:
+            self.plain.observe_overhead(at - job.first_due)
+
+    def _deliver(self, step: StepResult, now: float, due: float = 0.0) -> None:
+        """Hand ``step``'s tokens to the streams (``now``: wall, ``due``: when it was due) and count them (at its
+        simulated end)."""
         m = self.metrics
         t = self.source.now
         for rid, message in step.aborted.items():
@@ -469,7 +537,8 @@ class Serving:
                     continue
                 emitted_total += n
                 if job.first_token_at is None:
-                    job.first_token_at = t
+                    job.first_token_at, job.first_due = t, due or now
+                    self.plain.observe_ttft(t - job.arrival_sim)
                     self._await_ack(job)
                     if job.cache_hit_damage and job.cached_tokens > 0:
                         job.completion = job.completion.with_damage(job.cache_hit_damage, job.damage_salt)

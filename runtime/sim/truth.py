@@ -9,6 +9,7 @@ concurrency with length lists and regimes, or explicit requests with arrival tim
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,9 @@ class TruthWorkload:
     """A workload for the truth. Closed loop: ``concurrency`` clients each send their next request when the last
     one finishes, ``num_requests`` in all, cycling through ``input_tokens``/``output_tokens``/``regimes`` (every
     prompt unique unless ``block_hashes`` are given per request: one tuple per request, cycled like the lengths, and two
-    requests share a cached prefix as far as their leading ids agree). Open loop: ``requests`` with arrival times.
+    requests share a cached prefix as far as their leading ids agree). Open loop: ``requests`` with arrival times;
+    with ``max_in_flight``, a request that arrives while that many are in flight is sent when one finishes and
+    arrives then (a client's semaphore, ``sglang.bench_serving --max-concurrency``: its TTFT counts from the send).
     """
 
     concurrency: int = 1
@@ -41,6 +44,7 @@ class TruthWorkload:
     block_size: int = 512
     name: str = ""
     block_hashes: tuple[tuple[int, ...], ...] = ()
+    max_in_flight: int = 0
 
     def closed_loop_requests(self) -> list[SimRequest]:
         count = self.num_requests or self.concurrency * 2
@@ -107,7 +111,7 @@ def truth(profile: SimProfile, flags: Mapping[str, FlagValue], env: Mapping[str,
     tally = base
     try:
         if workload.requests:
-            _open_loop(engine, workload.requests, tally)
+            _open_loop(engine, workload.requests, tally, workload.max_in_flight)
         else:
             _closed_loop(engine, workload, tally)
     except EngineCrash as exc:
@@ -219,16 +223,28 @@ def _closed_loop(engine: Engine, workload: TruthWorkload, tally: _Tally) -> None
     raise RuntimeError("truth: the workload did not finish within the step budget")
 
 
-def _open_loop(engine: Engine, requests: Sequence[SimRequest], tally: _Tally) -> None:
-    for req in sorted(requests, key=lambda r: r.arrival_s):
-        try:
-            engine.submit(req)
-        except RequestRejected:
-            tally.rejected += 1
-            continue
-        tally.arrival[req.rid] = req.arrival_s
-        tally.prompt_tokens[req.rid] = req.input_tokens
+def _open_loop(engine: Engine, requests: Sequence[SimRequest], tally: _Tally, cap: int = 0) -> None:
+    pending = sorted(requests, key=lambda r: r.arrival_s)
+    pending.reverse()
+    in_flight = 0
+
+    def admit() -> None:
+        nonlocal in_flight
+        while pending and (not cap or in_flight < cap):
+            req = pending.pop()
+            if req.arrival_s < engine.now:   # held by the cap: it arrives when a slot frees
+                req = dataclasses.replace(req, arrival_s=engine.now)
+            try:
+                engine.submit(req)
+            except RequestRejected:
+                tally.rejected += 1
+                continue
+            tally.arrival[req.rid] = req.arrival_s
+            tally.prompt_tokens[req.rid] = req.input_tokens
+            in_flight += 1
+
     tally.start = min((r.arrival_s for r in requests), default=0.0)
+    admit()
     for _ in range(MAX_STEPS):
         start = engine.now
         step = engine.step()
@@ -238,7 +254,8 @@ def _open_loop(engine: Engine, requests: Sequence[SimRequest], tally: _Tally) ->
                 return
             engine.advance_to(nxt)
             continue
-        tally.observe(start, step)
+        in_flight -= len(tally.observe(start, step))
+        admit()
     raise RuntimeError("truth: the workload did not finish within the step budget")
 
 

@@ -133,3 +133,18 @@ def test_a_slice_of_the_mooncake_conversation_trace(shared_dir: Path) -> None:
         SimRequest(r.rid, r.input_tokens, r.output_tokens, arrival_s=r.arrival_s) for r in requests)))
     assert cold.prefix_cache_hit_rate == 0.0
     assert cold.ttft_p50_s is not None and result.ttft_p50_s is not None and cold.ttft_p50_s > result.ttft_p50_s
+
+
+def test_a_capped_open_loop_sends_a_held_request_when_a_slot_frees() -> None:
+    profile = load_profile("tiny-test")
+    burst = tuple(SimRequest(rid=f"b{i}", input_tokens=1024, output_tokens=64, arrival_s=0.0) for i in range(6))
+    flags = dict(profile.base_flags)
+    free = truth(profile, flags, {}, TruthWorkload(requests=burst, block_size=64))
+    capped = truth(profile, flags, {}, TruthWorkload(requests=burst, block_size=64, max_in_flight=2))
+    alone = truth(profile, flags, {}, TruthWorkload(requests=burst[:1], block_size=64))
+    assert capped.completed == free.completed == 6
+    assert capped.makespan_s > free.makespan_s                  # two at a time take longer in all
+    assert alone.ttft_p50_s is not None and capped.ttft_p99_s is not None and free.ttft_p99_s is not None
+    # a held request's TTFT counts from its send (when a slot freed), not from the burst: no queueing in it
+    assert capped.ttft_p99_s < free.ttft_p99_s
+    assert capped.ttft_p99_s < 2.5 * alone.ttft_p50_s
