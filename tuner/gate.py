@@ -323,7 +323,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     guards += (memory,) if memory is not None else ()
     ctx.guardrails = guards
     boundary_p = bounds.nominal_p[look - 1]
-    mde = comparison.mde(boundary_p, policy.power)
+    mde = _finite(comparison.mde(boundary_p, policy.power))
     ctx.extra.update({"nominal_p": comparison.p_one_sided, "boundary_p": boundary_p,
                       "t_critical": bounds.t_critical(look, comparison.df)})
     p_adj = bounds.adjusted_p(look, comparison.p_one_sided)
@@ -370,8 +370,9 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
         low, high = comparison.ratio_bounds(policy.alpha)
         return ctx.verdict(Decision.INCONCLUSIVE,
                            f"inconclusive at the cap of {policy.looks[-1]} blocks: {gain:+.1%} "
-                           f"(CI {low - 1:+.1%} to {high - 1:+.1%}); effects below {mde:.1%} could not be "
-                           "detected; the incumbent stays", final=True, p_value=p_adj, mde=mde,
+                           f"(CI {low - 1:+.1%} to {high - 1:+.1%}); effects below "
+                           f"{f'{mde:.1%}' if mde is not None else 'any size'} could not be detected; "
+                           "the incumbent stays", final=True, p_value=p_adj, mde=mde,
                            category=ReasonCategory.NO_GAIN)
     return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} so far (p = {comparison.p_one_sided:.4f}, boundary "
                                               f"{boundary_p:.4f}); continue to look {look + 1}", final=False,
@@ -506,7 +507,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
            else f"the gain over all boots fell to {gain:+.1%}")
     return ctx.verdict(Decision.INCONCLUSIVE, f"the gain crossed at the cap ({crossed}) but after {more} more blocks "
                                               f"{why}; the incumbent stays", final=True, p_value=at_cap.p_value,
-                       mde=comparison.mde(policy.alpha, policy.power),
+                       mde=_finite(comparison.mde(policy.alpha, policy.power)),
                        extra={"pending_guardrail": pending[0].name} if pending else {},
                        category=ReasonCategory.NO_GAIN)
 
@@ -660,6 +661,11 @@ def _futility(c: Comparison, policy: GatePolicy, look: int) -> str:
             return (f"futile at look {look}: estimate {c.ratio - 1:+.1%} is not above {math.expm1(threshold):+.1%}, "
                     "too little to reach a keep with the remaining boots")
     return ""
+
+
+def _finite(mde: float) -> float | None:
+    """An MDE a record can hold: ``None`` where nothing finite is detectable."""
+    return mde if math.isfinite(mde) else None
 
 
 def _planned_mde(policy: GatePolicy, n: int, bounds: Boundaries, look: int) -> float | None:

@@ -139,7 +139,8 @@ def paired_verdict(values_a: Sequence[float], values_b: Sequence[float], policy:
     p = pc.p_sign_flip if policy.test == "sign_flip" else c.p_one_sided
     low, high = c.ratio_bounds(policy.alpha)
     gain = c.ratio - 1
-    mde = c.mde(policy.alpha, policy.power)
+    detectable = c.mde(policy.alpha, policy.power)
+    mde = detectable if math.isfinite(detectable) else None
     extra = {"pairs": pc.pairs, "test": policy.test, "p_t": c.p_one_sided, "p_sign_flip": pc.p_sign_flip,
              "exact": pc.exact, "delta_log": c.delta, "se": c.se, "df": c.df, "final": True,
              "ci_level": 1 - 2 * policy.alpha}
@@ -151,7 +152,8 @@ def paired_verdict(values_a: Sequence[float], values_b: Sequence[float], policy:
     else:
         decision, mde_out = Decision.INCONCLUSIVE, mde
         reason = (f"inconclusive after {pc.pairs} pairs: {gain:+.1%} (CI {low - 1:+.1%} to {high - 1:+.1%}); "
-                  f"effects below {mde:.1%} could not be detected; the incumbent stays")
+                  f"effects below {f'{mde:.1%}' if mde is not None else 'any size'} could not be detected; "
+                  "the incumbent stays")
     return Verdict(decision=decision, reason=reason, effect=c.ratio, ci_low=low, ci_high=high, p_value=p,
                    boots_incumbent=1, boots_candidate=1, mde=mde_out, kind="request", extra=extra)
 

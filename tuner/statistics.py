@@ -283,7 +283,9 @@ def mde_from_se(se: float, df: float, *, alpha: float, power: float = 0.8) -> fl
     """MDE as a ratio − 1: exp[(t_{1−α,df} + t_{power,df}) · SE] − 1."""
     if not (se > 0 and df > 0 and 0 < alpha < 1 and 0 < power < 1):
         raise InsufficientData(f"no MDE for se={se}, df={df}, alpha={alpha}, power={power}")
-    return math.expm1((float(stats.t.ppf(1 - alpha, df)) + float(stats.t.ppf(power, df))) * se)
+    exponent = (float(stats.t.ppf(1 - alpha, df)) + float(stats.t.ppf(power, df))) * se
+    # a few effective boots (outliers weighted down) on a heavy-tailed t: nothing finite is detectable
+    return math.expm1(exponent) if math.isfinite(exponent) and exponent < 700.0 else math.inf
 
 
 def boot_sd(sigma_boot: float, sigma_run: float, measured_passes: int) -> float:

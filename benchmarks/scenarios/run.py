@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -93,8 +94,12 @@ def _study(job: tuple[Case, int, float, str, Sequence[str]]) -> dict[str, Any]:
     case, seed, budget_s, out_root, methods = job
     oracle = Oracle(case.profile, case.space, case.traffic, budget_s=budget_s)
     out = Path(tempfile.mkdtemp(prefix=f"{case.name}-s{seed}-", dir=out_root)) / "study"
-    result = run_virtual_study(profile=case.profile, space=case.space, traffic=case.traffic, budget_s=budget_s,
-                               seed=seed, out=out)
+    started = time.process_time()
+    try:
+        result = run_virtual_study(profile=case.profile, space=case.space, traffic=case.traffic, budget_s=budget_s,
+                                   seed=seed, out=out)
+    except Exception as exc:        # a study that crashes is a result (the worst one), never a hung pool
+        return _crashed(case, seed, out, exc, time.process_time() - started)
     values = _values_of(oracle, result.recommended)
     score = score_study(oracle, result.recommended, result.decisions, case.best, values)
     run: dict[str, Any] = {
@@ -121,6 +126,17 @@ def _study(job: tuple[Case, int, float, str, Sequence[str]]) -> dict[str, Any]:
 def _key(name: str, shape: str, traffic: str) -> tuple[str, str, str]:
     """A scenario's identity across runs: its name, traffic shape and traffic file name (not its folder)."""
     return name, shape, Path(traffic).name
+
+
+def _crashed(case: Case, seed: int, out: Path, exc: Exception, cpu_s: float) -> dict[str, Any]:
+    """The record of a study that raised: nothing recommended (regret 1), the error and where it was raised."""
+    where = traceback.format_exception(exc)[-3:]
+    return {"seed": seed, "scenario": case.name, "shape": case.shape, "noise_family": case.noise_family,
+            "traffic": case.traffic, "best_label": case.best_label, "best_tok_s": case.best,
+            "best_method": case.best_method, "recommended_share": 0.0, "regret": 1.0, "recommended_label": "(crashed)",
+            "false_keeps": 0, "damage_keeps": 0, "harmful_total": 0, "right_categories": 0, "judged": 0,
+            "status": f"crashed: {type(exc).__name__}: {exc}", "error": "".join(where), "boots": 0,
+            "sim_seconds": 0.0, "cpu_seconds": cpu_s, "run_dir": str(out), "decisions": [], "comparators": {}}
 
 
 def _known_bests(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -167,6 +183,10 @@ def summary(runs: Sequence[dict[str, Any]], methods: Sequence[str]) -> str:
                      f"{statistics.median(r['boots'] for r in rs):.0f} | "
                      f"{statistics.median(r['sim_seconds'] for r in rs) / 3600:.1f} | "
                      f"{statistics.median(r['cpu_seconds'] for r in rs):.1f} |")
+    crashed = [r for r in runs if str(r["status"]).startswith("crashed")]
+    if crashed:
+        lines.append(f"\n{len(crashed)} studies crashed (counted with regret 100%): "
+                     + "; ".join(f"{r['scenario']} seed {r['seed']}: {r['status']}" for r in crashed[:5]))
     return "\n".join(lines)
 
 

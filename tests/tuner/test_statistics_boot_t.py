@@ -97,3 +97,12 @@ def test_variance_components_recover_known_sigmas() -> None:
     t_boot, t_run = variance_components(values)
     assert math.sqrt(t_boot) == pytest.approx(0.10, rel=0.1)
     assert math.sqrt(t_run) == pytest.approx(0.03, rel=0.05)
+
+
+def test_an_mde_beyond_any_finite_effect_is_infinite_not_an_overflow() -> None:
+    """A robust look whose outliers leave a fraction of a boot of weight has a heavy-tailed t: no finite effect is
+    detectable, and the gate records no MDE instead of crashing the study."""
+    from elsa_tune.tuner.statistics import mde_from_se
+
+    assert mde_from_se(0.5, 0.05, alpha=0.01) == float("inf")
+    assert 0 < mde_from_se(0.03, 10.0, alpha=0.05) < 0.2
