@@ -166,17 +166,7 @@ def test_a_gpu_named_twice_is_refused_with_the_remedy(capsys: pytest.CaptureFixt
     assert "names a GPU twice" in err and "--gpu 0,1" in err and "Traceback" not in err
 
 
-COMPARE_FLAGS = """\
-# A: today's flags on the tiny simulated card (benchmarks/workers/tiny-space.yaml)
-model-path: tiny-hybrid
-mem-fraction-static: 0.6
-max-running-requests: 2
-max-mamba-cache-size: 24
-speculative-algorithm: EAGLE
-speculative-eagle-topk: 1
-speculative-num-steps: 2
-speculative-num-draft-tokens: 3
-"""
+COMPARE_FLAGS = (Path(__file__).parent / "e2e" / "data" / "tiny-flags.yaml").read_text()
 
 
 def test_compare_a_flag_file_with_a_misspelt_flag(tmp_path: Path) -> None:

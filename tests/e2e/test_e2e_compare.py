@@ -18,19 +18,7 @@ from elsa_tune.history.run_dir import RunDir
 
 pytestmark = pytest.mark.slow
 
-A = """\
-# today's flags on the tiny simulated card
-model-path: tiny-hybrid
-mem-fraction-static: 0.6
-max-running-requests: 2
-max-mamba-cache-size: 24
-speculative-algorithm: EAGLE
-speculative-eagle-topk: 1
-speculative-num-steps: 2
-speculative-num-draft-tokens: 3
-host: 127.0.0.1
-port: 30000
-"""
+A = (Path(__file__).parent / "data" / "tiny-flags.yaml").read_text()
 
 
 def compare(tmp_path: Path, trace: Path, b: str, out: str, *extra: str) -> subprocess.CompletedProcess[str]:

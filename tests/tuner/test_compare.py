@@ -17,19 +17,7 @@ from elsa_tune.tuner.flag_comparison import Outcome, outcome_of
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SPACE = str(REPO / "benchmarks" / "workers" / "tiny-space.yaml")
-A = """\
-# today's flags on the tiny simulated card
-model-path: tiny-hybrid
-mem-fraction-static: 0.6
-max-running-requests: 2
-max-mamba-cache-size: 24
-speculative-algorithm: EAGLE
-speculative-eagle-topk: 1
-speculative-num-steps: 2
-speculative-num-draft-tokens: 3
-host: 127.0.0.1
-port: 30000
-"""
+A = (REPO / "tests" / "e2e" / "data" / "tiny-flags.yaml").read_text()
 #: a larger static fraction: +17% throughput on the tiny profile's noiseless truth
 FASTER = A.replace("mem-fraction-static: 0.6", "mem-fraction-static: 0.7")
 #: a Mamba-hybrid model crashes in the hierarchical cache's pool (``HybridLinearKVPool`` has no ``layer_num``)
