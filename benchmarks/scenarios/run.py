@@ -183,6 +183,11 @@ def summary(runs: Sequence[dict[str, Any]], methods: Sequence[str]) -> str:
                      f"{statistics.median(r['boots'] for r in rs):.0f} | "
                      f"{statistics.median(r['sim_seconds'] for r in rs) / 3600:.1f} | "
                      f"{statistics.median(r['cpu_seconds'] for r in rs):.1f} |")
+    infeasible = [r for r in runs if r["recommended_share"] == 0 and not str(r["status"]).startswith("crashed")]
+    if infeasible:      # a recommendation whose truth breaks a guardrail, misses the context or crashes
+        lines.append(f"\n{len(infeasible)} of {len(runs)} studies recommend a configuration the truth finds "
+                     "infeasible: " + "; ".join(f"{r['scenario']} seed {r['seed']} ({r['recommended_label']})"
+                                                for r in infeasible[:5]))
     crashed = [r for r in runs if str(r["status"]).startswith("crashed")]
     if crashed:
         lines.append(f"\n{len(crashed)} studies crashed (counted with regret 100%): "
