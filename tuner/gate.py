@@ -323,7 +323,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     guards += (memory,) if memory is not None else ()
     ctx.guardrails = guards
     boundary_p = bounds.nominal_p[look - 1]
-    mde = _finite(comparison.mde(boundary_p, policy.power))
+    mde = comparison.mde(boundary_p, policy.power)
     ctx.extra.update({"nominal_p": comparison.p_one_sided, "boundary_p": boundary_p,
                       "t_critical": bounds.t_critical(look, comparison.df)})
     p_adj = bounds.adjusted_p(look, comparison.p_one_sided)
@@ -507,7 +507,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
            else f"the gain over all boots fell to {gain:+.1%}")
     return ctx.verdict(Decision.INCONCLUSIVE, f"the gain crossed at the cap ({crossed}) but after {more} more blocks "
                                               f"{why}; the incumbent stays", final=True, p_value=at_cap.p_value,
-                       mde=_finite(comparison.mde(policy.alpha, policy.power)),
+                       mde=comparison.mde(policy.alpha, policy.power),
                        extra={"pending_guardrail": pending[0].name} if pending else {},
                        category=ReasonCategory.NO_GAIN)
 
@@ -661,11 +661,6 @@ def _futility(c: Comparison, policy: GatePolicy, look: int) -> str:
             return (f"futile at look {look}: estimate {c.ratio - 1:+.1%} is not above {math.expm1(threshold):+.1%}, "
                     "too little to reach a keep with the remaining boots")
     return ""
-
-
-def _finite(mde: float) -> float | None:
-    """An MDE a record can hold: ``None`` where nothing finite is detectable."""
-    return mde if math.isfinite(mde) else None
 
 
 def _planned_mde(policy: GatePolicy, n: int, bounds: Boundaries, look: int) -> float | None:

@@ -139,8 +139,7 @@ def paired_verdict(values_a: Sequence[float], values_b: Sequence[float], policy:
     p = pc.p_sign_flip if policy.test == "sign_flip" else c.p_one_sided
     low, high = c.ratio_bounds(policy.alpha)
     gain = c.ratio - 1
-    detectable = c.mde(policy.alpha, policy.power)
-    mde = detectable if math.isfinite(detectable) else None
+    mde = c.mde(policy.alpha, policy.power)
     extra = {"pairs": pc.pairs, "test": policy.test, "p_t": c.p_one_sided, "p_sign_flip": pc.p_sign_flip,
              "exact": pc.exact, "delta_log": c.delta, "se": c.se, "df": c.df, "final": True,
              "ci_level": 1 - 2 * policy.alpha}

@@ -88,9 +88,11 @@ class Comparison:
         low, high = self.bounds(alpha)
         return math.exp(low), math.exp(high)
 
-    def mde(self, alpha: float, power: float = 0.8) -> float:
-        """The smallest ratio − 1 this comparison's SE could detect at ``alpha`` with ``power``."""
-        return mde_from_se(self.se, self.df, alpha=alpha, power=power)
+    def mde(self, alpha: float, power: float = 0.8) -> float | None:
+        """The smallest ratio − 1 this comparison's SE could detect at ``alpha`` with ``power``; ``None`` where no
+        finite effect is detectable (a record holds no infinity)."""
+        mde = mde_from_se(self.se, self.df, alpha=alpha, power=power)
+        return mde if math.isfinite(mde) else None
 
 
 def winsorize(y: FloatArray, k: float | None) -> FloatArray:
