@@ -187,6 +187,18 @@ class _Tally:
                      completed=len(done), makespan_s=makespan, **self._base())  # type: ignore[arg-type]
 
 
+def _submit(engine: Engine, req: SimRequest, tally: _Tally) -> bool:
+    """Send ``req`` (it arrives at its ``arrival_s``); ``False`` and counted as rejected when the server refuses it."""
+    try:
+        engine.submit(req)
+    except RequestRejected:
+        tally.rejected += 1
+        return False
+    tally.arrival[req.rid] = req.arrival_s
+    tally.prompt_tokens[req.rid] = req.input_tokens
+    return True
+
+
 def _closed_loop(engine: Engine, workload: TruthWorkload, tally: _Tally) -> None:
     todo = workload.closed_loop_requests()
     in_flight = 0
@@ -197,14 +209,7 @@ def _closed_loop(engine: Engine, workload: TruthWorkload, tally: _Tally) -> None
             req = todo.pop(0)
             req = SimRequest(rid=req.rid, input_tokens=req.input_tokens, output_tokens=req.output_tokens,
                              regime=req.regime, block_hashes=req.block_hashes, arrival_s=engine.now)
-            try:
-                engine.submit(req)
-            except RequestRejected:
-                tally.rejected += 1
-                continue
-            tally.arrival[req.rid] = engine.now
-            tally.prompt_tokens[req.rid] = req.input_tokens
-            in_flight += 1
+            in_flight += _submit(engine, req, tally)
 
     send_next()
     for _ in range(MAX_STEPS):
@@ -234,14 +239,7 @@ def _open_loop(engine: Engine, requests: Sequence[SimRequest], tally: _Tally, ca
             req = pending.pop()
             if req.arrival_s < engine.now:   # held by the cap: it arrives when a slot frees
                 req = dataclasses.replace(req, arrival_s=engine.now)
-            try:
-                engine.submit(req)
-            except RequestRejected:
-                tally.rejected += 1
-                continue
-            tally.arrival[req.rid] = req.arrival_s
-            tally.prompt_tokens[req.rid] = req.input_tokens
-            in_flight += 1
+            in_flight += _submit(engine, req, tally)
 
     tally.start = min((r.arrival_s for r in requests), default=0.0)
     admit()
