@@ -128,8 +128,8 @@ class Night:
         self.unscreened: list[tuple[int, Technique]] = []
         #: techniques rejected for want of memory (context drop, OOM) not yet retried with more pool (``Screening``)
         self.lacking: list[tuple[int, Technique]] = []
-        #: memory techniques that grew the pool without being kept: a partner for what lacked memory (``Screening``)
-        self.freeing: list[str] = []
+        #: the first memory technique that grew the pool without being kept: a partner for what lacked memory
+        self.freeing: str | None = None
         #: the confirmation's outcome: "confirmed", "unconfirmed", "rejected", "not needed" or "" (not reached)
         self.confirmation = ""
         self.confirmation_detail = ""

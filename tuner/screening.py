@@ -145,7 +145,7 @@ class Screening:
                     night.lacking.append((index, technique))
             survivors.sort(key=_priority)
             if night.freeing:         # a pair waiting from an earlier phase: its partner is known already
-                self._retry_lacking(phase, floor, share, with_=night.freeing[0])
+                self._retry_lacking(phase, floor, share, with_=night.freeing)
             while survivors:
                 # Borrowing another phase's time, an A/B starts only when all it can still take fits in the share.
                 need = self._ab_left_s(survivors[0].tag) if share < 1.0 else 0.0
@@ -158,10 +158,10 @@ class Screening:
                 if decision.kept is Kept.YES:
                     self._retry_lacking(phase, floor, share, after=probed.technique.name)
                 elif decision.category is ReasonCategory.NO_GAIN:
-                    night.freeing.append(probed.technique.name)
+                    night.freeing = night.freeing or probed.technique.name
                     self._retry_lacking(phase, floor, share, with_=probed.technique.name)
             if night.freeing:
-                self._retry_lacking(phase, floor, share, with_=night.freeing[0])
+                self._retry_lacking(phase, floor, share, with_=night.freeing)
         except PhaseOver:
             if phase == "screening":     # an unfinished comparison is screened again, from its start
                 night.unscreened = sorted({(i, t.name): (i, t) for i, t in
