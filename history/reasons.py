@@ -108,7 +108,8 @@ def reason_from_verdict(verdict: Verdict) -> str:
         if verdict.mde is not None:
             text += f"; smallest detectable effect {pct(mde_ratio(verdict.mde))}"
         return text
-    if verdict.decision is Decision.REJECT and failed and (verdict.effect is None or verdict.effect >= 1.0):
+    if verdict.decision is Decision.REJECT and failed and (verdict.effect is None or verdict.effect >= 1.0) \
+            and not extra.get("futile"):        # a futility stop's guardrails were only not yet shown
         g = failed[0]
         return (f"{g.name} {pct(g.ratio)} {interval(g.ci_low, g.ci_high)}, allowed {pct(g.margin)}"
                 + (f" ({g.detail})" if g.detail else ""))

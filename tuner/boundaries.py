@@ -20,7 +20,9 @@ boundary-scaled maximum is kept to turn an observed t into a design-adjusted p-v
 night's multiple-testing control consumes.
 
 Calibrations are deterministic for a design and seed, memoised in-process, and optionally stored in
-``cache_dir`` (``$ELSA_TUNE_CACHE`` by default) as ``.npz`` files named by the design's hash.
+``cache_dir`` (``$ELSA_TUNE_CACHE`` by default) as ``.npz`` files named by the design's hash. The null sample
+does not depend on ``alpha``: a design that differs from a memoised one only in ``alpha`` (the night's false-keep
+control gives each test its own level) takes that sample and fits its constant without a new simulation.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import logging
 import math
 import os
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +156,15 @@ def calibrate(design: Design, *, cache_dir: str | Path | None = None) -> Boundar
     design = design.rounded()
     with _memo_lock:
         hit = _memo.get(design)
+        sibling = None if hit is not None else next(
+            (b for d, b in _memo.items() if replace(d, alpha=design.alpha) == design), None)
     if hit is not None:
         return hit
+    if sibling is not None:       # the same null sample at another level: only the constant changes
+        result = _fit(design, sibling.null_max)
+        with _memo_lock:
+            _memo[design] = result
+        return result
     folder = Path(cache_dir) if cache_dir is not None else (Path(os.environ[CACHE_ENV]) if CACHE_ENV in os.environ
                                                              else None)
     found = _load(folder, design) if folder is not None else None
@@ -198,7 +207,11 @@ def _boot_values(rng: np.random.Generator, rows: int, boots: int, k: int, sigma_
 
 
 def _simulate(design: Design) -> Boundaries:
-    maxima = null_maxima(design)
+    return _fit(design, null_maxima(design))
+
+
+def _fit(design: Design, maxima: FloatArray) -> Boundaries:
+    """The boundaries of ``design`` from its sorted null sample of the boundary-scaled maximum."""
     # Aim two Monte Carlo standard errors below alpha, so the finite simulation errs on the safe side.
     target = design.alpha - 2.0 * math.sqrt(design.alpha * (1.0 - design.alpha) / design.replicates)
     constant = float(np.quantile(maxima, 1.0 - target, method="higher"))

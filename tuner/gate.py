@@ -53,8 +53,9 @@ from elsa_tune.tuner.statistics import BIWEIGHT_C, Comparison, InsufficientData,
 
 log = logging.getLogger(__name__)
 
-#: 2: ``GatePolicy.robust`` (the biweight comparison, on by default) and ``winsor`` off by default
-SCHEMA_VERSION = 2
+#: 2: ``GatePolicy.robust`` (the biweight comparison, on by default) and ``winsor`` off by default;
+#: 3: ``GatePolicy.level`` (the efficacy boundaries' level, which the night's false-keep control sets per test)
+SCHEMA_VERSION = 3
 KINDS = ("speed", "memory")
 FUTILITY_RULES = ("boot_saving", "ci", "none")
 GUARD_SPENDING = ("split", "pocock", "none")
@@ -84,7 +85,11 @@ class GatePolicy:
     constant of the robust comparison (``statistics.biweight``, from 4 boots per arm; ``None``: the plain t): a boot
     its host slowed counts less or not at all, and the verdict names it (``extra["outlier_boots"]``). ``winsor``
     (off by default, the rule before) clips each arm to its median ± that many robust σ. The boundaries are
-    calibrated on the same statistic.
+    calibrated on the same statistic. ``level`` (``None``: ``alpha``) is the overall one-sided false-keep level the
+    efficacy boundaries are calibrated at: the night's false-keep control gives each screening test its share
+    (``Night.ab``), so a keep at the boundary is a keep under that control too and no boot is spent on a crossing
+    the control would take back; a retest's second stage may be tested above ``alpha``
+    (``multiplicity.second_stage_level``). Intervals, futility and the guardrails stay at ``alpha``.
     """
 
     kind: str = "speed"
@@ -111,9 +116,12 @@ class GatePolicy:
     power: float = 0.8
     winsor: float | None = None
     robust: float | None = BIWEIGHT_C
+    level: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        if self.level is not None and not 0 < self.level < 0.5:
+            raise ValueError(f"level must be in (0, 0.5), got {self.level}")
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.futility not in FUTILITY_RULES:
@@ -129,10 +137,15 @@ class GatePolicy:
         self.design()  # validates looks, alpha, shape, analysis
 
     def design(self) -> Design:
-        return Design(looks=self.looks, alpha=self.alpha, shape=self.shape, analysis=self.analysis,
+        return Design(looks=self.looks, alpha=self.efficacy_level, shape=self.shape, analysis=self.analysis,
                       sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
                       welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
                       winsor=self.winsor, robust=self.robust)
+
+    @property
+    def efficacy_level(self) -> float:
+        """The overall one-sided level of the efficacy boundaries: ``level``, or ``alpha`` when none is set."""
+        return self.level if self.level is not None else self.alpha
 
     def boundaries(self) -> Boundaries:
         return calibrate(self.design())

@@ -19,6 +19,13 @@ expects one false keep. Two ways to control that:
   over the ``expected_tests`` the study announced, the rest decays as 6/(π² j²) over any extras, so
   Σγ ≤ 1 whatever happens.
 
+**A retest combines with its first test.** A technique whose first A/B was left inconclusive with its interval
+above no change is tested once more on fresh boots; that second stage is not a fresh start. Its design-adjusted p
+is combined with the first's by the inverse normal rule with equal, pre-specified weights
+(p = 1 − Φ((Φ⁻¹(1 − p₁) + Φ⁻¹(1 − p₂))/√2), Lehmacher & Wassmer 1999): under no effect p₂ is super-uniform whatever
+stage 1 showed (fresh boots), so the combined p is a valid p-value although running the retest depended on stage 1.
+``second_stage_level`` turns the test's level into the level the second stage's boundaries are calibrated at.
+
 A KEEP that fails the adjusted level becomes INCONCLUSIVE with the reason (the incumbent stays);
 other verdicts keep their decision. A test without a p-value (a crash) counts with p = 1. The
 p-values used are the gates' design-adjusted ones (``Verdict.p_value``), never a nominal look p.
@@ -29,6 +36,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+
+from scipy import stats
 
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.search_spaces.space import ReasonCategory
@@ -127,6 +136,41 @@ class OnlineFalseKeepControl:
         if out.decision is Decision.KEEP:
             self.keeps += 1
         return out
+
+
+#: the highest level a retest's own boots are tested at, however strong its first test: the second stage must still
+#: show the gain on its own boots, never ride on the first alone
+SECOND_STAGE_MAX_LEVEL = 0.25
+
+
+def combined_p(p_first: float, p_second: float) -> float:
+    """The inverse-normal combination of two stages' one-sided p-values, equal weights."""
+    z = (_z(p_first) + _z(p_second)) / math.sqrt(2.0)
+    return float(stats.norm.sf(z))
+
+
+def second_stage_level(p_first: float, level: float) -> float:
+    """The level at which the second stage's p must lie for the combined p to reach ``level``.
+
+    ``combined_p(p_first, p) ≤ level`` exactly when ``p ≤ second_stage_level(p_first, level)``; the result is capped
+    at ``SECOND_STAGE_MAX_LEVEL`` (a cap only makes the combined test stricter).
+    """
+    z = math.sqrt(2.0) * _z(level) - _z(p_first)
+    return float(min(SECOND_STAGE_MAX_LEVEL, stats.norm.sf(z)))
+
+
+def with_first_stage(verdict: Verdict, p_first: float) -> Verdict:
+    """A retest's verdict whose ``p_value`` is the combination with its first test's (both stages in ``extra``)."""
+    if verdict.p_value is None or not math.isfinite(verdict.p_value):
+        return verdict
+    p = combined_p(p_first, verdict.p_value)
+    return replace(verdict, p_value=p, extra={**verdict.extra, "stages": {
+        "first_p": p_first, "second_p": verdict.p_value, "combined_p": p, "rule": "inverse normal, equal weights"}})
+
+
+def _z(p: float) -> float:
+    """Φ⁻¹(1 − p), with p held inside (1e-12, 1 − 1e-12) so that a certain stage stays finite."""
+    return float(stats.norm.isf(min(max(p, 1e-12), 1.0 - 1e-12)))
 
 
 def _apply(verdict: Verdict, adjusted: float, level: float, how: str) -> Verdict:

@@ -142,11 +142,13 @@ class Night:
         return self.booter.boot(plan)
 
     def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
-           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None
-           ) -> tuple[ABResult, dict[Arm, list[str]]]:
+           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None,
+           level: float | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
         """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
 
-        ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it).
+        ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it);
+        ``level`` calibrates the efficacy boundaries at that overall level (a screening test's share of the night's
+        false-keep control, ``fdr_level``) instead of the policy's ``alpha``.
         """
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
@@ -154,10 +156,18 @@ class Night:
         policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
         if futility is not None:
             policy = replace(policy, futility=futility)
+        if level is not None:
+            policy = replace(policy, level=level)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)
         return result, sampler.boot_ids
+
+    def fdr_level(self) -> float:
+        """The level the next test under the night's false-keep control is run at: its online share, at most the
+        gate's ``alpha`` (a test is never run looser than the gate's own level)."""
+        assert self.policy is not None
+        return min(self.policy.alpha, self.fdr.next_level())
 
     def decide(self, decision: DecisionRecord, *, trials: Sequence[int] = ()) -> DecisionRecord:
         """Number, store and ledger one decision, show it, and have the outputs rewritten; returns it numbered."""

@@ -5,13 +5,16 @@ quality gate (an OOM or hang gets a second and third attempt). A crash, OOM, han
 below the context target or an adjustment showing a technique flag was silently ignored or clamped rejects it
 at once, with that reason; so does a memory technique whose KV pool is no larger than the incumbent's, and a
 screening boot more than 3 σ slower than the incumbent, twice. Otherwise the sequential A/B gate decides
-against the incumbent, under online false-keep control across the night; kept techniques stack into the incumbent.
+against the incumbent, under online false-keep control across the night (each A/B's efficacy boundaries are
+calibrated at the level that control gives it, so the gate goes on booting rather than stopping on a crossing the
+control would take back); kept techniques stack into the incumbent.
 
-A technique the gate left INCONCLUSIVE although its interval shows it faster (the night's false-keep control or
-an unresolved TTFT guardrail held it back) is *promising*: ``retest`` tests it once more, with fresh boots, as a
-new test under the night's false-keep control ("a retest later is a new test with fresh
-boots"). The study runs the retests at the start of the search phase, before the numeric search tunes around an
-incumbent that a kept technique would change more than any flag value.
+A technique the gate left INCONCLUSIVE although its interval shows it faster (too few boots for the night's
+false-keep control, or an unresolved TTFT guardrail) is *promising*: ``retest`` tests it once more, with fresh
+boots, as a new test under the night's false-keep control whose p-value combines both stages (the inverse normal
+rule of ``multiplicity.py``: the fresh boots need only add what the first test lacked). The study runs the
+retests at the start of the search phase, before the numeric search tunes around an incumbent that a kept
+technique would change more than any flag value.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
+from elsa_tune.tuner.multiplicity import second_stage_level, with_first_stage
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
@@ -345,11 +349,20 @@ class Screening:
             probed = again
         base = {**self._base(technique, with_), "candidate_key": probed.candidate.key()}
         kind = technique.kind.value if technique.kind.value in ("speed", "memory") else "speed"
+        # The gate's boundaries are calibrated at this test's share of the night's false-keep control, so a crossing
+        # is a keep under that control too (the review below then only records the level spent); a retest is the
+        # second stage of its first test, combined with it (``multiplicity.with_first_stage``).
+        level, p_first = night.fdr_level(), first.p_value if first is not None else None
+        if p_first is not None:
+            level = second_stage_level(p_first, level)
         ab, ids = night.ab(probed.candidate, tag=probed.tag, phase=Phase.SCREENING, technique=technique.name,
-                           kind=kind, seed=probed.index if first is None else 7919 + probed.index)
-        verdict = night.fdr.review(ab.verdict)
+                           kind=kind, seed=probed.index if first is None else 7919 + probed.index, level=level)
+        verdict = night.fdr.review(ab.verdict if p_first is None else with_first_stage(ab.verdict, p_first))
+        stages = verdict.extra.get("stages")
+        combined = (f" (both tests combined: p = {stages['combined_p']:.2g})"
+                    if isinstance(stages, dict) and verdict.decision is Decision.KEEP else "")
         sentence = (f"retest with fresh boots (the first: {reason_from_verdict(first)}): "
-                    f"{reason_from_verdict(verdict)}" if first is not None else "")
+                    f"{reason_from_verdict(verdict)}{combined}" if first is not None else "")
         decision = self._record(after, verdict=verdict, ab_result=ab.to_dict(), result=sentence, with_=with_,
                                 boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                 boots_candidate=probed.boots + tuple(ids[Arm.CANDIDATE]), **base)

@@ -105,6 +105,10 @@ def test_a_futile_stop_whose_interval_reaches_a_gain_is_said_as_no_benefit_not_a
     wide = _verdict(Decision.REJECT, "futile at look 1: estimate −8.7% is not above +3.0%", effect=0.913, high=2.25,
                     guardrails=(not_shown,))
     assert reason_from_verdict(wide).startswith("no demonstrated benefit (stopped early, futile): −8.7% [")
+    # a futile stop with a gain estimate: its guardrails were only not yet shown, they are not the reason
+    small_gain = _verdict(Decision.REJECT, "futile: the gain's upper bound +2.3% is below +3%", effect=1.01,
+                          high=1.023, guardrails=(not_shown,), futile=True)
+    assert reason_from_verdict(small_gain).startswith("no demonstrated benefit: +1.0% [")
     shown = _verdict(Decision.REJECT, "futile at look 2: estimate −22% is not above +3.0%", effect=0.78, high=0.9)
     assert reason_from_verdict(shown).startswith("slower: −22% [")     # an interval below zero: a measured slowdown
 

@@ -220,3 +220,26 @@ def test_guardrails_can_be_switched_off() -> None:
     loose = dataclasses.replace(POLICY, guardrails=GuardrailPolicy(None, None, None, require_quality=False))
     v = run_ab(NoiseModelSampler(effect=0.40, ttft_effect=1.5, quality_b=None, seed=2), loose, 2).verdict
     assert v.decision is Decision.KEEP and v.guardrails == ()
+
+
+def test_a_design_at_another_level_reuses_the_null_sample_and_crossing_it_means_an_adjusted_p_below_it() -> None:
+    """The night's false-keep control gives each test its own level: the boundaries at that level come from the same
+    null sample (no new simulation), and a look that crosses them has a design-adjusted p at or below the level."""
+    base = calibrate(Design(replicates=4000, seed=11))
+    strict = calibrate(Design(replicates=4000, seed=11, alpha=0.02))
+    assert strict.null_max is base.null_max
+    assert strict.constant > base.constant and strict.achieved_alpha <= 0.02
+    for look in (1, 2, 3):
+        p_at_boundary = strict.nominal_p[look - 1]
+        assert strict.crosses(look, p_at_boundary)
+        assert strict.adjusted_p(look, p_at_boundary) <= 0.02
+        assert base.adjusted_p(look, p_at_boundary) == strict.adjusted_p(look, p_at_boundary)
+
+
+def test_a_policy_level_calibrates_the_efficacy_boundaries_but_not_the_interval() -> None:
+    policy = GatePolicy(looks=(2, 4, 6), replicates=2000, level=0.02)
+    assert policy.design().alpha == 0.02 and policy.efficacy_level == 0.02
+    assert GatePolicy(looks=(2, 4, 6), replicates=2000).efficacy_level == policy.alpha == 0.05
+    assert policy.to_dict()["level"] == 0.02
+    with pytest.raises(ValueError, match="level"):
+        GatePolicy(level=0.5)

@@ -90,3 +90,33 @@ def test_online_control_keeps_no_op_nights_clean() -> None:
         for p in rng.uniform(0, 1, 20):
             false_keeps += control.review(verdict(float(p))).decision is Decision.KEEP
     assert false_keeps / 500 <= 0.12       # FDR = P(any keep) on an all-null night; bound 0.10
+
+
+def test_the_inverse_normal_combination_and_its_second_stage_level_agree() -> None:
+    from elsa_tune.tuner.multiplicity import SECOND_STAGE_MAX_LEVEL, combined_p, second_stage_level
+
+    assert combined_p(0.5, 0.5) == pytest.approx(0.5)
+    assert combined_p(0.025, 0.025) == pytest.approx(0.0028, abs=2e-4)
+    for p_first in (0.01, 0.03, 0.08, 0.2, 0.6):
+        level = second_stage_level(p_first, 0.02)
+        if level < SECOND_STAGE_MAX_LEVEL:
+            assert combined_p(p_first, level) == pytest.approx(0.02, rel=1e-6)
+        assert combined_p(p_first, level * 0.999) <= 0.02
+    # a strong first test lowers what the fresh boots must show, never below showing something on their own
+    assert second_stage_level(1e-9, 0.02) == SECOND_STAGE_MAX_LEVEL
+    assert second_stage_level(0.01, 0.02) > 0.02 > second_stage_level(0.5, 0.02)
+
+
+def test_a_retest_run_only_after_a_promising_first_test_keeps_a_no_op_at_most_its_level() -> None:
+    """Under no effect the first stage's p is uniform and the retest runs only when it was small; the fresh boots'
+    p is uniform whatever happened. Keeping when the second p is below ``second_stage_level`` is still at most α."""
+    from elsa_tune.tuner.multiplicity import second_stage_level
+
+    rng = np.random.default_rng(3)
+    p1, p2 = rng.uniform(size=200_000), rng.uniform(size=200_000)
+    level = 0.02
+    first_keeps = p1 <= level
+    retested = (~first_keeps) & (p1 <= 0.10)            # promising: inconclusive, its interval above no change
+    second = np.array([p <= second_stage_level(q, level) for p, q in zip(p2[retested], p1[retested], strict=True)])
+    assert (first_keeps.sum() + second.sum()) / p1.size <= 2 * level + 0.002   # two tests, each at most α
+    assert second.sum() / p1.size <= level

@@ -16,6 +16,7 @@ from elsa_tune.search_spaces.space import TechniqueKind
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.gate import GatePolicy
+from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
 from elsa_tune.tuner.night import Night, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.sampler import BootPlan
@@ -215,6 +216,7 @@ def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_pat
     night.budget.begin("search")
     night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
     tests_before = night.fdr.tests
+    second_level = second_stage_level(0.02, min(0.05, night.fdr.next_level()))
 
     Screening(night).retest("search")
     assert night.promising == []
@@ -224,6 +226,12 @@ def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_pat
     assert sentence.startswith("retest with fresh boots (the first: not kept under the night's false-keep control: "
                                "+20% [+8%, +33%] over 12 boots, adjusted p 0.27 > 0.10): "), sentence
     assert night.fdr.tests == tests_before + 1
+    # the second stage of the first test: its boundaries at the level the combination needs, its p the combination
+    assert decisions[0].ab_result is not None
+    assert decisions[0].ab_result["policy"]["level"] == pytest.approx(second_level)
+    stages = decisions[0].verdict.extra["stages"] if decisions[0].verdict else {}
+    assert stages["first_p"] == 0.02 and stages["combined_p"] == pytest.approx(
+        combined_p(0.02, stages["second_p"]))
     tags = [str(b.extra.get("tag")) for b in night.store.load().boots]
     assert "screening:fused-qk-norm-rope:retest:probe1" in tags
     assert any(t.startswith("screening:fused-qk-norm-rope:retest:ab:") for t in tags)
@@ -240,3 +248,20 @@ def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
     Screening(night).retest("search")
     assert night.booter.boots == 0 and not night.store.load().decisions
     assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope (not kept under the night's false-keep")
+
+
+def test_a_screening_a_b_is_run_at_its_share_of_the_nights_false_keep_control(tmp_path: Path) -> None:
+    """The gate's efficacy boundaries are calibrated at the level the online control gives the test (at most the
+    gate's α), so a crossing is a keep the control does not take back."""
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    night.budget.begin("screening")
+    level = night.fdr_level()
+    assert level == pytest.approx(min(0.05, night.fdr.next_level())) and level < 0.05
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
+    decision = Screening(night).screen(index, technique)
+    assert decision is not None and decision.ab_result is not None, "the technique reached the gate"
+    assert decision.ab_result["policy"]["level"] == pytest.approx(level)
+    assert not (decision.verdict and decision.verdict.extra.get("held_by_night_control"))
