@@ -4,7 +4,8 @@
 returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: an
 ask/tell loop of ``NumericSearch`` whose ``MemoryModel`` skips candidates predicted to miss the context target
 without a boot; failures are constraints; a candidate whose screening boot beats the incumbent by more than the boot
-noise goes through the A/B gate, and a keep becomes the incumbent for the trials after it.
+noise goes through the A/B gate (never the incumbent's own values, which the search is seeded with), and a keep
+becomes the incumbent for the trials after it.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class LocalSearch:
             search.tell(proposal, values, constraint=constraint, failure=failure,
                         boot_ids=(result.record.boot_id,))
             tput = result.record.throughput_tok_s
-            if (values and tput and incumbent.throughput
+            if (values and tput and incumbent.throughput and candidate.key() != incumbent.candidate.key()
                     and math.log(tput / incumbent.throughput) > sigma
                     and ctx.allowance_s() > ctx.first_look_boots() * ctx.boot_s()):
                 decision, incumbent = promote(ctx, incumbent, candidate, proposal.values, number)

@@ -72,9 +72,10 @@ def _night(tmp_path: Path, space: Path, **overrides: object) -> Night:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_search_returns_the_incumbent_it_kept_and_the_decisions_it_recorded(backend: Backends,
                                                                                 tmp_path: Path) -> None:
-    night = _night(tmp_path, SPACE)
+    night = _night(tmp_path, SPACE, max_trials=4)
     # A baseline measured at a tenth of what the card does: every trial beats it by more than the boot noise, so a
-    # backend that promotes on this GPU's numbers (``LocalSearch``) records A/B decisions.
+    # backend that promotes on this GPU's numbers (``LocalSearch``) records A/B decisions (trial 0 is the incumbent's
+    # own values, never promoted: the next ones are).
     given = night.incumbent = replace(night.incumbent, throughput=50.0)
     search = backend()
     outcome = search.run(SearchContext.of(night))
@@ -87,6 +88,17 @@ def test_a_search_returns_the_incumbent_it_kept_and_the_decisions_it_recorded(ba
     assert all(d.phase is Phase.SEARCH for d in outcome.decisions)
     stored = {(d.number, d.technique, d.candidate_key, d.kept) for d in night.store.load().decisions}
     assert {(d.number, d.technique, d.candidate_key, d.kept) for d in outcome.decisions} <= stored
+
+
+def test_the_incumbents_own_values_are_never_put_through_an_a_b_against_it(tmp_path: Path) -> None:
+    """The search is seeded with the incumbent's values (trial 0): however well its boot does, that is a boot of the
+    incumbent, and an A/B of it against itself can only spend the night (a fleet's workers skip it the same way,
+    ``Worker._maybe_promote``)."""
+    night = _night(tmp_path, SPACE)                  # one trial: the incumbent's values
+    night.incumbent = replace(night.incumbent, throughput=50.0)
+    outcome = LocalSearch().run(SearchContext.of(night))
+    assert outcome.trials == 1 and outcome.decisions == ()
+    assert not [d for d in night.store.load().decisions if d.phase is Phase.SEARCH]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
