@@ -9,7 +9,8 @@ from typing import Any
 
 from elsa_tune.search_spaces.space import ReasonCategory
 
-SCHEMA_VERSION = 2
+#: 3: ``GuardrailResult.p_value`` (records of schema 2 read with it unset)
+SCHEMA_VERSION = 3
 
 
 class Decision(enum.Enum):
@@ -29,6 +30,8 @@ class GuardrailResult:
     ci_high: float | None
     margin: float                    # the allowed worsening, as a ratio (e.g. 1.10 for TTFT +10%)
     detail: str = ""
+    #: a statistical guardrail's one-sided p of "no better than the margin" (a retest combines it with its own)
+    p_value: float | None = None
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,15 @@ from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
 from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
 from elsa_tune.tuner.dimensioning import NoiseReport
+from elsa_tune.tuner.multiplicity import combined_p
 from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
 from elsa_tune.tuner.statistics import BIWEIGHT_C, Comparison, InsufficientData, compare, mde_for, non_inferiority
 
 log = logging.getLogger(__name__)
 
 #: 2: ``GatePolicy.robust`` (the biweight comparison, on by default) and ``winsor`` off by default;
-#: 3: ``GatePolicy.level`` (the efficacy boundaries' level, which the night's false-keep control sets per test)
+#: 3: ``GatePolicy.level`` (the efficacy boundaries' level, which the night's false-keep control sets per test) and
+#: ``GatePolicy.first_stage_guards`` (a retest's guardrails combined with its first test's)
 SCHEMA_VERSION = 3
 KINDS = ("speed", "memory")
 FUTILITY_RULES = ("boot_saving", "ci", "none")
@@ -90,6 +92,9 @@ class GatePolicy:
     (``Night.ab``), so a keep at the boundary is a keep under that control too and no boot is spent on a crossing
     the control would take back; a retest's second stage may be tested above ``alpha``
     (``multiplicity.second_stage_level``). Intervals, futility and the guardrails stay at ``alpha``.
+    ``first_stage_guards`` (a retest): the first test's one-sided p of each TTFT guardrail; that guardrail passes
+    when the inverse-normal combination of both tests' p reaches its level at the look (the retest's boots need only
+    add what the first test's lacked), while "confidently worse" is still judged on the retest's boots alone.
     """
 
     kind: str = "speed"
@@ -117,6 +122,7 @@ class GatePolicy:
     winsor: float | None = None
     robust: float | None = BIWEIGHT_C
     level: float | None = None
+    first_stage_guards: tuple[tuple[str, float], ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -587,10 +593,17 @@ def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: Ga
             continue
         detail = (f"ratio {ni.ratio:.3f}, upper bound {ni.ci_high:.3f} vs margin {margin:.2f}"
                   + ("; confidently worse than the margin" if ni.confidently_worse else ""))
+        passed = ni.passed
+        first = dict(policy.first_stage_guards).get(name)
+        if first is not None and not ni.confidently_worse:
+            together = combined_p(first, ni.p_value)
+            passed = together <= level
+            detail += (f"; with the first test (p {first:.3g}) combined p {together:.3g} "
+                       f"{'≤' if passed else '>'} {level:.3g}")
         if attr == "log_ttft_p99":
             detail += _tail_note([s for s in (*sa, *sb) if not s.unusable])
-        out.append(GuardrailResult(name=name, passed=ni.passed, ratio=ni.ratio, ci_low=ni.ci_low,
-                                   ci_high=ni.ci_high, margin=margin, detail=detail))
+        out.append(GuardrailResult(name=name, passed=passed, ratio=ni.ratio, ci_low=ni.ci_low,
+                                   ci_high=ni.ci_high, margin=margin, detail=detail, p_value=ni.p_value))
         if ni.confidently_worse:
             worse.append(out[-1])
     if g.kv_pool_min_ratio is not None and policy.kind == "speed":

@@ -143,12 +143,14 @@ class Night:
 
     def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
            seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None,
-           level: float | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
+           level: float | None = None, first_stage_guards: tuple[tuple[str, float], ...] = ()
+           ) -> tuple[ABResult, dict[Arm, list[str]]]:
         """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
 
         ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it);
         ``level`` calibrates the efficacy boundaries at that overall level (a screening test's share of the night's
-        false-keep control, ``fdr_level``) instead of the policy's ``alpha``.
+        false-keep control, ``fdr_level``) instead of the policy's ``alpha``; ``first_stage_guards`` are a retest's
+        first-test guardrail p-values, combined with its own (``GatePolicy.first_stage_guards``).
         """
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
@@ -156,8 +158,8 @@ class Night:
         policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
         if futility is not None:
             policy = replace(policy, futility=futility)
-        if level is not None:
-            policy = replace(policy, level=level)
+        if level is not None or first_stage_guards:
+            policy = replace(policy, level=level, first_stage_guards=first_stage_guards)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)

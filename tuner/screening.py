@@ -12,7 +12,8 @@ control would take back); kept techniques stack into the incumbent.
 A technique the gate left INCONCLUSIVE although its interval shows it faster (too few boots for the night's
 false-keep control, or an unresolved TTFT guardrail) is *promising*: ``retest`` tests it once more, with fresh
 boots, as a new test under the night's false-keep control whose p-value combines both stages (the inverse normal
-rule of ``multiplicity.py``: the fresh boots need only add what the first test lacked). The study runs the
+rule of ``multiplicity.py``, for the throughput and for each TTFT guardrail: the fresh boots need only add what
+the first test lacked). The study runs the
 retests at the start of the search phase, before the numeric search tunes around an incumbent that a kept
 technique would change more than any flag value.
 """
@@ -355,8 +356,11 @@ class Screening:
         level, p_first = night.fdr_level(), first.p_value if first is not None else None
         if p_first is not None:
             level = second_stage_level(p_first, level)
+        guards = tuple((g.name, g.p_value) for g in (first.guardrails if first is not None else ())
+                       if g.p_value is not None)
         ab, ids = night.ab(probed.candidate, tag=probed.tag, phase=Phase.SCREENING, technique=technique.name,
-                           kind=kind, seed=probed.index if first is None else 7919 + probed.index, level=level)
+                           kind=kind, seed=probed.index if first is None else 7919 + probed.index, level=level,
+                           first_stage_guards=guards)
         verdict = night.fdr.review(ab.verdict if p_first is None else with_first_stage(ab.verdict, p_first))
         stages = verdict.extra.get("stages")
         combined = (f" (both tests combined: p = {stages['combined_p']:.2g})"

@@ -339,6 +339,7 @@ class NonInferiority:
     margin: float
     passed: bool
     confidently_worse: bool
+    p_value: float = 1.0          # one-sided p of "no better than the margin": ``passed`` is ``p_value ≤ alpha``
 
 
 def non_inferiority(a: Sequence[float], b: Sequence[float], *, margin: float, alpha: float = 0.05,
@@ -346,8 +347,9 @@ def non_inferiority(a: Sequence[float], b: Sequence[float], *, margin: float, al
     """Is B no worse than A by more than ``margin`` (a ratio, e.g. 1.10) on a lower-is-better log metric?"""
     c = compare(a, b, welch_ratio=welch_ratio)
     low, high = c.ratio_bounds(alpha)
+    t = (math.log(margin) - c.delta) / c.se if c.se > 0 else (math.inf if c.delta < math.log(margin) else -math.inf)
     return NonInferiority(ratio=c.ratio, ci_low=low, ci_high=high, margin=margin, passed=high <= margin,
-                          confidently_worse=low > margin)
+                          confidently_worse=low > margin, p_value=float(stats.t.sf(t, c.df)))
 
 
 def variance_components(values: FloatArray) -> tuple[float, float]:

@@ -141,3 +141,24 @@ def test_operating_characteristics_of_the_tail_guardrail() -> None:
     assert at_margin <= 0.05 + 2 * 0.011, at_margin
     assert at_margin_flat > at_margin, (at_margin_flat, at_margin)
     assert kept_with >= kept_without + 0.1 and kept_with >= 0.9, (kept_without, kept_with)
+
+
+def test_a_retest_combines_its_tail_guardrail_with_the_first_tests_and_still_rejects_on_its_own_harm() -> None:
+    """Seed 17's tail stays unresolved on its own boots; a first test that showed the tail within the margin (small
+    p) lets the inverse-normal combination pass it, one that showed nothing (p 0.5) does not, and a retest whose own
+    boots are confidently worse is rejected whatever the first test said."""
+    alone = run_ab(seed004(seed=17), POLICY, 17).verdict
+    assert alone.decision is Decision.INCONCLUSIVE
+    tail = next(g for g in alone.guardrails if g.name == "ttft_p99")
+    assert tail.p_value is not None and 0.0 < tail.p_value < 0.5
+
+    helped = run_ab(seed004(seed=17), replace(POLICY, first_stage_guards=(("ttft_p99", 1e-4),)), 17).verdict
+    assert helped.decision is Decision.KEEP
+    passed = next(g for g in helped.guardrails if g.name == "ttft_p99")
+    assert passed.passed is True and "with the first test (p 0.0001) combined p" in passed.detail
+
+    nothing = run_ab(seed004(seed=17), replace(POLICY, first_stage_guards=(("ttft_p99", 0.5),)), 17).verdict
+    assert nothing.decision is Decision.INCONCLUSIVE
+
+    worse = run_ab(seed004(ttft=1.8, seed=3), replace(POLICY, first_stage_guards=(("ttft_p99", 1e-6),)), 3).verdict
+    assert worse.decision is Decision.REJECT and worse.extra.get("failed_guardrail") == "ttft_p99"

@@ -106,3 +106,14 @@ def test_an_mde_beyond_any_finite_effect_is_infinite_not_an_overflow() -> None:
 
     assert mde_from_se(0.5, 0.05, alpha=0.01) == float("inf")
     assert 0 < mde_from_se(0.03, 10.0, alpha=0.05) < 0.2
+
+
+def test_a_non_inferiority_p_value_agrees_with_its_bound() -> None:
+    """``passed`` (the upper bound within the margin) is the same statement as ``p_value ≤ alpha``."""
+    from elsa_tune.tuner.statistics import non_inferiority
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        a, b = rng.normal(0.0, 0.1, 8).tolist(), rng.normal(rng.uniform(-0.1, 0.2), 0.1, 8).tolist()
+        ni = non_inferiority(a, b, margin=1.10, alpha=0.05)
+        assert ni.passed == (ni.p_value <= 0.05) or abs(ni.p_value - 0.05) < 1e-9
