@@ -93,6 +93,16 @@ class Parameter:
         raw = [self._at(i / (points - 1)) for i in range(points)]
         return tuple(dict.fromkeys(self._snap(v) for v in raw))
 
+    def neighbours(self, value: Value, points: int = 9) -> tuple[Value, ...]:
+        """The values one move away from ``value``: every other choice, or the nearest values below and above it
+        on the range's ``points``-point grid (its lattice when the step is coarser)."""
+        if self.kind in (ParameterKind.BOOL, ParameterKind.CATEGORICAL):
+            return tuple(v for v in self.grid(points) if not _same(v, value))
+        grid = self.grid(points)
+        below = [v for v in grid if float(v) < float(value)]
+        above = [v for v in grid if float(v) > float(value)]
+        return tuple(([below[-1]] if below else []) + ([above[0]] if above else []))
+
     def sample(self, rng: random.Random) -> Value:
         """One value drawn uniformly (geometrically for ``log``) from the range or the choices."""
         if self.kind is ParameterKind.BOOL:

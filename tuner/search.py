@@ -1,7 +1,8 @@
 """``NumericSearch``: Optuna's search over the space's numeric parameters, around the incumbent.
 
 Ask-and-tell around boots, through the study store (``history/store.py``) so every trial survives a
-SIGKILL. The incumbent is enqueued first, so the sampler starts from what the earlier phases proved.
+SIGKILL. The incumbent is enqueued first, so the sampler starts from what the earlier phases proved, then (on the
+single-GPU search) each of its one-parameter moves (``enqueue_around``).
 Derived flags (draft tokens = steps + 1, Mamba slots = requests × 8) are computed by the space, never
 sampled, and a sampled point that still breaks a coherence rule is told as infeasible without a boot.
 Crashed, OOM and context-missing candidates are told COMPLETE with a positive constraint
@@ -13,6 +14,7 @@ One objective → TPE (multivariate, seeded); several objectives in the space �
 from __future__ import annotations
 
 import logging
+import random
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -121,6 +123,25 @@ class NumericSearch:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             self.study.enqueue_trial({k: v for k, v in values.items() if k in self.distributions})
+
+    def enqueue_around(self, values: Mapping[str, Any], *, seed: int) -> int:
+        """Queue ``values`` (the incumbent), then each of its one-parameter moves (``Parameter.neighbours``) in a
+        seeded order, unless the study already has trials (resume); returns how many were queued.
+
+        A trial's boot is one noisy sample, so the search first looks one move away along every parameter from what
+        the earlier phases proved, where a single change's effect shows alone, before the sampler models the space;
+        random joint draws change several parameters at once and rarely isolate the one that pays.
+        """
+        if self.study.get_trials(deepcopy=False):
+            return 0
+        start = {k: v for k, v in values.items() if k in self.distributions}
+        moves = [{**start, p.name: v} for p in self.params if p.name in start for v in p.neighbours(start[p.name])]
+        random.Random(seed).shuffle(moves)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            for point in [start, *moves]:
+                self.study.enqueue_trial(point, skip_if_exists=True)
+        return 1 + len(moves)
 
     def ask(self) -> Proposal:
         trial = self.store.ask(self.study)

@@ -2,10 +2,10 @@
 
 ``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.incumbent`` (``tuner/search_context.py``) and
 returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: an
-ask/tell loop of ``NumericSearch`` whose ``MemoryModel`` skips candidates predicted to miss the context target
-without a boot; failures are constraints; a candidate whose screening boot beats the incumbent by more than the boot
-noise goes through the A/B gate (never the incumbent's own values, which the search is seeded with), and a keep
-becomes the incumbent for the trials after it.
+ask/tell loop of ``NumericSearch``, starting from the incumbent and its one-parameter moves, whose ``MemoryModel``
+skips candidates predicted to miss the context target without a boot; failures are constraints; a candidate whose
+screening boot beats the incumbent by more than the boot noise goes through the A/B gate (never the incumbent's own
+values, which the search is seeded with), and a keep becomes the incumbent for the trials after it.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class LocalSearch:
         ctx.memory.add_boots(ctx.store.load().boots)
         search = NumericSearch(ctx.space, ctx.store, study_name=ctx.name, seed=ctx.settings.seed,
                                techniques=incumbent.techniques)
-        search.enqueue(incumbent.values)
+        search.enqueue_around(incumbent.values, seed=ctx.settings.seed)
         measured: dict[str, list[float] | None] = {}
         decisions, incumbent = replay_finished(ctx, search, measured, incumbent)
         sigma = ctx.noise.sigma_boot if ctx.noise else 0.1

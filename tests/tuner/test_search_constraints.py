@@ -75,3 +75,40 @@ def test_every_parameter_has_a_distribution() -> None:
     for p in load_space(SPACE).parameters:
         dist = distribution(p)
         assert dist.single() is False
+
+
+def test_the_search_looks_one_move_away_along_every_parameter_before_it_samples(search: NumericSearch) -> None:
+    """After the incumbent, each trial changes exactly one parameter to a neighbouring value, until every such move
+    was asked; a second ``enqueue_around`` on a study with trials queues nothing (resume)."""
+    start = search.space.baseline_values()
+    queued = search.enqueue_around(start, seed=4)
+    expected = {(p.name, repr(v)) for p in search.space.parameters for v in p.neighbours(start[p.name])}
+    assert queued == 1 + len(expected) and len(expected) >= len(search.space.parameters)
+    first = search.ask()
+    assert first.values == start
+    search.tell(first, [1.0])
+    seen = set()
+    for _ in range(len(expected)):
+        proposal = search.ask()
+        changed = [(k, repr(v)) for k, v in proposal.values.items() if v != start[k]]
+        assert len(changed) == 1, changed
+        seen.add(changed[0])
+        search.tell(proposal, [1.0] if proposal.candidate is not None else None,
+                    constraint=0.0 if proposal.candidate is not None else 1.0)
+    assert seen == expected
+    assert search.enqueue_around(start, seed=4) == 0
+
+
+def test_a_parameters_neighbours_are_the_next_values_on_its_grid() -> None:
+    from elsa_tune.search_spaces.parameter import Parameter, ParameterKind
+
+    lattice = Parameter(name="m", kind=ParameterKind.FLOAT, baseline=0.9, low=0.86, high=0.94, step=0.04,
+                        flag="mem-fraction-static")
+    assert lattice.neighbours(0.9) == (0.86, 0.94) and lattice.neighbours(0.86) == (0.9,)
+    slots = Parameter(name="r", kind=ParameterKind.INT, baseline=16, low=8, high=64, log=True,
+                      flag="max-running-requests")
+    below, above = slots.neighbours(16)
+    assert 8 <= below < 16 < above <= 64
+    choice = Parameter(name="c", kind=ParameterKind.CATEGORICAL, baseline=8192, choices=(1024, 4096, 8192),
+                       flag="chunked-prefill-size")
+    assert choice.neighbours(8192) == (1024, 4096)
