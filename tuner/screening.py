@@ -362,9 +362,8 @@ class Screening:
                            kind=kind, seed=probed.index if first is None else 7919 + probed.index, level=level,
                            first_stage_guards=guards)
         verdict = night.fdr.review(ab.verdict if p_first is None else with_first_stage(ab.verdict, p_first))
-        stages = verdict.extra.get("stages")
-        combined = (f" (both tests combined: p = {stages['combined_p']:.2g})"
-                    if isinstance(stages, dict) and verdict.decision is Decision.KEEP else "")
+        combined = (f" (both tests combined: p = {verdict.p_value:.2g})" if p_first is not None
+                    and verdict.p_value is not None and verdict.decision is Decision.KEEP else "")
         sentence = (f"retest with fresh boots (the first: {reason_from_verdict(first)}): "
                     f"{reason_from_verdict(verdict)}{combined}" if first is not None else "")
         decision = self._record(after, verdict=verdict, ab_result=ab.to_dict(), result=sentence, with_=with_,

@@ -118,11 +118,7 @@ class NumericSearch:
 
     def enqueue(self, values: Mapping[str, Any]) -> None:
         """Queue ``values`` (the incumbent) as the next trial, unless the study already has trials (resume)."""
-        if self.study.get_trials(deepcopy=False):
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            self.study.enqueue_trial({k: v for k, v in values.items() if k in self.distributions})
+        self._enqueue([self._point(values)])
 
     def enqueue_around(self, values: Mapping[str, Any], *, seed: int) -> int:
         """Queue ``values`` (the incumbent), then each of its one-parameter moves (``Parameter.neighbours``) in a
@@ -132,16 +128,23 @@ class NumericSearch:
         the earlier phases proved, where a single change's effect shows alone, before the sampler models the space;
         random joint draws change several parameters at once and rarely isolate the one that pays.
         """
-        if self.study.get_trials(deepcopy=False):
-            return 0
-        start = {k: v for k, v in values.items() if k in self.distributions}
+        start = self._point(values)
         moves = [{**start, p.name: v} for p in self.params if p.name in start for v in p.neighbours(start[p.name])]
         random.Random(seed).shuffle(moves)
+        return self._enqueue([start, *moves])
+
+    def _point(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k in self.distributions}
+
+    def _enqueue(self, points: Sequence[Mapping[str, Any]]) -> int:
+        """Queue ``points`` in order (a repeated one once), unless the study already has trials; how many queued."""
+        if self.study.get_trials(deepcopy=False):
+            return 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            for point in [start, *moves]:
-                self.study.enqueue_trial(point, skip_if_exists=True)
-        return 1 + len(moves)
+            for point in points:
+                self.study.enqueue_trial(dict(point), skip_if_exists=True)
+        return len(points)
 
     def ask(self) -> Proposal:
         trial = self.store.ask(self.study)
