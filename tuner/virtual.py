@@ -123,7 +123,8 @@ class VirtualBoots:
 
         ``noise`` replaces the profile's noise for this boot (``VirtualBench.boot_seconds``: none at all).
         """
-        rng = random.Random(f"elsa-virtual:{boot_seed}")
+        # keyed like the HTTP simulator's ``ServingNoise``: the profile's own noise seed, then the boot's
+        rng = random.Random(f"elsa-virtual:{self.runtime.profile.noise.seed * 1_000_003 + boot_seed}")
         launch = self.runtime.launch(candidate)
         seconds = launch.boot_s
         extra: dict[str, Any] = {"virtual": True}
