@@ -129,8 +129,8 @@ class Screening:
 
         A technique rejected for want of memory (context drop, OOM) is screened once more as soon as a memory
         technique's A/B ends: on the larger pool when it was kept, as one change together with it when it grew the
-        pool without being kept. What waits for that when time runs out waits on the night (``Night.lacking``,
-        ``Night.freeing``) and is retried where screening continues.
+        pool without being kept (no gain shown, or slower on its own). What waits for that when time runs out waits
+        on the night (``Night.lacking``, ``Night.freeing``) and is retried where screening continues.
         """
         night = self.night
         floor = (1.0 - share) * night.budget.allowance(phase)
@@ -162,7 +162,9 @@ class Screening:
                     continue
                 if decision.kept is Kept.YES:
                     self._retry_lacking(phase, floor, share, after=probed.technique.name)
-                elif decision.category is ReasonCategory.NO_GAIN:
+                elif decision.category in (ReasonCategory.NO_GAIN, ReasonCategory.SLOWER):
+                    # it grew the pool (a memory technique that did not is rejected at its screening boot); slower
+                    # alone or not, the pair's own A/B judges what the two do together
                     night.freeing = night.freeing or probed.technique.name
                     self._retry_lacking(phase, floor, share, with_=probed.technique.name)
             if night.freeing:
@@ -235,26 +237,29 @@ class Screening:
     def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:
         return decision.category in _FOR_WANT_OF_MEMORY and technique.kind is not TechniqueKind.MEMORY
 
-    def retest(self, phase: str) -> None:
+    def retest(self, phase: str, *, to_first_look: bool = False) -> None:
         """Test each promising technique once more (fresh boots, a new test), if ``phase``'s allowance has room.
 
-        A retest needs a probed boot and at most the gate's extended cap in both arms; it runs only when that fits
-        in what ``phase`` has left (it usually ends at an earlier look). A technique first screened together with a
-        memory technique is retested with it, or alone once that memory technique was kept.
+        A retest needs a probed boot and at most the gate's extended cap in both arms (with ``to_first_look``, a
+        phase with nothing else to spend its time on: its first look); it runs only when that fits in what
+        ``phase`` has left (it usually ends at an earlier look, and one cut short is INCONCLUSIVE). A technique
+        first screened together with a memory technique is retested with it, or alone once that memory technique
+        was kept. The ones there was no time for stay promising, for a later phase.
         """
         night = self.night
         assert night.policy is not None
         promising = sorted(night.promising, key=lambda item: -(item[2].effect or 0.0))
         night.promising = []
-        for index, technique, first, with_ in promising[:RETESTS]:
+        for i, (index, technique, first, with_) in enumerate(promising[:RETESTS]):
             night.check()
             if technique.name in night.incumbent.techniques:
                 continue
-            cost = (1 + 2 * night.policy.max_blocks) * night.boot_s()
-            if night.budget.allowance(phase) < cost:
-                note = f"no time to retest {technique.name} ({reason_from_verdict(first)})"
+            blocks = night.policy.looks[0] if to_first_look else night.policy.max_blocks
+            if night.budget.allowance(phase) < (1 + 2 * blocks) * night.boot_s():
+                note = f"no time to retest {technique.name} in the {phase} phase ({reason_from_verdict(first)})"
                 log.warning("%s", note)
                 night.notes.append(note)
+                night.promising = promising[i:RETESTS]
                 break
             log.info("retesting %s with fresh boots: the first test was inconclusive at %s", technique.name,
                      reason_from_verdict(first))

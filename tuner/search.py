@@ -128,10 +128,15 @@ class NumericSearch:
         the earlier phases proved, where a single change's effect shows alone, before the sampler models the space;
         random joint draws change several parameters at once and rarely isolate the one that pays.
         """
+        return self._enqueue(self.around(values, seed=seed))
+
+    def around(self, values: Mapping[str, Any], *, seed: int) -> list[dict[str, Any]]:
+        """``values`` (the incumbent's, as far as the search has them) and then each of its one-parameter moves in
+        a seeded order: what ``enqueue_around`` queues, computed again alike on resume."""
         start = self._point(values)
         moves = [{**start, p.name: v} for p in self.params if p.name in start for v in p.neighbours(start[p.name])]
         random.Random(seed).shuffle(moves)
-        return self._enqueue([start, *moves])
+        return [start, *moves]
 
     def _point(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in values.items() if k in self.distributions}

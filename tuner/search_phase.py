@@ -1,11 +1,12 @@
 """The numeric search phase: Optuna trials around the incumbent, and promotion of a winner through the A/B gate.
 
 ``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.incumbent`` (``tuner/search_context.py``) and
-returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: an
-ask/tell loop of ``NumericSearch``, starting from the incumbent and its one-parameter moves, whose ``MemoryModel``
-skips candidates predicted to miss the context target without a boot; failures are constraints; a candidate whose
-screening boot beats the incumbent by more than the boot noise goes through the A/B gate (never the incumbent's own
-values, which the search is seeded with), and a keep becomes the incumbent for the trials after it.
+returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: a sweep
+that boots the incumbent's values and each of its one-parameter moves once, then A/Bs the moves whose boot beat the
+incumbent by more than the boot noise, fastest first, then an ask/tell loop of ``NumericSearch`` whose trials are
+promoted as they come. Its ``MemoryModel`` skips candidates predicted to miss the context target without a boot;
+failures are constraints; the incumbent's own values (the search's first trial) are never A/B-ed, and a keep becomes
+the incumbent for what follows.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.store import constraint_values
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.tuner.gate import ABResult
 from elsa_tune.tuner.memory_model import Observation
@@ -59,8 +61,31 @@ class SearchBackend(Protocol):
     def run(self, ctx: SearchContext) -> SearchOutcome: ...
 
 
+#: The share of the search's allowance its one-move sweep may spend before the sweep's winners are promoted.
+SWEEP_SHARE = 0.5
+#: The Optuna study attribute that records how many trials the sweep ended with (a resumed search reads it).
+SWEEP_ATTR = "sweep_trials"
+
+
+@dataclass(frozen=True)
+class Booted:
+    """A search trial whose boot measured a throughput: its number, values and candidate, and that throughput."""
+
+    number: int
+    values: Mapping[str, Any]
+    candidate: Candidate
+    throughput: float
+
+
 class LocalSearch:
-    """The single-GPU search: one ask → boot → tell loop on this study's own Optuna study."""
+    """The single-GPU search: a sweep of the incumbent's one-parameter moves, then an ask → boot → tell loop.
+
+    The sweep boots the incumbent's values and each of its one-parameter moves once (up to ``SWEEP_SHARE`` of the
+    phase's allowance) before any A/B, then puts the moves that beat the incumbent by more than the boot noise
+    through the gate best first, each on top of what the ones before it kept: a boot is one noisy sample, and an
+    A/B spent on the first lucky move would leave the best one unmeasured. After the sweep the sampler's trials are
+    promoted as they come.
+    """
 
     def run(self, ctx: SearchContext) -> SearchOutcome:
         if not ctx.space.parameters:
@@ -71,64 +96,146 @@ class LocalSearch:
         ctx.memory.add_boots(ctx.store.load().boots)
         search = NumericSearch(ctx.space, ctx.store, study_name=ctx.name, seed=ctx.settings.seed,
                                techniques=incumbent.techniques)
+        moves = search.around(incumbent.values, seed=ctx.settings.seed)
         search.enqueue_around(incumbent.values, seed=ctx.settings.seed)
-        measured: dict[str, list[float] | None] = {}
-        decisions, incumbent = replay_finished(ctx, search, measured, incumbent)
+        measured = known_results(search)
         sigma = ctx.noise.sigma_boot if ctx.noise else 0.1
+        swept = search.study.user_attrs.get(SWEEP_ATTR)
+        if not isinstance(swept, int):
+            reserve = (1.0 - SWEEP_SHARE) * ctx.allowance_s()
+            while search.trials_done() < min(len(moves), ctx.settings.max_trials):
+                ctx.check()
+                if ctx.allowance_s() < max(reserve, ctx.boot_s()):
+                    log.info("search: the sweep stops after %d trials to leave time for its A/Bs",
+                             search.trials_done())
+                    break
+                next_trial(ctx, search, measured)
+            swept = search.trials_done()
+            search.study.set_user_attr(SWEEP_ATTR, swept)
+        decisions, incumbent = promote_sweep(ctx, search, incumbent, swept, sigma)
+        replayed, incumbent = replay_finished(ctx, search, incumbent, after=swept)
+        decisions += replayed
         while search.trials_done() < ctx.settings.max_trials:
             ctx.check()
             if ctx.allowance_s() < ctx.boot_s():
                 log.info("search: allowance spent after %d trials", search.trials_done())
                 break
-            proposal = search.ask()
-            number = proposal.trial.number
-            if proposal.candidate is None:
-                log.info("trial %d refused by a coherence rule (no boot): %s", number, proposal.refused)
-                search.tell(proposal, None, constraint=1.0)
-                continue
-            candidate = replace(proposal.candidate, label=f"trial-{number}")
-            key = proposal_key(proposal.values)
-            if key in measured:
-                values = measured[key]
-                search.tell(proposal, values, constraint=0.0 if values else 1.0)
-                continue
-            prediction = ctx.memory.predict(candidate.flags)
-            if prediction.misses(ctx.context_target):
-                ctx.model_skipped()
-                log.info("trial %d skipped without a boot: predicted KV pool %s < target %s (model error %.1f%%)",
-                         number, f"{prediction.kv_tokens:,.0f}", f"{ctx.context_target:,}",
-                         100 * (prediction.relative_error or 0.0))
-                gap = (ctx.context_target or 0) - (prediction.kv_tokens or 0)
-                search.tell(proposal, None, constraint=max(1e-3, gap / max(1, ctx.context_target or 1)))
-                continue
-            result = ctx.boot(BootPlan(tag=f"search:{number}", candidate=candidate, phase=Phase.SEARCH,
-                                       arm=Arm.CANDIDATE, trial_number=number, probes=True, technique=None))
-            report = result.record.report
-            if report and report.max_total_num_tokens:
-                if prediction.kv_tokens is not None:
-                    ctx.model_error(abs(prediction.kv_tokens - report.max_total_num_tokens)
-                                    / report.max_total_num_tokens)
-                ctx.memory.add(Observation(candidate.flags, report.max_total_num_tokens,
-                                           report.max_running_requests))
-            values, constraint, failure = trial_values(result, space=ctx.space, context_target=ctx.context_target)
-            measured[key] = values
-            search.tell(proposal, values, constraint=constraint, failure=failure,
-                        boot_ids=(result.record.boot_id,))
-            tput = result.record.throughput_tok_s
-            if (values and tput and incumbent.throughput and candidate.key() != incumbent.candidate.key()
-                    and math.log(tput / incumbent.throughput) > sigma
+            booted = next_trial(ctx, search, measured)
+            if (booted is not None and incumbent.throughput
+                    and booted.candidate.key() != incumbent.candidate.key()
+                    and math.log(booted.throughput / incumbent.throughput) > sigma
                     and ctx.allowance_s() > ctx.first_look_boots() * ctx.boot_s()):
-                decision, incumbent = promote(ctx, incumbent, candidate, proposal.values, number)
+                decision, incumbent = promote(ctx, incumbent, booted.candidate, booted.values, booted.number)
                 decisions.append(decision)
         return SearchOutcome(incumbent, tuple(decisions), search.trials_done())
 
 
-def replay_finished(ctx: SearchContext, search: NumericSearch, measured: dict[str, list[float] | None],
-                    incumbent: Incumbent) -> tuple[list[DecisionRecord], Incumbent]:
-    """On resume: what the trials a killed run finished had decided, since Optuna does not ask them again.
+def next_trial(ctx: SearchContext, search: NumericSearch, measured: dict[str, list[float] | None]) -> Booted | None:
+    """Ask the search for its next trial, boot it (unless a rule refuses it, the memory model predicts it misses
+    the context target, or the same values were measured already) and tell the result; the boot when it measured a
+    throughput on a feasible candidate."""
+    proposal = search.ask()
+    number = proposal.trial.number
+    if proposal.candidate is None:
+        log.info("trial %d refused by a coherence rule (no boot): %s", number, proposal.refused)
+        search.tell(proposal, None, constraint=1.0)
+        return None
+    candidate = replace(proposal.candidate, label=f"trial-{number}")
+    key = proposal_key(proposal.values)
+    if key in measured:
+        values = measured[key]
+        search.tell(proposal, values, constraint=0.0 if values else 1.0)
+        return None
+    prediction = ctx.memory.predict(candidate.flags)
+    if prediction.misses(ctx.context_target):
+        ctx.model_skipped()
+        log.info("trial %d skipped without a boot: predicted KV pool %s < target %s (model error %.1f%%)",
+                 number, f"{prediction.kv_tokens:,.0f}", f"{ctx.context_target:,}",
+                 100 * (prediction.relative_error or 0.0))
+        gap = (ctx.context_target or 0) - (prediction.kv_tokens or 0)
+        search.tell(proposal, None, constraint=max(1e-3, gap / max(1, ctx.context_target or 1)))
+        return None
+    result = ctx.boot(BootPlan(tag=f"search:{number}", candidate=candidate, phase=Phase.SEARCH,
+                               arm=Arm.CANDIDATE, trial_number=number, probes=True, technique=None))
+    report = result.record.report
+    if report and report.max_total_num_tokens:
+        if prediction.kv_tokens is not None:
+            ctx.model_error(abs(prediction.kv_tokens - report.max_total_num_tokens) / report.max_total_num_tokens)
+        ctx.memory.add(Observation(candidate.flags, report.max_total_num_tokens, report.max_running_requests))
+    values, constraint, failure = trial_values(result, space=ctx.space, context_target=ctx.context_target)
+    measured[key] = values
+    search.tell(proposal, values, constraint=constraint, failure=failure, boot_ids=(result.record.boot_id,))
+    tput = result.record.throughput_tok_s
+    return Booted(number, dict(proposal.values), candidate, tput) if values and tput else None
 
-    Each booted trial's result goes into ``measured`` (a later proposal repeating it is told without a boot), and
-    a trial the killed run promoted (its A/B has recorded boots) is promoted again: the A/B replays its boots by
+
+def known_results(search: NumericSearch) -> dict[str, list[float] | None]:
+    """Each finished trial's objective values by parameter set (None when infeasible): a later proposal repeating
+    one is told the same result without a boot."""
+    measured: dict[str, list[float] | None] = {}
+    for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if trial.values is None:
+            continue
+        values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
+        feasible = all(c <= 0 for c in constraint_values(trial)) and not trial.user_attrs.get("penalty_values")
+        measured[proposal_key(values)] = list(trial.values) if feasible else None
+    return measured
+
+
+def swept_winners(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float
+                  ) -> list[Booted]:
+    """The sweep's feasible trials whose boot beat ``incumbent`` by more than the boot noise ``sigma`` (never the
+    incumbent's own values), fastest first."""
+    if not incumbent.throughput:
+        return []
+    boots = {b.extra.get("tag"): b for b in ctx.store.load().boots if b.phase is Phase.SEARCH}
+    winners = []
+    for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        record = boots.get(f"search:{trial.number}")
+        if (trial.number >= swept or record is None or trial.values is None or not record.throughput_tok_s
+                or any(c > 0 for c in constraint_values(trial)) or trial.user_attrs.get("penalty_values")
+                or record.candidate.key() == incumbent.candidate.key()):
+            continue
+        if math.log(record.throughput_tok_s / incumbent.throughput) > sigma:
+            values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
+            winners.append(Booted(trial.number, values, record.candidate, record.throughput_tok_s))
+    return sorted(winners, key=lambda b: (-b.throughput, b.number))
+
+
+def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float
+                  ) -> tuple[list[DecisionRecord], Incumbent]:
+    """A/B the sweep's winners best first, each move applied to the incumbent as it stands (a parameter a kept move
+    changed is not moved again); returns the decisions and the incumbent after them. On resume the same order
+    replays the recorded A/B boots by tag."""
+    start = dict(incumbent.values)
+    moved: set[str] = set()
+    decisions: list[DecisionRecord] = []
+    for winner in swept_winners(ctx, search, incumbent, swept, sigma):
+        change = {k: v for k, v in winner.values.items() if start.get(k) != v}
+        if not change or moved & set(change):
+            continue
+        if ctx.allowance_s() <= ctx.first_look_boots() * ctx.boot_s():
+            log.info("search: no time left to A/B the sweep's next winner (trial %d)", winner.number)
+            break
+        values = {**incumbent.values, **change}
+        try:
+            candidate = ctx.space.candidate(values, list(incumbent.techniques), label=f"trial-{winner.number}")
+        except (RuleViolation, DerivationError) as exc:
+            log.info("trial %d's move does not apply to the incumbent: %s", winner.number, exc)
+            continue
+        decision, incumbent = promote(ctx, incumbent, candidate, values, winner.number)
+        decisions.append(decision)
+        if decision.kept is Kept.YES:
+            moved |= set(change)
+    return decisions, incumbent
+
+
+def replay_finished(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, *, after: int
+                    ) -> tuple[list[DecisionRecord], Incumbent]:
+    """On resume: what the sampler's trials (numbered from ``after``) a killed run finished had decided, since
+    Optuna does not ask them again.
+
+    A trial the killed run promoted (its A/B has recorded boots) is promoted again: the A/B replays its boots by
     tag and finishes if the kill cut it short, and a keep becomes the incumbent again, as it was before the kill.
     Returns the replayed decisions and the incumbent after them.
     """
@@ -137,11 +244,10 @@ def replay_finished(ctx: SearchContext, search: NumericSearch, measured: dict[st
     decisions = []
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         record = boots.get(f"search:{trial.number}")
-        if record is None or trial.values is None:
+        if trial.number < after or record is None or trial.values is None:
             continue
         values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
         feasible = all(c <= 0 for c in constraint_values(trial)) and not trial.user_attrs.get("penalty_values")
-        measured[proposal_key(values)] = list(trial.values) if feasible else None
         if feasible and any(t.startswith(f"search:{trial.number}:ab:") for t in tags):
             log.info("trial %d was promoted before the restart: replaying its A/B", trial.number)
             candidate = replace(record.candidate, label=f"trial-{trial.number}")

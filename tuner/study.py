@@ -255,10 +255,18 @@ class Study:
 
         Only evidence of harm takes a winner back: a crash or failed probe, a failed quality gate, a guardrail
         confidently worse, or an interval wholly below the baseline's speed. An A/B that ends without a verdict
-        (its cap, or the budget) leaves the winner recommended as *unconfirmed*, with what the boots showed.
+        (its cap, or the budget) leaves the winner recommended as *unconfirmed*, with what the boots showed. When
+        nothing beat the baseline, the phase first runs the retests the search phase had no time for.
         """
         night = self.night
         final, baseline = night.incumbent.candidate, night.baseline
+        if final.key() == baseline.key() and night.promising:
+            # Nothing to confirm: the phase's time goes to the retests the search had no time for (an A/B against
+            # the incumbent, here the baseline, on fresh boots under the night's false-keep control); a keep is
+            # then confirmed like any winner, as far as the time left allows.
+            self._confirmed("not needed", "nothing beat the baseline")    # until a retest keeps something
+            Screening(night).retest("confirmation", to_first_look=True)
+            final = night.incumbent.candidate
         if final.key() == baseline.key():
             log.info("confirmation: nothing beat the baseline; the baseline stays")
             night.notes.append("no candidate beat the baseline: the baseline is the recommendation")
@@ -299,6 +307,11 @@ class Study:
             night.notes.append(f"the winner is recommended unconfirmed: the confirmation showed no harm but no "
                                f"demonstrated gain over the baseline ({decision.result})")
             self._confirmed("unconfirmed", decision.result)
+        self._soak(final)
+
+    def _soak(self, final: Candidate) -> None:
+        """The winner under the busiest burst for a while, if the confirmation has time: a failure takes it back."""
+        night = self.night
         soak_s = min(self.settings.soak_s, 0.03 * self.budget.total_s,
                      max(0.0, self.budget.allowance("confirmation") - night.boot_s()))
         if soak_s > 0:
