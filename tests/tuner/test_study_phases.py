@@ -248,7 +248,9 @@ def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
     night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
     Screening(night).retest("search")
     assert night.booter.boots == 0 and not night.store.load().decisions
-    assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope (not kept under the night's false-keep")
+    assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope in the search phase (not kept under the "
+                                      "night's false-keep")
+    assert [t.name for _, t, _, _ in night.promising] == ["fused-qk-norm-rope"]   # still promising, for a later phase
 
 
 def test_a_screening_a_b_is_run_at_its_share_of_the_nights_false_keep_control(tmp_path: Path) -> None:
