@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.records import Phase
@@ -169,6 +169,12 @@ def next_trial(ctx: SearchContext, search: NumericSearch, measured: dict[str, li
     return Booted(number, dict(proposal.values), candidate, tput) if values and tput else None
 
 
+def told(search: NumericSearch, trial: FrozenTrial) -> tuple[dict[str, Any], bool]:
+    """A finished trial's parameter values as the space reads them, and whether it was told feasible."""
+    values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
+    return values, all(c <= 0 for c in constraint_values(trial)) and not trial.user_attrs.get("penalty_values")
+
+
 def known_results(search: NumericSearch) -> dict[str, list[float] | None]:
     """Each finished trial's objective values by parameter set (None when infeasible): a later proposal repeating
     one is told the same result without a boot."""
@@ -176,8 +182,7 @@ def known_results(search: NumericSearch) -> dict[str, list[float] | None]:
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if trial.values is None:
             continue
-        values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
-        feasible = all(c <= 0 for c in constraint_values(trial)) and not trial.user_attrs.get("penalty_values")
+        values, feasible = told(search, trial)
         measured[proposal_key(values)] = list(trial.values) if feasible else None
     return measured
 
@@ -192,12 +197,11 @@ def swept_winners(ctx: SearchContext, search: NumericSearch, incumbent: Incumben
     winners = []
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         record = boots.get(f"search:{trial.number}")
+        values, feasible = told(search, trial)
         if (trial.number >= swept or record is None or trial.values is None or not record.throughput_tok_s
-                or any(c > 0 for c in constraint_values(trial)) or trial.user_attrs.get("penalty_values")
-                or record.candidate.key() == incumbent.candidate.key()):
+                or not feasible or record.candidate.key() == incumbent.candidate.key()):
             continue
         if math.log(record.throughput_tok_s / incumbent.throughput) > sigma:
-            values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
             winners.append(Booted(trial.number, values, record.candidate, record.throughput_tok_s))
     return sorted(winners, key=lambda b: (-b.throughput, b.number))
 
@@ -246,8 +250,7 @@ def replay_finished(ctx: SearchContext, search: NumericSearch, incumbent: Incumb
         record = boots.get(f"search:{trial.number}")
         if trial.number < after or record is None or trial.values is None:
             continue
-        values = {p.name: p.coerce(trial.params[p.name]) for p in search.params if p.name in trial.params}
-        feasible = all(c <= 0 for c in constraint_values(trial)) and not trial.user_attrs.get("penalty_values")
+        values, feasible = told(search, trial)
         if feasible and any(t.startswith(f"search:{trial.number}:ab:") for t in tags):
             log.info("trial %d was promoted before the restart: replaying its A/B", trial.number)
             candidate = replace(record.candidate, label=f"trial-{trial.number}")
