@@ -40,7 +40,11 @@ from elsa_tune.tuner.statistics import (
 
 SCHEMA_VERSION = 1
 DEFAULT_MDES = (0.02, 0.03, 0.05, 0.10, 0.15)
+#: The gate's analysis is paired when consecutive baseline boots correlate at least this much (lag 1) and that
+#: correlation is evidence, its one-sided p at most ``PAIRED_P``: 4 boots give 3 pairs, where r ≥ 0.3 often comes by
+#: chance, and a paired test halves the degrees of freedom.
 PAIRED_CORRELATION = 0.3
+PAIRED_P = 0.05
 _WARMUP_FLOOR = 0.01
 
 
@@ -162,7 +166,8 @@ def dimension_passes(throughput: FloatArray, *, covariates: Mapping[str, Sequenc
     sigma_boot, sigma_run = math.sqrt(t_boot), math.sqrt(t_run)
     boot_means = logs[:, warmup:].mean(axis=1)
     lag1 = _correlation(boot_means[:-1], boot_means[1:]) if n >= 4 else None
-    analysis = "paired" if lag1 is not None and lag1[0] >= PAIRED_CORRELATION else "unpaired"
+    paired = lag1 is not None and lag1[0] >= PAIRED_CORRELATION and lag1[1] / 2.0 <= PAIRED_P
+    analysis = "paired" if paired else "unpaired"
     k = 2
     if cost_ratio is not None and cost_ratio > 0 and t_boot > 0:
         k = max(2, min(10, math.ceil(math.sqrt(cost_ratio * t_run / t_boot))))

@@ -265,7 +265,11 @@ class Study:
             # the incumbent, here the baseline, on fresh boots under the night's false-keep control); a keep is
             # then confirmed like any winner, as far as the time left allows.
             self._confirmed("not needed", "nothing beat the baseline")    # until a retest keeps something
-            Screening(night).retest("confirmation", to_first_look=True)
+            try:
+                Screening(night).retest("confirmation", to_first_look=True)
+            finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
+                if night.incumbent.candidate.key() != baseline.key():
+                    self._confirmed("unconfirmed", "kept by its retest against the baseline; not confirmed since")
             final = night.incumbent.candidate
         if final.key() == baseline.key():
             log.info("confirmation: nothing beat the baseline; the baseline stays")

@@ -83,3 +83,13 @@ def test_refuses_too_little_or_failed_baseline() -> None:
                          failed=Failure(kind=FailureKind.HANG, summary="watchdog", remedy="x"))
     with pytest.raises(InsufficientData, match="hang"):
         dimension([crashed])
+
+
+def test_four_boots_that_happen_to_decline_stay_unpaired() -> None:
+    """Four baseline boots reading 96, 91, 75 and 65 tok/s correlate at lag 1 by chance (three pairs); that is no
+    evidence of correlated boots, and a paired test would halve the degrees of freedom for nothing."""
+    levels = [96.2, 90.6, 75.0, 65.2]
+    passes = np.array([[level * f for f in (0.9, 1.0, 1.01, 0.99)] for level in levels])
+    report = dimension_passes(passes)
+    assert report.lag1_correlation is not None and report.lag1_correlation > 0.3
+    assert report.analysis == "unpaired"
