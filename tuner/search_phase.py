@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from optuna.trial import FrozenTrial, TrialState
 
 from elsa_tune.history.decision import DecisionRecord, Kept
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import BootRecord, Phase
 from elsa_tune.history.store import constraint_values
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
@@ -112,8 +112,10 @@ class LocalSearch:
                 next_trial(ctx, search, measured)
             swept = search.trials_done()
             search.study.set_user_attr(SWEEP_ATTR, swept)
-        decisions, incumbent = promote_sweep(ctx, search, incumbent, swept, sigma)
-        replayed, incumbent = replay_finished(ctx, search, incumbent, after=swept)
+        # the sweep's boots and, on resume, the A/B boots a killed run recorded, by tag
+        boots = {b.extra.get("tag"): b for b in ctx.store.load().boots if b.phase is Phase.SEARCH}
+        decisions, incumbent = promote_sweep(ctx, search, incumbent, swept, sigma, boots)
+        replayed, incumbent = replay_finished(ctx, search, incumbent, boots, after=swept)
         decisions += replayed
         while search.trials_done() < ctx.settings.max_trials:
             ctx.check()
@@ -187,13 +189,12 @@ def known_results(search: NumericSearch) -> dict[str, list[float] | None]:
     return measured
 
 
-def swept_winners(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float
-                  ) -> list[Booted]:
-    """The sweep's feasible trials whose boot beat ``incumbent`` by more than the boot noise ``sigma`` (never the
-    incumbent's own values), fastest first."""
+def swept_winners(search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float,
+                  boots: Mapping[object, BootRecord]) -> list[Booted]:
+    """The sweep's feasible trials (numbered below ``swept``, their boots in ``boots`` by tag) whose boot beat
+    ``incumbent`` by more than the boot noise ``sigma`` (never the incumbent's own values), fastest first."""
     if not incumbent.throughput:
         return []
-    boots = {b.extra.get("tag"): b for b in ctx.store.load().boots if b.phase is Phase.SEARCH}
     winners = []
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         record = boots.get(f"search:{trial.number}")
@@ -206,15 +207,15 @@ def swept_winners(ctx: SearchContext, search: NumericSearch, incumbent: Incumben
     return sorted(winners, key=lambda b: (-b.throughput, b.number))
 
 
-def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float
-                  ) -> tuple[list[DecisionRecord], Incumbent]:
+def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float,
+                  boots: Mapping[object, BootRecord]) -> tuple[list[DecisionRecord], Incumbent]:
     """A/B the sweep's winners best first, each move applied to the incumbent as it stands (a parameter a kept move
     changed is not moved again); returns the decisions and the incumbent after them. On resume the same order
     replays the recorded A/B boots by tag."""
     start = dict(incumbent.values)
     moved: set[str] = set()
     decisions: list[DecisionRecord] = []
-    for winner in swept_winners(ctx, search, incumbent, swept, sigma):
+    for winner in swept_winners(search, incumbent, swept, sigma, boots):
         change = {k: v for k, v in winner.values.items() if start.get(k) != v}
         if not change or moved & set(change):
             continue
@@ -234,8 +235,8 @@ def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumben
     return decisions, incumbent
 
 
-def replay_finished(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, *, after: int
-                    ) -> tuple[list[DecisionRecord], Incumbent]:
+def replay_finished(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent,
+                    boots: Mapping[object, BootRecord], *, after: int) -> tuple[list[DecisionRecord], Incumbent]:
     """On resume: what the sampler's trials (numbered from ``after``) a killed run finished had decided, since
     Optuna does not ask them again.
 
@@ -243,7 +244,6 @@ def replay_finished(ctx: SearchContext, search: NumericSearch, incumbent: Incumb
     tag and finishes if the kill cut it short, and a keep becomes the incumbent again, as it was before the kill.
     Returns the replayed decisions and the incumbent after them.
     """
-    boots = {b.extra.get("tag"): b for b in ctx.store.load().boots if b.phase is Phase.SEARCH}
     tags = [t for t in boots if isinstance(t, str)]
     decisions = []
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):

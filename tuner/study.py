@@ -311,11 +311,6 @@ class Study:
             night.notes.append(f"the winner is recommended unconfirmed: the confirmation showed no harm but no "
                                f"demonstrated gain over the baseline ({decision.result})")
             self._confirmed("unconfirmed", decision.result)
-        self._soak(final)
-
-    def _soak(self, final: Candidate) -> None:
-        """The winner under the busiest burst for a while, if the confirmation has time: a failure takes it back."""
-        night = self.night
         soak_s = min(self.settings.soak_s, 0.03 * self.budget.total_s,
                      max(0.0, self.budget.allowance("confirmation") - night.boot_s()))
         if soak_s > 0:
