@@ -210,9 +210,12 @@ class Report:
         changes = tuple(self.winner_changes())
         confirmed = self.confirmation is not None and self.confirmation.verdict is not None
         if self.winner is None:
-            action = ("Keep the baseline: no technique or setting beat it"
+            rejected = self.confirmation is not None and self.confirmation.kept is Kept.NO
+            action = ("Keep the baseline: the winner was rejected against it on fresh boots" if rejected else
+                      "Keep the baseline: no technique or setting beat it"
                       + ("" if self.status == "finished" else f" so far (the study is {self.status})"))
-            effect = "no change from the baseline"
+            effect = (f"the rejected winner: {self.confirmation.result}" if rejected and self.confirmation
+                      else "no change from the baseline")
             return Decision(action, effect, "the baseline", False, files, changes, self.simulated)
         holds = f"the winner ({self.winner.candidate.label})"
         if confirmed and self.confirmation is not None and self.confirmation.verdict is not None:
@@ -221,8 +224,9 @@ class Report:
             if self.confirmation.kept is Kept.YES:
                 return Decision("Deploy the winner: the gate confirmed it against the baseline", effect, holds,
                                 True, files, changes, self.simulated)
-            return Decision("Keep the baseline: the gate did not confirm the winner against it", effect, holds,
-                            False, files, changes, self.simulated)
+            return Decision("The winner is unconfirmed: on fresh boots it showed no harm against the baseline, but "
+                            "the gate did not demonstrate its gain; best/ holds it, and keeping the baseline is the "
+                            "cautious choice", effect, holds, False, files, changes, self.simulated)
         ratio = f"{pct(self.winner_ratio)} on per-boot means" if self.winner_ratio is not None else "not measured"
         return Decision("Not decided yet: the winner has not been confirmed against the baseline"
                         + (" (the study is still running)" if self.status == "running" else ""),

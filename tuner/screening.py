@@ -237,14 +237,14 @@ class Screening:
     def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:
         return decision.category in _FOR_WANT_OF_MEMORY and technique.kind is not TechniqueKind.MEMORY
 
-    def retest(self, phase: str, *, to_first_look: bool = False) -> None:
+    def retest(self, phase: str) -> None:
         """Test each promising technique once more (fresh boots, a new test), if ``phase``'s allowance has room.
 
-        A retest needs a probed boot and at most the gate's extended cap in both arms (with ``to_first_look``, a
-        phase with nothing else to spend its time on: its first look); it runs only when that fits in what
-        ``phase`` has left (it usually ends at an earlier look, and one cut short is INCONCLUSIVE). A technique
-        first screened together with a memory technique is retested with it, or alone once that memory technique
-        was kept. The ones there was no time for stay promising, for a later phase.
+        A retest runs when its probed boot and the gate's first look in both arms fit in what ``phase`` has left:
+        a technique whose interval already showed it faster is a better use of the time than the phase's own work,
+        and an A/B the phase's end cuts short is INCONCLUSIVE, never a rejection. A technique first screened
+        together with a memory technique is retested with it, or alone once that memory technique was kept. The
+        ones there was no time for stay promising, for a later phase.
         """
         night = self.night
         assert night.policy is not None
@@ -254,7 +254,7 @@ class Screening:
             night.check()
             if technique.name in night.incumbent.techniques:
                 continue
-            blocks = night.policy.looks[0] if to_first_look else night.policy.max_blocks
+            blocks = night.policy.looks[0]
             if night.budget.allowance(phase) < (1 + 2 * blocks) * night.boot_s():
                 note = f"no time to retest {technique.name} in the {phase} phase ({reason_from_verdict(first)})"
                 log.warning("%s", note)

@@ -266,7 +266,7 @@ class Study:
             # then confirmed like any winner, as far as the time left allows.
             self._confirmed("not needed", "nothing beat the baseline")    # until a retest keeps something
             try:
-                Screening(night).retest("confirmation", to_first_look=True)
+                Screening(night).retest("confirmation")
             finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
                 if night.incumbent.candidate.key() != baseline.key():
                     self._confirmed("unconfirmed", "kept by its retest against the baseline; not confirmed since")

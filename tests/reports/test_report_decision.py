@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elsa_history_factory import BASELINE, HistoryBuilder, copy_history
+from elsa_history_factory import BASELINE, WINNER, HistoryBuilder, copy_history, verdict
 
 from elsa_tune.history.records import Arm, BootOutcome, Phase
+from elsa_tune.history.verdict import Decision
 from elsa_tune.reports.build import write_outputs
 from elsa_tune.reports.markdown import text
 from elsa_tune.reports.model import build_report
@@ -20,6 +21,18 @@ def test_the_first_lines_are_the_decision(history_template: HistoryBuilder, tmp_
     assert "output tok/s +11% [+6%, +16%] over 6 boots against the baseline" in head
     assert "`best/launch.sh`" in head and "`best/server-args.yaml`" in head
     assert "`--page-size 16 → 32`" in head and "largest request 100,480 tokens" in head
+
+
+def test_an_unconfirmed_winner_is_reported_as_unconfirmed_not_as_the_baseline(history_template: HistoryBuilder,
+                                                                             tmp_path: Path) -> None:
+    h = copy_history(history_template, tmp_path)
+    h.decision_number = 99       # after every decision of the template: the confirmation the report reads
+    h.decide(Phase.CONFIRMATION, "winner vs baseline", dict(WINNER.flags),
+             verdict=verdict(Decision.INCONCLUSIVE, 1.053, 0.96, 1.16, 6))
+    decision = build_report(h.run_dir).decision()
+    assert decision.action.startswith("The winner is unconfirmed: on fresh boots it showed no harm")
+    assert "Keep the baseline" not in decision.action and decision.holds == "the winner (winner)"
+    assert decision.effect.startswith("output tok/s +5.3% [−4%, +16%]")
 
 
 def test_a_technique_booted_without_a_decision_is_listed_with_why(history_template: HistoryBuilder,

@@ -4,6 +4,7 @@ screening boot without an A/B."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
-from elsa_tune.tuner.night import Night, StudyClock
+from elsa_tune.tuner.night import Night, PhaseOver, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.screening import Screening
@@ -251,6 +252,21 @@ def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
     assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope in the search phase (not kept under the "
                                       "night's false-keep")
     assert [t.name for _, t, _, _ in night.promising] == ["fused-qk-norm-rope"]   # still promising, for a later phase
+
+
+def test_a_retest_runs_when_its_first_look_fits_though_its_cap_does_not(tmp_path: Path) -> None:
+    """400 s of search allowance and 60 s a boot: the probe and the first look (2 blocks per arm) fit, the cap of 3
+    blocks per arm does not; the retest runs, and what the phase's end cuts short is INCONCLUSIVE."""
+    pre = _preflight(tmp_path, TINY_SPACE, budget_s=400.0 / 0.85)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.budget.begin("search")
+    assert night.boot_s() == 60.0 and 300.0 < night.budget.allowance("search") < 420.0
+    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
+    with contextlib.suppress(PhaseOver):
+        Screening(night).retest("search")
+    assert night.booter.boots > 0 and not any(n.startswith("no time to retest") for n in night.notes)
+    assert night.promising == []
 
 
 def test_a_screening_a_b_is_run_at_its_share_of_the_nights_false_keep_control(tmp_path: Path) -> None:
