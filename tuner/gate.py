@@ -63,8 +63,6 @@ FUTILITY_RULES = ("boot_saving", "ci", "none")
 GUARD_SPENDING = ("split", "pocock", "none")
 #: the share of the guardrails' α that the looks up to the cap spend under ``guard_spending="split"``
 GUARD_CAP_SHARE = 0.4
-#: A boot the robust throughput comparison weighs below this is left out of the TTFT guardrails (``_guardrails``).
-DISCARDED_WEIGHT = 0.1
 
 
 @dataclass(frozen=True)
@@ -340,8 +338,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                            category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
     ctx.extra["outlier_boots"] = [o.to_dict() for o in _outlier_boots(comparison, sa, sb, policy)]
-    guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[look - 1],
-                                drop=_down_weighted(comparison, sa, sb, policy))
+    guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[look - 1])
     guards += (memory,) if memory is not None else ()
     ctx.guardrails = guards
     boundary_p = bounds.nominal_p[look - 1]
@@ -506,8 +503,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
                            category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
     ctx.extra["outlier_boots"] = [o.to_dict() for o in _outlier_boots(comparison, sa, sb, policy)]
-    guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[-1],
-                                drop=_down_weighted(comparison, sa, sb, policy))
+    guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[-1])
     ctx.guardrails = guards + ((memory,) if memory is not None else ())
     gain = comparison.ratio - 1.0
     more = policy.guard_extension
@@ -573,39 +569,18 @@ def _outlier_boots(c: Comparison, sa: Sequence[BootSummary], sb: Sequence[BootSu
     return tuple(sorted(out, key=lambda o: (o.block, o.arm)))
 
 
-def _down_weighted(c: Comparison, sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy
-                   ) -> frozenset[int]:
-    """The boots (``id`` of their summaries) the throughput comparison all but discarded as outliers (weight below
-    ``DISCARDED_WEIGHT``); a paired comparison's discarded pair drops both of its boots."""
-    used_a, used_b = _used(sa, sb, paired=policy.analysis == "paired")
-    wa, wb = c.weights_a, c.weights_b
-    if policy.analysis == "paired":
-        return frozenset(id(s) for i, w in enumerate(wb) if w < DISCARDED_WEIGHT for s in (used_a[i], used_b[i]))
-    return frozenset([*(id(used_a[i]) for i, w in enumerate(wa) if w < DISCARDED_WEIGHT),
-                      *(id(used_b[i]) for i, w in enumerate(wb) if w < DISCARDED_WEIGHT)])
-
-
-def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy, level: float, *,
-                drop: frozenset[int] = frozenset()) -> tuple[tuple[GuardrailResult, ...], list[GuardrailResult]]:
-    """Every guardrail's result at one-sided ``level``, and those confidently worse than their margin (a REJECT).
-
-    The TTFT guardrails leave out the boots in ``drop``, the ones the throughput comparison all but discarded as
-    outliers: a boot on a slow machine state is slow in every metric, and its first tokens would otherwise widen
-    the TTFT interval the throughput test was protected from (while each arm keeps two boots). A boot the
-    throughput test only down-weighted still counts in full."""
+def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy, level: float
+                ) -> tuple[tuple[GuardrailResult, ...], list[GuardrailResult]]:
+    """Every guardrail's result at one-sided ``level``, and those confidently worse than their margin (a REJECT)."""
     g = policy.guardrails
     out: list[GuardrailResult] = []
     worse: list[GuardrailResult] = []
-    kept_a = [s for s in sa if not s.unusable and id(s) not in drop]
-    kept_b = [s for s in sb if not s.unusable and id(s) not in drop]
-    if len(kept_a) < 2 or len(kept_b) < 2:
-        kept_a, kept_b = [s for s in sa if not s.unusable], [s for s in sb if not s.unusable]
     for name, margin, attr in (("ttft_p50", g.ttft_p50_margin, "log_ttft_p50"),
                                ("ttft_p99", g.ttft_p99_margin, "log_ttft_p99")):
         if margin is None:
             continue
-        a = [getattr(s, attr) for s in kept_a]
-        b = [getattr(s, attr) for s in kept_b]
+        a = [getattr(s, attr) for s in sa if not s.unusable]
+        b = [getattr(s, attr) for s in sb if not s.unusable]
         if any(v is None for v in a + b):
             out.append(GuardrailResult(name=name, passed=None, ratio=None, ci_low=None, ci_high=None, margin=margin,
                                        detail="TTFT missing from some boots"))
