@@ -214,7 +214,7 @@ class Report:
             action = ("Keep the baseline: the winner was rejected against it on fresh boots" if rejected else
                       "Keep the baseline: no technique or setting beat it"
                       + ("" if self.status == "finished" else f" so far (the study is {self.status})"))
-            effect = (f"the rejected winner: {self.confirmation.result}" if rejected and self.confirmation
+            effect = (f"the rejected winner: {self.confirmation.result}" if self.confirmation is not None and rejected
                       else "no change from the baseline")
             return Decision(action, effect, "the baseline", False, files, changes, self.simulated)
         holds = f"the winner ({self.winner.candidate.label})"

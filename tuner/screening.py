@@ -254,8 +254,7 @@ class Screening:
             night.check()
             if technique.name in night.incumbent.techniques:
                 continue
-            blocks = night.policy.looks[0]
-            if night.budget.allowance(phase) < (1 + 2 * blocks) * night.boot_s():
+            if night.budget.allowance(phase) < (1 + night.first_look_boots()) * night.boot_s():
                 note = f"no time to retest {technique.name} in the {phase} phase ({reason_from_verdict(first)})"
                 log.warning("%s", note)
                 night.notes.append(note)

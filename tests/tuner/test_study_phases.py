@@ -256,7 +256,7 @@ def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
 
 def test_a_retest_runs_when_its_first_look_fits_though_its_cap_does_not(tmp_path: Path) -> None:
     """400 s of search allowance and 60 s a boot: the probe and the first look (2 blocks per arm) fit, the cap of 3
-    blocks per arm does not; the retest runs, and what the phase's end cuts short is INCONCLUSIVE."""
+    blocks per arm does not; the retest runs instead of waiting for a later phase."""
     pre = _preflight(tmp_path, TINY_SPACE, budget_s=400.0 / 0.85)
     night = _night(pre)
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
