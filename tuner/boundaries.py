@@ -151,6 +151,12 @@ _memo: dict[Design, Boundaries] = {}
 _memo_lock = threading.Lock()
 
 
+def smallest_level(replicates: int) -> float:
+    """The smallest overall level ``calibrate`` places from ``replicates`` null replicates (a few of them beyond
+    the constant, two Monte Carlo standard errors inside the level)."""
+    return 5.0 / replicates
+
+
 def calibrate(design: Design, *, cache_dir: str | Path | None = None) -> Boundaries:
     """Boundaries for ``design``: from the in-process memo, the disk cache, or a fresh simulation."""
     design = design.rounded()
@@ -214,6 +220,9 @@ def _fit(design: Design, maxima: FloatArray) -> Boundaries:
     """The boundaries of ``design`` from its sorted null sample of the boundary-scaled maximum."""
     # Aim two Monte Carlo standard errors below alpha, so the finite simulation errs on the safe side.
     target = design.alpha - 2.0 * math.sqrt(design.alpha * (1.0 - design.alpha) / design.replicates)
+    if target <= 0.0:
+        raise ValueError(f"a level of {design.alpha:.2g} is below what {design.replicates} null replicates can "
+                         f"calibrate (at least {smallest_level(design.replicates):.2g})")
     constant = float(np.quantile(maxima, 1.0 - target, method="higher"))
     z_crit = tuple(constant * w for w in design.weights())
     nominal = tuple(float(stats.norm.sf(z)) for z in z_crit)

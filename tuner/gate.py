@@ -381,10 +381,10 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                            final=False, p_value=p_adj, mde=mde, extra={"pending_guardrail": pending[0].name},
                            category=ReasonCategory.NO_GAIN)
 
-    futile = _futility(comparison, policy, look)
+    futile, rule = _futility(comparison, policy, look)
     if futile:
         return ctx.verdict(Decision.REJECT, futile, final=True, p_value=p_adj, mde=mde,
-                           extra={"futile": True}, category=_futile_category(comparison, policy))
+                           extra={"futile": True, "futility": rule}, category=_futile_category(comparison, policy))
     if last:
         low, high = comparison.ratio_bounds(policy.alpha)
         return ctx.verdict(Decision.INCONCLUSIVE,
@@ -662,31 +662,36 @@ def _futile_category(c: Comparison, policy: GatePolicy) -> ReasonCategory:
     return ReasonCategory.SLOWER if high < min(0.0, c.null_delta) else ReasonCategory.NO_GAIN
 
 
-def _futility(c: Comparison, policy: GatePolicy, look: int) -> str:
-    """The futility reason at this look, or '' to go on (futility stops are non-binding for alpha)."""
+def _futility(c: Comparison, policy: GatePolicy, look: int) -> tuple[str, str]:
+    """The futility reason at this look and the rule that gave it (``"ci"`` or
+    ``"boot_saving"``), or ``("", "")`` to go on.
+
+    Futility stops are non-binding for alpha: the efficacy boundaries ignore them, so a test a ``"boot_saving"``
+    stop ended early can be continued later to its cap (``Screening.resume``) at the level it was calibrated at.
+    """
     if policy.futility == "none":
-        return ""
+        return "", ""
     if policy.kind == "memory":
         # A memory technique buys pool, shown at its screening boot; its speed is a non-inferiority question, never
         # stopped early for want of a gain: only an interval wholly below the margin ends it.
         _, high = c.bounds(policy.alpha)
         if high < c.null_delta:
             return (f"slower than the non-inferiority margin −{policy.non_inferiority_margin:.0%}: the upper bound "
-                    f"{math.expm1(high):+.1%} (estimate {c.ratio - 1:+.1%})")
-        return ""
+                    f"{math.expm1(high):+.1%} (estimate {c.ratio - 1:+.1%})", "ci")
+        return "", ""
     target = math.log1p(policy.min_effect)
     what = f"the minimum worthwhile {policy.min_effect:+.0%}" if policy.kind == "speed" else "no slowdown"
     _, high = c.bounds(policy.alpha)
     if high < target:
         return (f"futile: the gain's upper bound {math.expm1(high):+.1%} is below {what} "
-                f"(estimate {c.ratio - 1:+.1%})")
+                f"(estimate {c.ratio - 1:+.1%})", "ci")
     looks = len(policy.looks)
     if policy.futility == "boot_saving" and look < looks:
         threshold = c.null_delta + (target - c.null_delta) * (look - 1) / max(looks - 1, 1)
         if c.delta <= threshold:
             return (f"futile at look {look}: estimate {c.ratio - 1:+.1%} is not above {math.expm1(threshold):+.1%}, "
-                    "too little to reach a keep with the remaining boots")
-    return ""
+                    "too little to reach a keep with the remaining boots", "boot_saving")
+    return "", ""
 
 
 def _planned_mde(policy: GatePolicy, n: int, bounds: Boundaries, look: int) -> float | None:

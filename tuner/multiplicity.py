@@ -137,6 +137,17 @@ class OnlineFalseKeepControl:
             self.keeps += 1
         return out
 
+    def resume(self, verdict: Verdict, alpha_j: float) -> Verdict:
+        """The verdict of a test reviewed before at ``alpha_j`` and continued since (a non-binding futility stop
+        taken back): judged at that same level, spending none; a keep counts as a discovery from now on."""
+        p = verdict.p_value if verdict.p_value is not None and math.isfinite(verdict.p_value) else 1.0
+        level = float(self.level if self.level is not None else DEFAULT_LEVEL[self.method])
+        adjusted = min(1.0, p * level / alpha_j)
+        out = _apply(verdict, adjusted, level, f"{self.method} online, a continued test at level {alpha_j:.4g}")
+        if out.decision is Decision.KEEP:
+            self.keeps += 1
+        return out
+
 
 #: the highest level a retest's own boots are tested at, however strong its first test: the second stage must still
 #: show the gain on its own boots, never ride on the first alone

@@ -86,6 +86,27 @@ class Incumbent:
     throughput: float | None      # mean per-boot throughput of its measured boots (screening scale)
 
 
+@dataclass(frozen=True)
+class PausedTest:
+    """A screening A/B that an early look stopped to save boots, as it stood: enough to continue the same test.
+
+    ``tag`` and ``seed`` name its boots and schedule (continuing reads the recorded boots back); ``level`` is the
+    overall level its efficacy boundaries were calibrated at; ``incumbent_key`` the incumbent it was run against
+    (it continues only against that one); ``boots`` the candidate's probed screening boots.
+    """
+
+    index: int
+    technique: Technique
+    candidate: Candidate
+    boots: tuple[str, ...]
+    tag: str
+    seed: int
+    level: float
+    incumbent_key: str
+    verdict: Verdict
+    with_: str | None = None
+
+
 class Night:
     """The state one study's phases share, and the three things every phase does: boot, A/B, decide.
 
@@ -124,6 +145,13 @@ class Night:
         #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
         #: (index, technique, first verdict, the memory technique it was screened with)
         self.promising: list[tuple[int, Technique, Verdict, str | None]] = []
+        #: screening A/Bs an early look stopped to save boots while their interval still reached the minimum
+        #: worthwhile gain: continued to their cap with time nothing else needs (``Screening.resume``)
+        self.paused: list[PausedTest] = []
+        #: first tests the gate left inconclusive with a positive estimate and an interval that still reaches the
+        #: minimum worthwhile gain, though not shown faster: a longer retest if the night ends with time nothing
+        #: else needs (``Screening.extend``)
+        self.unresolved: list[tuple[int, Technique, Verdict, str | None]] = []
         #: techniques screening had no time for: continued at the start of the search phase (``Screening``)
         self.unscreened: list[tuple[int, Technique]] = []
         #: techniques rejected for want of memory (context drop, OOM) not yet retried with more pool (``Screening``)
@@ -143,14 +171,16 @@ class Night:
 
     def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
            seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None,
-           level: float | None = None, first_stage_guards: tuple[tuple[str, float], ...] = ()
-           ) -> tuple[ABResult, dict[Arm, list[str]]]:
+           level: float | None = None, first_stage_guards: tuple[tuple[str, float], ...] = (),
+           looks: tuple[int, ...] | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
         """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
 
         ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it);
         ``level`` calibrates the efficacy boundaries at that overall level (a screening test's share of the night's
         false-keep control, ``fdr_level``) instead of the policy's ``alpha``; ``first_stage_guards`` are a retest's
-        first-test guardrail p-values, combined with its own (``GatePolicy.first_stage_guards``).
+        first-test guardrail p-values, combined with its own (``GatePolicy.first_stage_guards``); ``looks`` replaces
+        the policy's blocks per arm at each look (a longer test than the night's own, its boundaries calibrated
+        for it).
         """
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
@@ -160,6 +190,8 @@ class Night:
             policy = replace(policy, futility=futility)
         if level is not None or first_stage_guards:
             policy = replace(policy, level=level, first_stage_guards=first_stage_guards)
+        if looks is not None:
+            policy = replace(policy, looks=looks)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)

@@ -16,6 +16,11 @@ rule of ``multiplicity.py``, for the throughput and for each TTFT guardrail: the
 the first test lacked). The study runs the
 retests at the start of the search phase, before the numeric search tunes around an incumbent that a kept
 technique would change more than any flag value.
+
+When nothing beat the baseline, the night's end goes to the tests it left open: ``resume`` continues, to its cap,
+each test an early look stopped to save boots (futility stops are non-binding: the same test, its boots read back,
+at its own level), and ``extend`` retests an inconclusive test whose estimate is a gain with a longer test than the
+night's, as the second stage of the first.
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
+from elsa_tune.tuner.boundaries import smallest_level
 from elsa_tune.tuner.multiplicity import second_stage_level, with_first_stage
-from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, arm_mean
+from elsa_tune.tuner.night import Incumbent, Night, PausedTest, PhaseOver, arm_mean
 from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
 
@@ -49,6 +55,8 @@ _RETRIED = (FailureKind.OOM_UNDER_LOAD, FailureKind.HANG)
 _FOR_WANT_OF_MEMORY = (ReasonCategory.CONTEXT_DROP, ReasonCategory.OOM)
 #: Promising techniques retested at most, the largest estimate first.
 RETESTS = 2
+#: a longer retest's blocks per arm are at most this many times the night's own (``Screening.extend``)
+EXTEND_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,12 @@ class _Probed:
     tag: str
     estimate: float | None        # its screening boot's throughput over the incumbent's
     with_: str | None = None      # a memory technique screened together with it (it lacked memory alone)
+
+
+def _unresolved(verdict: Verdict, min_effect: float) -> bool:
+    """An inconclusive test whose estimate is a gain and whose interval still reaches the minimum worthwhile one."""
+    return (verdict.decision is Decision.INCONCLUSIVE and verdict.effect is not None and verdict.effect > 1.0
+            and verdict.ci_high is not None and verdict.ci_high >= 1.0 + min_effect)
 
 
 def _priority(probed: _Probed) -> tuple[int, float]:
@@ -268,11 +282,98 @@ class Screening:
             night.notes.append(f"{technique.name} not retested (at most {RETESTS} retests a night): "
                                f"{reason_from_verdict(first)}")
 
+    def resume(self, phase: str) -> None:
+        """Continue, to its cap, each screening A/B an early look stopped to save boots, if ``phase`` has room.
+
+        The boot-saving futility stop ends a test on its estimate alone, however wide its interval: at the first
+        look of two boots per arm that is often an interval that says nothing ([−49%, +86%]). Futility stops are
+        non-binding, so the same test may go on: its recorded boots are read back, its efficacy boundaries stay
+        calibrated at the level it was run at (no new level of the night's false-keep control is spent), and only
+        the interval rule stops it early now. A test continues only against the incumbent it was run against,
+        largest estimate first, when its next look fits in what ``phase`` has left; a phase ending mid-test leaves
+        the first decision standing.
+        """
+        night = self.night
+        assert night.policy is not None
+        paused = sorted(night.paused, key=lambda p: -(p.verdict.effect or 0.0))
+        night.paused = []
+        for test in paused:
+            night.check()
+            if test.incumbent_key != night.incumbent.candidate.key():
+                continue
+            if night.budget.allowance(phase) < self._next_look_s(test):
+                night.notes.append(f"no time to continue the test of {test.technique.name} "
+                                   f"({reason_from_verdict(test.verdict)})")
+                break
+            log.info("continuing the A/B of %s: its early look stopped to save boots", test.technique.name)
+            ab, ids = night.ab(test.candidate, tag=test.tag, phase=Phase.SCREENING, technique=test.technique.name,
+                               kind="speed", seed=test.seed, level=test.level, futility="ci")
+            verdict = night.fdr.resume(ab.verdict, test.level)
+            sentence = (f"continued to its cap (an early look had stopped it to save boots: "
+                        f"{reason_from_verdict(test.verdict)}): {reason_from_verdict(verdict)}")
+            base = {**self._base(test.technique, test.with_), "candidate_key": test.candidate.key()}
+            decision = self._record(None, verdict=verdict, ab_result=ab.to_dict(), result=sentence,
+                                    with_=test.with_, boots_incumbent=tuple(ids[Arm.INCUMBENT]),
+                                    boots_candidate=test.boots + tuple(ids[Arm.CANDIDATE]), **base)
+            if decision.kept is Kept.YES:
+                night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(test.technique, test.with_),
+                                            test.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+            elif _unresolved(verdict, night.policy.min_effect):
+                night.unresolved.append((test.index, test.technique, verdict, test.with_))
+
+    def extend(self, phase: str) -> None:
+        """Retest the most promising unresolved technique with the longest test ``phase``'s time allows.
+
+        For the end of a night with time nothing else needs (the confirmation phase, when nothing beat the
+        baseline): a first test the gate left inconclusive with a positive estimate is retested on fresh boots
+        against the same incumbent, its blocks per arm at each look the night's own times the largest factor
+        (at most ``EXTEND_FACTOR``) whose cap fits in what ``phase`` has left, as a new test under the night's
+        false-keep control whose p-value combines both stages (``multiplicity.with_first_stage``). Largest
+        estimate first, one after another while time is left.
+        """
+        night = self.night
+        assert night.policy is not None
+        unresolved = sorted(night.unresolved, key=lambda item: -(item[2].effect or 0.0))
+        night.unresolved = []
+        base = night.policy.looks
+        for index, technique, first, with_ in unresolved:
+            night.check()
+            if technique.name in night.incumbent.techniques:
+                continue
+            blocks = (night.budget.allowance(phase) / night.boot_s() - 1) / 2
+            factor = min(EXTEND_FACTOR, int(blocks // base[-1]))
+            if factor < 1:
+                night.notes.append(f"no time to retest {technique.name} with a longer test "
+                                   f"({reason_from_verdict(first)})")
+                break
+            if (first.p_value is not None and second_stage_level(first.p_value, night.fdr_level())
+                    < smallest_level(night.policy.replicates)):
+                night.notes.append(f"{technique.name} not retested: its first test leaves a second no level to be "
+                                   f"kept at ({reason_from_verdict(first)})")
+                continue
+            log.info("retesting %s with a test %d× the night's: the first was inconclusive at %s", technique.name,
+                     factor, reason_from_verdict(first))
+            partner = with_ if with_ not in night.incumbent.techniques else None
+            self.screen(index, technique, first=first, with_=partner,
+                        looks=tuple(factor * n for n in base) if factor > 1 else None)
+
+    def _next_look_s(self, test: PausedTest) -> float:
+        """Seconds to the look after the one that stopped ``test``, in both arms."""
+        night = self.night
+        assert night.policy is not None
+        looks = night.policy.looks
+        stopped = test.verdict.stopped_at_look or 1
+        have = looks[min(stopped, len(looks)) - 1]
+        nxt = looks[min(stopped, len(looks) - 1)]
+        return 2 * max(1, nxt - have) * night.boot_s()
+
     def screen(self, index: int, technique: Technique, *, first: Verdict | None = None,
-               after: str | None = None, with_: str | None = None) -> DecisionRecord | None:
-        """Decide one technique now: its probed screening boot, then (if it survives) the A/B gate."""
+               after: str | None = None, with_: str | None = None,
+               looks: tuple[int, ...] | None = None) -> DecisionRecord | None:
+        """Decide one technique now: its probed screening boot, then (if it survives) the A/B gate (``looks``: a
+        longer test than the night's, for a retest)."""
         probed = self.probe(index, technique, first=first, after=after, with_=with_)
-        return self.gate(probed) if isinstance(probed, _Probed) else probed
+        return self.gate(probed, looks=looks) if isinstance(probed, _Probed) else probed
 
     def probe(self, index: int, technique: Technique, *, first: Verdict | None = None,
               after: str | None = None, with_: str | None = None) -> _Probed | DecisionRecord | None:
@@ -338,13 +439,14 @@ class Screening:
         return _Probed(index=index, technique=technique, candidate=candidate, boots=boots, first=first,
                        after=after, tag=tag, estimate=tput / incumbent if tput and incumbent else None, with_=with_)
 
-    def gate(self, probed: _Probed) -> DecisionRecord | None:
+    def gate(self, probed: _Probed, *, looks: tuple[int, ...] | None = None) -> DecisionRecord | None:
         """The A/B gate of a technique that survived its screening boot, against the incumbent as it is now.
 
         When the incumbent changed since the screening boot (a technique was kept meanwhile), the technique is
         booted with the probes again on the new combination first: its quality and pool are facts of that one.
         """
         night = self.night
+        assert night.policy is not None
         technique, first, after, with_ = probed.technique, probed.first, probed.after, probed.with_
         current = self._current(technique, with_)
         if current is None or current.key() != probed.candidate.key():
@@ -360,11 +462,19 @@ class Screening:
         level, p_first = night.fdr_level(), first.p_value if first is not None else None
         if p_first is not None:
             level = second_stage_level(p_first, level)
+        smallest = smallest_level(night.policy.replicates)
+        if level < smallest:
+            # the night's false-keep control (or a weak first stage) leaves too small a level to calibrate a test at
+            needed = Verdict(decision=Decision.INCONCLUSIVE, reason=(
+                f"not tested: a keep would need p ≤ {level:.2g}, below the {smallest:.2g} the gate can calibrate"),
+                effect=None, ci_low=None, ci_high=None, p_value=None,
+                boots_incumbent=0, boots_candidate=len(probed.boots), category=ReasonCategory.NO_GAIN)
+            return self._record(after, verdict=needed, with_=with_, boots_candidate=probed.boots, **base)
         guards = tuple((g.name, g.p_value) for g in (first.guardrails if first is not None else ())
                        if g.p_value is not None)
         ab, ids = night.ab(probed.candidate, tag=probed.tag, phase=Phase.SCREENING, technique=technique.name,
                            kind=kind, seed=probed.index if first is None else 7919 + probed.index, level=level,
-                           first_stage_guards=guards)
+                           first_stage_guards=guards, looks=looks)
         verdict = night.fdr.review(ab.verdict if p_first is None else with_first_stage(ab.verdict, p_first))
         combined = (f" (both tests combined: p = {verdict.p_value:.2g})" if p_first is not None
                     and verdict.p_value is not None and verdict.decision is Decision.KEEP else "")
@@ -374,10 +484,17 @@ class Screening:
                                 boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                 boots_candidate=probed.boots + tuple(ids[Arm.CANDIDATE]), **base)
         # faster at the interval's low end (a memory technique: no slower than its non-inferiority margin)
-        margin = night.policy.non_inferiority_margin if kind == "memory" and night.policy else 0.0
+        margin = night.policy.non_inferiority_margin if kind == "memory" else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
             night.promising.append((probed.index, technique, verdict, with_))
+        elif first is None and _unresolved(verdict, night.policy.min_effect):
+            night.unresolved.append((probed.index, technique, verdict, with_))
+        if first is None and after is None and ab.verdict.extra.get("futility") == "boot_saving":
+            night.paused.append(PausedTest(index=probed.index, technique=technique, candidate=probed.candidate,
+                                           boots=probed.boots, tag=probed.tag, seed=probed.index, level=level,
+                                           incumbent_key=night.incumbent.candidate.key(), verdict=verdict,
+                                           with_=with_))
         if decision.kept is Kept.YES:
             night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(technique, with_),
                                         probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)

@@ -3,10 +3,10 @@
 ``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.incumbent`` (``tuner/search_context.py``) and
 returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: a sweep
 that boots the incumbent's values and each of its one-parameter moves once, then A/Bs the moves whose boot beat the
-incumbent by more than the boot noise, fastest first, then an ask/tell loop of ``NumericSearch`` whose trials are
-promoted as they come. Its ``MemoryModel`` skips candidates predicted to miss the context target without a boot;
-failures are constraints; the incumbent's own values (the search's first trial) are never A/B-ed, and a keep becomes
-the incumbent for what follows.
+incumbent by more than the boot noise (``sweep_reference``), fastest first, then an ask/tell loop of
+``NumericSearch`` whose trials are promoted as they come. Its ``MemoryModel`` skips candidates predicted to miss
+the context target without a boot; failures are constraints; the incumbent's own values (the search's first trial)
+are never A/B-ed, and a keep becomes the incumbent for what follows.
 """
 
 from __future__ import annotations
@@ -189,11 +189,24 @@ def known_results(search: NumericSearch) -> dict[str, list[float] | None]:
     return measured
 
 
+def sweep_reference(incumbent: Incumbent, baseline: Candidate, sigma: float,
+                    boots: Mapping[object, BootRecord]) -> tuple[float | None, float]:
+    """What the sweep's moves must beat, and by how much (log): the incumbent's throughput by the boot noise
+    ``sigma``; or, when the incumbent was kept by an A/B (its throughput that A/B's winning arm, biased up by the
+    keep), the sweep's own boot of the incumbent's values by the noise of a difference of two boots, √2 · σ."""
+    own = boots.get("search:0")
+    if (incumbent.candidate.key() != baseline.key() and own is not None and own.throughput_tok_s
+            and own.candidate.key() == incumbent.candidate.key()):
+        return own.throughput_tok_s, math.sqrt(2.0) * sigma
+    return incumbent.throughput, sigma
+
+
 def swept_winners(search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float,
-                  boots: Mapping[object, BootRecord]) -> list[Booted]:
-    """The sweep's feasible trials (numbered below ``swept``, their boots in ``boots`` by tag) whose boot beat
-    ``incumbent`` by more than the boot noise ``sigma`` (never the incumbent's own values), fastest first."""
-    if not incumbent.throughput:
+                  boots: Mapping[object, BootRecord], baseline: Candidate) -> list[Booted]:
+    """The sweep's feasible trials (numbered below ``swept``, their boots in ``boots`` by tag) whose boot beat the
+    ``sweep_reference`` by more than its margin (never the incumbent's own values), fastest first."""
+    reference, margin = sweep_reference(incumbent, baseline, sigma, boots)
+    if not reference:
         return []
     winners = []
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -202,7 +215,7 @@ def swept_winners(search: NumericSearch, incumbent: Incumbent, swept: int, sigma
         if (trial.number >= swept or record is None or trial.values is None or not record.throughput_tok_s
                 or not feasible or record.candidate.key() == incumbent.candidate.key()):
             continue
-        if math.log(record.throughput_tok_s / incumbent.throughput) > sigma:
+        if math.log(record.throughput_tok_s / reference) > margin:
             winners.append(Booted(trial.number, values, record.candidate, record.throughput_tok_s))
     return sorted(winners, key=lambda b: (-b.throughput, b.number))
 
@@ -215,7 +228,7 @@ def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumben
     start = dict(incumbent.values)
     moved: set[str] = set()
     decisions: list[DecisionRecord] = []
-    for winner in swept_winners(search, incumbent, swept, sigma, boots):
+    for winner in swept_winners(search, incumbent, swept, sigma, boots, ctx.space.baseline()):
         change = {k: v for k, v in winner.values.items() if start.get(k) != v}
         if not change or moved & set(change):
             continue

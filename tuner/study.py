@@ -256,17 +256,23 @@ class Study:
         Only evidence of harm takes a winner back: a crash or failed probe, a failed quality gate, a guardrail
         confidently worse, or an interval wholly below the baseline's speed. An A/B that ends without a verdict
         (its cap, or the budget) leaves the winner recommended as *unconfirmed*, with what the boots showed. When
-        nothing beat the baseline, the phase first runs the retests the search phase had no time for.
+        nothing beat the baseline, the phase first runs the retests the search phase had no time for, then continues
+        the tests an early look stopped to save boots (``Screening.resume``).
         """
         night = self.night
         final, baseline = night.incumbent.candidate, night.baseline
-        if final.key() == baseline.key() and night.promising:
+        if final.key() == baseline.key() and (night.promising or night.paused or night.unresolved):
             # Nothing to confirm: the phase's time goes to the retests the search had no time for (an A/B against
-            # the incumbent, here the baseline, on fresh boots under the night's false-keep control); a keep is
-            # then confirmed like any winner, as far as the time left allows.
+            # the incumbent, here the baseline, on fresh boots under the night's false-keep control), then to the
+            # tests an early look stopped to save boots, continued to their cap; a keep is then confirmed like any
+            # winner, as far as the time left allows.
             self._confirmed("not needed", "nothing beat the baseline")    # until a retest keeps something
             try:
                 Screening(night).retest("confirmation")
+                if night.incumbent.candidate.key() == baseline.key():
+                    Screening(night).resume("confirmation")
+                if night.incumbent.candidate.key() == baseline.key():
+                    Screening(night).extend("confirmation")
             finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
                 if night.incumbent.candidate.key() != baseline.key():
                     self._confirmed("unconfirmed", "kept by its retest against the baseline; not confirmed since")

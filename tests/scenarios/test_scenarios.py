@@ -178,3 +178,22 @@ def test_a_promising_technique_is_retested_at_the_start_of_the_search_when_its_f
     assert retest.kept is Kept.YES and result.recommended.key() != load_space(s.space).baseline().key()
     confirmation = json.loads((result.run_dir / "study.json").read_text())["extra"]["confirmation"]["status"]
     assert confirmation == "confirmed"
+
+
+def test_a_night_with_nothing_to_confirm_spends_its_end_on_the_tests_it_left_open(tmp_path: Path) -> None:
+    """A generated case whose best technique (truth ×1.115, step-drift noise) is stopped at its first look to save
+    boots on an interval that says nothing ([−49%, +86%]), and nothing beats the baseline: the confirmation's time
+    continues that same test to its cap (read back, not booted again), then retests it, still inconclusive, with a
+    longer test combined with the first; it is kept and recommended."""
+    s = generate(76, tmp_path)
+    result = run_virtual_study(profile=s.profile, space=s.space, traffic=s.traffic, budget_s=8 * 3600, seed=0,
+                               out=tmp_path / "study")
+    mine = [d for d in result.decisions if d.technique == "t3-speed-gain"]
+    assert [d.kept for d in mine] == [Kept.NO, Kept.INCONCLUSIVE, Kept.YES]
+    stopped, continued, longer = mine
+    assert stopped.verdict is not None and stopped.verdict.extra.get("futility") == "boot_saving"
+    assert continued.result.startswith("continued to its cap (an early look had stopped it to save boots")
+    assert set(stopped.boots_incumbent) <= set(continued.boots_incumbent)
+    assert longer.result.startswith("retest with fresh boots") and longer.ab_result is not None
+    assert longer.ab_result["policy"]["looks"][-1] > continued.ab_result["policy"]["looks"][-1]  # type: ignore[index]
+    assert result.recommended.key() == longer.candidate_key

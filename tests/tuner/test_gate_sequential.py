@@ -186,6 +186,14 @@ def test_boundary_cache_round_trips_on_disk(tmp_path: object) -> None:
     assert second.nominal_p == first.nominal_p and (second.null_max == first.null_max).all()
 
 
+def test_a_level_too_small_for_the_null_sample_is_refused_with_the_smallest_it_can_place() -> None:
+    from elsa_tune.tuner.boundaries import smallest_level
+
+    assert calibrate(Design(replicates=4000, seed=11, alpha=smallest_level(4000))).constant > 0
+    with pytest.raises(ValueError, match=r"below what 4000 null replicates can calibrate \(at least 0.0013\)"):
+        calibrate(Design(replicates=4000, seed=11, alpha=1e-5))
+
+
 def test_adjusted_p_is_at_most_alpha_exactly_when_a_boundary_is_crossed() -> None:
     b = calibrate(Design())
     for look in (1, 2, 3):
@@ -243,3 +251,37 @@ def test_a_policy_level_calibrates_the_efficacy_boundaries_but_not_the_interval(
     assert policy.to_dict()["level"] == 0.02
     with pytest.raises(ValueError, match="level"):
         GatePolicy(level=0.5)
+
+
+def test_a_boot_saving_futility_stop_says_so_and_the_same_test_can_go_on() -> None:
+    """The boot-saving stop ends a test on its estimate at an early look; the verdict names that rule, so the test
+    can be continued later. Continued (the same boots, futility by the interval only), it reads the same first
+    look and goes past it; the interval rule is marked as such."""
+    policy = dataclasses.replace(POLICY, futility="boot_saving")
+    seed = next(s for s in range(200)
+                if (v := run_ab(NoiseModelSampler(effect=0.05, sigma_boot=0.08, seed=s), policy, s).verdict)
+                .extra.get("futility") == "boot_saving" and v.stopped_at_look == 1)
+    stopped = run_ab(NoiseModelSampler(effect=0.05, sigma_boot=0.08, seed=seed), policy, seed)
+    assert stopped.verdict.decision is Decision.REJECT and stopped.verdict.extra["futile"] is True
+    assert stopped.verdict.ci_high is not None and stopped.verdict.ci_high > 1.0 + policy.min_effect
+    going_on = run_ab(NoiseModelSampler(effect=0.05, sigma_boot=0.08, seed=seed),
+                      dataclasses.replace(policy, futility="ci"), seed)
+    first = len(stopped.samples)
+    assert [s.passes for s in going_on.samples[:first]] == [s.passes for s in stopped.samples]
+    assert len(going_on.samples) > first
+    if going_on.verdict.extra.get("futile"):
+        assert going_on.verdict.extra["futility"] == "ci"
+
+
+def test_continuing_futility_stopped_tests_keeps_a_no_op_at_most_alpha() -> None:
+    """Futility stops are non-binding: a no-op kept by its first test or by its continuation is kept no more often
+    than the efficacy boundaries allow (designed ≤ 5%; 300 seeded runs)."""
+    policy = dataclasses.replace(POLICY, futility="boot_saving")
+    keeps = 0
+    for seed in range(300):
+        first = run_ab(NoiseModelSampler(effect=0.0, seed=seed), policy, seed).verdict
+        if first.extra.get("futility") == "boot_saving":
+            first = run_ab(NoiseModelSampler(effect=0.0, seed=seed), dataclasses.replace(policy, futility="ci"),
+                           seed).verdict
+        keeps += first.decision is Decision.KEEP
+    assert keeps / 300 <= 0.08

@@ -120,3 +120,19 @@ def test_a_retest_run_only_after_a_promising_first_test_keeps_a_no_op_at_most_it
     second = np.array([p <= second_stage_level(q, level) for p, q in zip(p2[retested], p1[retested], strict=True)])
     assert (first_keeps.sum() + second.sum()) / p1.size <= 2 * level + 0.002   # two tests, each at most α
     assert second.sum() / p1.size <= level
+
+
+def test_a_continued_test_is_judged_at_its_own_level_and_spends_none() -> None:
+    """A test reviewed once (a futility stop, since taken back) and continued: judged at the level it was run at,
+    not a new one; no test is added to the night's count, and a keep earns the next tests their share back."""
+    control = OnlineFalseKeepControl(method="lond", level=0.10, expected_tests=10)
+    first = control.next_level()
+    control.review(verdict(0.7, Decision.REJECT))
+    tests, keeps = control.tests, control.keeps
+    weak = control.resume(verdict(2 * first), first)
+    assert weak.decision is Decision.INCONCLUSIVE and weak.extra["held_by_night_control"]
+    assert control.tests == tests and control.keeps == keeps
+    kept = control.resume(verdict(first / 2), first)
+    assert kept.decision is Decision.KEEP and kept.adjusted_p_value == pytest.approx(0.05)
+    assert control.tests == tests and control.keeps == keeps + 1
+    assert "a continued test at level" in kept.extra["multiplicity"]

@@ -21,6 +21,7 @@ from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
 from elsa_tune.tuner.night import Night, PhaseOver, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.sampler import BootPlan
+from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch
@@ -284,3 +285,138 @@ def test_a_screening_a_b_is_run_at_its_share_of_the_nights_false_keep_control(tm
     assert decision is not None and decision.ab_result is not None, "the technique reached the gate"
     assert decision.ab_result["policy"]["level"] == pytest.approx(level)
     assert not (decision.verdict and decision.verdict.extra.get("held_by_night_control"))
+
+
+def _first_look(night: Night, name: str, *, level: float) -> tuple[int, object, object, dict[object, list[str]]]:
+    """The first look (2 blocks per arm) of ``name``'s screening A/B, as an early futility stop leaves it."""
+    from elsa_tune.history.verdict import Decision, Verdict
+
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == name)
+    candidate = night.space.candidate(night.incumbent.values, [name], label=name)
+    _, ids = night.ab(candidate, tag=f"screening:{name}", phase=Phase.SCREENING, technique=name, seed=index,
+                      level=level, looks=(2,))
+    stopped = Verdict(decision=Decision.REJECT, reason="futile at look 1: estimate −3.0% is not above +0.0%, too "
+                      "little to reach a keep with the remaining boots", effect=0.97, ci_low=0.51, ci_high=1.86,
+                      p_value=0.75, boots_incumbent=2, boots_candidate=2, stopped_at_look=1,
+                      extra={"futile": True, "futility": "boot_saving"})
+    return index, technique, (candidate, stopped), ids
+
+
+def test_a_test_an_early_look_stopped_to_save_boots_is_continued_on_its_recorded_boots(tmp_path: Path) -> None:
+    """Futility stops are non-binding: the same test goes on from its recorded boots (read back, not booted again),
+    at the level it was calibrated at, spending no new level of the night's false-keep control, with only the
+    interval rule to stop it early."""
+    from elsa_tune.tuner.night import PausedTest
+
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    night.budget.begin("search")
+    index, technique, (candidate, stopped), ids = _first_look(night, "fused-qk-norm-rope", level=0.02)
+    night.paused = [PausedTest(index=index, technique=technique, candidate=candidate, boots=(),  # type: ignore[arg-type]
+                               tag="screening:fused-qk-norm-rope", seed=index, level=0.02,
+                               incumbent_key=night.incumbent.candidate.key(), verdict=stopped)]  # type: ignore[arg-type]
+    boots_before, tests_before = night.booter.boots, night.fdr.tests
+
+    Screening(night).resume("search")
+    assert night.paused == []
+    (decision,) = night.store.load().decisions
+    assert decision.result.startswith("continued to its cap (an early look had stopped it to save boots: no "
+                                      "demonstrated benefit (stopped early, futile): "), decision.result
+    assert decision.ab_result is not None
+    assert decision.ab_result["policy"]["level"] == pytest.approx(0.02)
+    assert decision.ab_result["policy"]["futility"] == "ci"
+    assert night.fdr.tests == tests_before
+    # the first look's boots are the test's first blocks; only the blocks after them were booted
+    assert list(decision.boots_incumbent[:2]) == ids[Arm.INCUMBENT]
+    assert list(decision.boots_candidate[:2]) == ids[Arm.CANDIDATE]
+    assert night.booter.boots - boots_before == len(decision.boots_incumbent) + len(decision.boots_candidate) - 4
+
+
+def test_a_stopped_test_is_not_continued_against_another_incumbent(tmp_path: Path) -> None:
+    from elsa_tune.history.verdict import Decision, Verdict
+    from elsa_tune.tuner.night import PausedTest
+
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.budget.begin("search")
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
+    stopped = Verdict(decision=Decision.REJECT, reason="futile at look 1", effect=0.97, ci_low=0.51, ci_high=1.86,
+                      p_value=0.75, boots_incumbent=2, boots_candidate=2, stopped_at_look=1,
+                      extra={"futile": True, "futility": "boot_saving"})
+    candidate = night.space.candidate(night.incumbent.values, [technique.name], label=technique.name)
+    night.paused = [PausedTest(index=index, technique=technique, candidate=candidate, boots=(),
+                               tag="screening:fused-qk-norm-rope", seed=index, level=0.02,
+                               incumbent_key="another incumbent", verdict=stopped)]
+    Screening(night).resume("search")
+    assert night.booter.boots == 0 and not night.store.load().decisions
+
+
+def test_an_unresolved_technique_is_retested_with_the_longest_test_the_time_left_allows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the night's end with time nothing else needs, an inconclusive first test with a positive estimate is
+    retested with blocks per arm at each look a multiple of the night's (here the most, held at 2× to keep the test
+    short), as a second stage combined with the first under a new level of the night's false-keep control."""
+    from elsa_tune.history.verdict import Decision, Verdict
+    from elsa_tune.tuner import screening
+
+    monkeypatch.setattr(screening, "EXTEND_FACTOR", 2)
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.budget = Budget(20000.0, clock=night.clock.now)     # the same passes, a longer night
+    night.policy = GatePolicy(looks=(2,), replicates=2000)
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    night.budget.begin("search")
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
+    first = Verdict(decision=Decision.INCONCLUSIVE, reason="inconclusive at the cap of 3 blocks: +4.0%",
+                    effect=1.04, ci_low=0.96, ci_high=1.13, p_value=0.2, boots_incumbent=3, boots_candidate=3)
+    night.unresolved = [(index, technique, first, None)]
+    tests_before = night.fdr.tests
+
+    Screening(night).extend("search")
+    assert night.unresolved == []
+    (decision,) = night.store.load().decisions
+    assert decision.ab_result is not None, decision.result
+    assert decision.ab_result["policy"]["looks"] == [4]
+    assert night.fdr.tests == tests_before + 1
+    assert decision.result.startswith("retest with fresh boots (the first: "), decision.result
+    assert decision.verdict is not None and decision.verdict.p_value is not None
+    stages = decision.verdict.extra.get("stages")
+    assert stages is None or stages["first_p"] == 0.2   # combined when the second stage measured a p
+
+
+def test_a_longer_retest_without_time_for_the_nights_own_cap_is_a_note(tmp_path: Path) -> None:
+    from elsa_tune.history.verdict import Decision, Verdict
+
+    pre = _preflight(tmp_path, TINY_SPACE, budget_s=400.0)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.budget.begin("search")
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
+    first = Verdict(decision=Decision.INCONCLUSIVE, reason="inconclusive at the cap of 3 blocks: +4.0%",
+                    effect=1.04, ci_low=0.96, ci_high=1.13, p_value=0.2, boots_incumbent=3, boots_candidate=3)
+    night.unresolved = [(index, technique, first, None)]
+    Screening(night).extend("search")
+    assert night.booter.boots == 0 and not night.store.load().decisions
+    assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope with a longer test")
+
+
+def test_a_test_whose_level_the_gate_cannot_calibrate_is_recorded_not_run(tmp_path: Path) -> None:
+    """When the night's false-keep control leaves a test less level than the null sample can place, the technique
+    is recorded inconclusive, "not tested", after its screening boot: no A/B boots, no crash."""
+    from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
+
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.fdr = OnlineFalseKeepControl(level=1e-4, expected_tests=4)
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    night.budget.begin("screening")
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
+    decision = Screening(night).screen(index, technique)
+    assert decision is not None and decision.kept is Kept.INCONCLUSIVE and decision.ab_result is None
+    assert decision.verdict is not None and decision.verdict.reason.startswith("not tested: a keep would need p ≤ ")
+    assert not any(str(b.extra.get("tag")).startswith("screening:fused-qk-norm-rope:ab:")
+                   for b in night.store.load().boots)
