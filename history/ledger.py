@@ -5,7 +5,8 @@ append-only, one JSON object per line; appends take an exclusive ``fcntl`` lock 
 concurrent studies never interleave lines. The reader is tolerant: a corrupt line (a torn write, a
 hand edit) is reported with its line number and skipped, or raised with ``strict=True``.
 
-A later study asks ``rejected_for(fingerprint)`` and skips those techniques, saying so. The match is on
+A later study asks ``rejected_for(fingerprint)`` and skips those techniques, saying so; one whose test did not
+decide (``LedgerEntry.unresolved``) is tested again by the next study, until two studies left it so. The match is on
 ``Fingerprint.ledger_key()`` (runtime, model, GPU model, driver): a changed fingerprint re-opens them.
 The latest entry of a technique wins, so a retest that keeps it re-opens it as well.
 ``LedgerBackend`` is the seam for sharing the ledger elsewhere (PostgreSQL, issue 8).
@@ -34,6 +35,8 @@ from elsa_tune.search_spaces.candidate import FlagValue
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+#: a technique that this many studies on one setup left ``unresolved`` is skipped there like a rejected one
+UNRESOLVED_STUDIES = 2
 # schema history: 1 — first version.
 
 
@@ -87,6 +90,17 @@ class LedgerEntry:
     @property
     def rejected(self) -> bool:
         return self.decision is not Decision.KEEP
+
+    @property
+    def unresolved(self) -> bool:
+        """The test behind the entry did not decide, and its interval still reaches a gain: it ended INCONCLUSIVE
+        with an interval, or an early look stopped it to save boots (``extra["futility"] == "boot_saving"``),
+        with its upper bound above no change. A later study on the setup may test it again."""
+        if self.ci_high is None or self.ci_high <= 1.0 or self.verdict is None:
+            return False
+        if self.decision is Decision.INCONCLUSIVE:
+            return True
+        return self.decision is Decision.REJECT and self.verdict.extra.get("futility") == "boot_saving"
 
     def key(self) -> str:
         """Identity of the measurement behind the entry (study, decision, technique, setup, boots), not its date:
@@ -296,8 +310,26 @@ class Ledger:
         return latest
 
     def rejected_for(self, fingerprint: Fingerprint) -> dict[str, LedgerEntry]:
-        """Techniques whose latest verdict under this fingerprint was not KEEP: a study skips these."""
-        return {name: entry for name, entry in self.latest_for(fingerprint).items() if entry.rejected}
+        """Techniques whose latest verdict under this fingerprint was not KEEP: a study skips these.
+
+        Except a technique whose latest entry is ``unresolved`` and which fewer than ``UNRESOLVED_STUDIES``
+        studies on this setup left unresolved: an underpowered test is evidence of nothing, and the next study
+        tests it again (its entries stay; the latest wins as before).
+        """
+        key = fingerprint.ledger_key()
+        last_per_study: dict[tuple[str, str], LedgerEntry] = {}
+        for entry in self.entries():
+            if entry.fingerprint.ledger_key() == key:
+                last_per_study[(entry.technique, entry.evidence.study)] = entry
+        rejected: dict[str, LedgerEntry] = {}
+        for name, entry in self.latest_for(fingerprint).items():
+            if not entry.rejected:
+                continue
+            left_open = sum(1 for (technique, _), e in last_per_study.items() if technique == name and e.unresolved)
+            if entry.unresolved and left_open < UNRESOLVED_STUDIES:
+                continue
+            rejected[name] = entry
+        return rejected
 
     def reopened_for(self, fingerprint: Fingerprint) -> dict[str, tuple[LedgerEntry, list[str]]]:
         """Techniques rejected under another fingerprint only, with what changed: a study retests these."""

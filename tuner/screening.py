@@ -97,6 +97,12 @@ class Screening:
         here = str(night.store.run_dir)     # this study's own entries (a resumed study) are replayed, not skipped
         rejected = {name: e for name, e in night.store.ledger.rejected_for(night.pre.fingerprint).items()
                     if e.evidence.run_dir != here}
+        for name, entry in night.store.ledger.latest_for(night.pre.fingerprint).items():
+            if (entry.rejected and name not in rejected and entry.evidence.run_dir != here
+                    and any(t.name == name and t.screen for t in night.space.techniques)):
+                note = f"{name}: tested again, its last test did not decide ({night.store.ledger.skip_note(entry)})"
+                log.info("technique %s", note)
+                night.notes.append(note)
         for name, (entry, changes) in night.store.ledger.reopened_for(night.pre.fingerprint).items():
             if any(t.name == name for t in night.space.techniques):
                 log.info("technique %s was rejected on another setup (%s); the setup changed (%s): screening it again",
