@@ -94,6 +94,8 @@ def reason_from_verdict(verdict: Verdict) -> str:
         # an A/B boot of the candidate failed before any estimate: that failure is the reason
         return f"an A/B boot failed: {reason_from_failure(Failure.from_dict(boot_failure))}"
     if verdict.decision is Decision.INCONCLUSIVE:
+        if extra.get("not_tested"):         # the night's control left no level to run a test at: said as such
+            return verdict.reason
         level = extra.get("multiplicity_level")
         if extra.get("held_by_night_control") and verdict.adjusted_p_value is not None and \
                 isinstance(level, (int, float)):

@@ -474,7 +474,8 @@ class Screening:
             needed = Verdict(decision=Decision.INCONCLUSIVE, reason=(
                 f"not tested: a keep would need p ≤ {level:.2g}, below the {smallest:.2g} the gate can calibrate"),
                 effect=None, ci_low=None, ci_high=None, p_value=None,
-                boots_incumbent=0, boots_candidate=len(probed.boots), category=ReasonCategory.NO_GAIN)
+                boots_incumbent=0, boots_candidate=len(probed.boots), extra={"not_tested": True},
+                category=ReasonCategory.NO_GAIN)
             return self._record(after, verdict=needed, with_=with_, boots_candidate=probed.boots, **base)
         guards = tuple((g.name, g.p_value) for g in (first.guardrails if first is not None else ())
                        if g.p_value is not None)

@@ -418,5 +418,6 @@ def test_a_test_whose_level_the_gate_cannot_calibrate_is_recorded_not_run(tmp_pa
     decision = Screening(night).screen(index, technique)
     assert decision is not None and decision.kept is Kept.INCONCLUSIVE and decision.ab_result is None
     assert decision.verdict is not None and decision.verdict.reason.startswith("not tested: a keep would need p ≤ ")
+    assert decision.result == decision.verdict.reason
     assert not any(str(b.extra.get("tag")).startswith("screening:fused-qk-norm-rope:ab:")
                    for b in night.store.load().boots)
