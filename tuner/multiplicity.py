@@ -128,22 +128,19 @@ class OnlineFalseKeepControl:
         alpha_j = self.next_level()
         self.tests += 1
         self.history.append(alpha_j)
-        p = verdict.p_value if verdict.p_value is not None and math.isfinite(verdict.p_value) else 1.0
-        # Report p rescaled to the night's level, so "adjusted p ≤ level" reads the same as in batch mode.
-        level = float(self.level if self.level is not None else DEFAULT_LEVEL[self.method])
-        adjusted = min(1.0, p * level / alpha_j)
-        out = _apply(verdict, adjusted, level, f"{self.method} online, test {self.tests} at level {alpha_j:.4g}")
-        if out.decision is Decision.KEEP:
-            self.keeps += 1
-        return out
+        return self._judge(verdict, alpha_j, f"test {self.tests}")
 
     def resume(self, verdict: Verdict, alpha_j: float) -> Verdict:
         """The verdict of a test reviewed before at ``alpha_j`` and continued since (a non-binding futility stop
         taken back): judged at that same level, spending none; a keep counts as a discovery from now on."""
+        return self._judge(verdict, alpha_j, "a continued test")
+
+    def _judge(self, verdict: Verdict, alpha_j: float, which: str) -> Verdict:
         p = verdict.p_value if verdict.p_value is not None and math.isfinite(verdict.p_value) else 1.0
+        # Report p rescaled to the night's level, so "adjusted p ≤ level" reads the same as in batch mode.
         level = float(self.level if self.level is not None else DEFAULT_LEVEL[self.method])
         adjusted = min(1.0, p * level / alpha_j)
-        out = _apply(verdict, adjusted, level, f"{self.method} online, a continued test at level {alpha_j:.4g}")
+        out = _apply(verdict, adjusted, level, f"{self.method} online, {which} at level {alpha_j:.4g}")
         if out.decision is Decision.KEEP:
             self.keeps += 1
         return out
