@@ -317,12 +317,14 @@ class Ledger:
         tests it again (its entries stay; the latest wins as before).
         """
         key = fingerprint.ledger_key()
+        latest: dict[str, LedgerEntry] = {}
         last_per_study: dict[tuple[str, str], LedgerEntry] = {}
-        for entry in self.entries():
+        for entry in self.entries():          # one read of the backend: the latest entry overall and per study
             if entry.fingerprint.ledger_key() == key:
+                latest[entry.technique] = entry
                 last_per_study[(entry.technique, entry.evidence.study)] = entry
         rejected: dict[str, LedgerEntry] = {}
-        for name, entry in self.latest_for(fingerprint).items():
+        for name, entry in latest.items():
             if not entry.rejected:
                 continue
             left_open = sum(1 for (technique, _), e in last_per_study.items() if technique == name and e.unresolved)

@@ -90,9 +90,10 @@ class Incumbent:
 class PausedTest:
     """A screening A/B that an early look stopped to save boots, as it stood: enough to continue the same test.
 
-    ``tag`` and ``seed`` name its boots and schedule (continuing reads the recorded boots back); ``level`` is the
-    overall level its efficacy boundaries were calibrated at; ``incumbent_key`` the incumbent it was run against
-    (it continues only against that one); ``boots`` the candidate's probed screening boots.
+    ``tag`` names its boots and ``index`` (the technique's place in the space) seeds its schedule, as for any first
+    test (continuing reads the recorded boots back); ``level`` is the overall level its efficacy boundaries were
+    calibrated at; ``incumbent_key`` the incumbent it was run against (it continues only against that one);
+    ``boots`` the candidate's probed screening boots.
     """
 
     index: int
@@ -100,7 +101,6 @@ class PausedTest:
     candidate: Candidate
     boots: tuple[str, ...]
     tag: str
-    seed: int
     level: float
     incumbent_key: str
     verdict: Verdict

@@ -313,7 +313,7 @@ class Screening:
                 break
             log.info("continuing the A/B of %s: its early look stopped to save boots", test.technique.name)
             ab, ids = night.ab(test.candidate, tag=test.tag, phase=Phase.SCREENING, technique=test.technique.name,
-                               kind="speed", seed=test.seed, level=test.level, futility="ci")
+                               kind="speed", seed=test.index, level=test.level, futility="ci")
             verdict = night.fdr.resume(ab.verdict, test.level)
             sentence = (f"continued to its cap (an early look had stopped it to save boots: "
                         f"{reason_from_verdict(test.verdict)}): {reason_from_verdict(verdict)}")
@@ -499,7 +499,7 @@ class Screening:
             night.unresolved.append((probed.index, technique, verdict, with_))
         if first is None and after is None and ab.verdict.extra.get("futility") == "boot_saving":
             night.paused.append(PausedTest(index=probed.index, technique=technique, candidate=probed.candidate,
-                                           boots=probed.boots, tag=probed.tag, seed=probed.index, level=level,
+                                           boots=probed.boots, tag=probed.tag, level=level,
                                            incumbent_key=night.incumbent.candidate.key(), verdict=verdict,
                                            with_=with_))
         if decision.kept is Kept.YES:

@@ -315,7 +315,7 @@ def test_a_test_an_early_look_stopped_to_save_boots_is_continued_on_its_recorded
     night.budget.begin("search")
     index, technique, (candidate, stopped), ids = _first_look(night, "fused-qk-norm-rope", level=0.02)
     night.paused = [PausedTest(index=index, technique=technique, candidate=candidate, boots=(),  # type: ignore[arg-type]
-                               tag="screening:fused-qk-norm-rope", seed=index, level=0.02,
+                               tag="screening:fused-qk-norm-rope", level=0.02,
                                incumbent_key=night.incumbent.candidate.key(), verdict=stopped)]  # type: ignore[arg-type]
     boots_before, tests_before = night.booter.boots, night.fdr.tests
 
@@ -348,7 +348,7 @@ def test_a_stopped_test_is_not_continued_against_another_incumbent(tmp_path: Pat
                       extra={"futile": True, "futility": "boot_saving"})
     candidate = night.space.candidate(night.incumbent.values, [technique.name], label=technique.name)
     night.paused = [PausedTest(index=index, technique=technique, candidate=candidate, boots=(),
-                               tag="screening:fused-qk-norm-rope", seed=index, level=0.02,
+                               tag="screening:fused-qk-norm-rope", level=0.02,
                                incumbent_key="another incumbent", verdict=stopped)]
     Screening(night).resume("search")
     assert night.booter.boots == 0 and not night.store.load().decisions
