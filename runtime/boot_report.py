@@ -1,4 +1,11 @@
-"""``BootReport``: what the runtime actually did, read from its startup log and ``/server_info``."""
+"""``BootReport``: what the runtime actually did, read from its startup log and its info endpoints.
+
+The fields are one vocabulary for every runtime family: ``max_total_num_tokens`` is the KV capacity in tokens
+(SGLang's pool, llama.cpp's total KV cells), ``max_running_requests`` the effective concurrent slots,
+``context_len`` the longest request one slot holds (llama.cpp's ``n_ctx_seq``). Schema 2 adds what a runtime
+that splits memory across devices and slots reports: the buffers per device, the layers offloaded, whether
+the KV cache is one unified pool, and whether speculative decoding is active.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,16 @@ class BootPhase:
 
 
 @dataclass(frozen=True)
+class DeviceBuffer:
+    """One buffer a boot allocated: on ``device`` (``CUDA0``, ``CPU``, ``CPU_Mapped``), of ``kind`` (``model``,
+    ``kv``, ``compute``, ``output``), ``mib`` MiB."""
+
+    device: str
+    kind: str
+    mib: float
+
+
+@dataclass(frozen=True)
 class BootReport:
     """What one boot really produced. Every field may be ``None`` when the log did not say.
 
@@ -64,6 +81,11 @@ class BootReport:
     server_args: Mapping[str, Any] = field(default_factory=dict)
     adjustments: tuple[Adjustment, ...] = ()
     warnings: tuple[str, ...] = ()
+    buffers: tuple[DeviceBuffer, ...] = ()
+    layers_offloaded: int | None = None
+    layers_total: int | None = None
+    kv_unified: bool | None = None
+    speculative: bool | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +94,7 @@ class BootReport:
         data["server_args"] = dict(self.server_args)
         data["adjustments"] = [a.to_dict() for a in self.adjustments]
         data["warnings"] = list(self.warnings)
+        data["buffers"] = [vars(b).copy() for b in self.buffers]
         return data
 
     @classmethod
@@ -81,5 +104,7 @@ class BootReport:
         kwargs["adjustments"] = tuple(Adjustment(**a) for a in data.get("adjustments", ()))
         kwargs["warnings"] = tuple(data.get("warnings", ()))
         kwargs["server_args"] = dict(data.get("server_args", {}))
+        kwargs["buffers"] = tuple(DeviceBuffer(**b) for b in data.get("buffers", ()))
+        kwargs["schema_version"] = SCHEMA_VERSION   # schema 1 records read as schema 2 with the new fields empty
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in kwargs.items() if k in known})

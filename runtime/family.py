@@ -1,0 +1,141 @@
+"""The runtime-family seam: what differs between SGLang, llama.cpp and vLLM, behind one small protocol.
+
+A ``RuntimeFamily`` owns everything a study needs to know about one kind of server and nothing about how it
+is run (a process, a container, a simulated card): its default launch command and the flags it reserves
+(host, port), how its own ``--help`` lists flags, the log line that says it is ready, how its startup log
+becomes a ``BootReport``, how a failure in its log becomes a classified ``Failure`` (and which failures stop
+the whole study), what its info endpoints serve, and the Prometheus series its ``/metrics`` exports. The
+process and Docker runtimes take a family; nothing else in the tuner asks which one it was given.
+
+``family(name)`` returns the implementation of a ``FamilyName``; ``detect(log_text)`` the family whose log a
+text is. ``tests/runtime/test_family_contract.py`` is the suite every family passes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from elsa_tune.errors import ConfigError, StudyError
+from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.failure import Failure, FailureHints
+from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.search_spaces.candidate import Candidate
+
+
+class FamilyName(enum.Enum):
+    """The runtime families elsa-tune can tune."""
+
+    SGLANG = "sglang"
+    LLAMACPP = "llamacpp"
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """The Prometheus series of one family under elsa-tune's names; ``None`` where the family exports none.
+
+    Counters: ``prompt_tokens``, ``generation_tokens``, ``cached_prompt_tokens``, ``requests`` (finished
+    requests), ``spec_draft_tokens`` and ``spec_accepted_tokens``. Gauges: ``running``, ``waiting`` and
+    ``kv_usage`` (a fraction). ``missing`` says in a sentence what a workload recorded from these series cannot
+    recover.
+    """
+
+    prefix: str
+    prompt_tokens: str | None
+    generation_tokens: str | None
+    cached_prompt_tokens: str | None
+    requests: str | None
+    running: str | None
+    waiting: str | None
+    kv_usage: str | None
+    spec_draft_tokens: str | None
+    spec_accepted_tokens: str | None
+    missing: str = ""
+
+
+class RuntimeFamily(Protocol):
+    """One kind of LLM server, as the process and Docker runtimes, preflight and ``log explain`` read it."""
+
+    @property
+    def name(self) -> FamilyName: ...
+
+    @property
+    def default_launch(self) -> tuple[str, ...]:
+        """The launch command when neither ``--launch`` nor the space's ``runtime.command`` names one."""
+        ...
+
+    @property
+    def model_flag(self) -> str:
+        """The flag that names the model (``model-path`` for SGLang, ``model`` for llama.cpp)."""
+        ...
+
+    @property
+    def ready_line(self) -> str:
+        """A fragment of the log line the server prints once it serves; readiness also needs ``/health``."""
+        ...
+
+    @property
+    def metrics(self) -> MetricNames: ...
+
+    def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
+        """The exact command line of a boot: ``launch``, the candidate's flags, and the host and port we own."""
+        ...
+
+    def parse_help(self, text: str, source: str = "") -> FlagSet:
+        """The flags the runtime's own ``--help`` text lists."""
+        ...
+
+    def boot_report(self, log_text: str, candidate: Candidate | None = None,
+                    info: Mapping[str, Any] | None = None) -> BootReport:
+        """What a boot really produced: the startup log, then the info endpoints, then the adjustments
+        (requested against effective, each with the line that proves it)."""
+        ...
+
+    def server_info(self, client: httpx.Client, base_url: str, timeout_s: float) -> dict[str, Any] | None:
+        """What the server's info endpoints say about itself, or ``None`` when none answers."""
+        ...
+
+    def classify(self, log_text: str, hints: FailureHints | None = None) -> Failure:
+        """How a boot or a server failed, from its log; never raises (an unknown cause is ``UNKNOWN_CRASH``)."""
+        ...
+
+    def looks_failed(self, log_text: str) -> bool:
+        """Whether the log shows a failure signature at all."""
+        ...
+
+    def study_stopper(self, log_text: str) -> StudyError | None:
+        """A failure no other candidate would escape (no runtime, no model, no device): stop the study."""
+        ...
+
+    def recognises(self, log_text: str) -> bool:
+        """Whether ``log_text`` was written by this family's server."""
+        ...
+
+
+def family(name: FamilyName | str) -> RuntimeFamily:
+    """The implementation of ``name`` (a ``FamilyName`` or its value); ``ConfigError`` for an unknown name."""
+    try:
+        key = name if isinstance(name, FamilyName) else FamilyName(name)
+    except ValueError:
+        known = ", ".join(f.value for f in FamilyName)
+        raise ConfigError(f"unknown runtime family {name!r}", remedy=f"use one of: {known}") from None
+    if key is FamilyName.LLAMACPP:
+        from elsa_tune.runtime.llamacpp.family import LLAMACPP
+
+        return LLAMACPP
+    from elsa_tune.runtime.sglang import SGLANG
+
+    return SGLANG
+
+
+def detect(log_text: str) -> RuntimeFamily | None:
+    """The family whose server wrote ``log_text``, or ``None`` when no family recognises it."""
+    for name in FamilyName:
+        candidate = family(name)
+        if candidate.recognises(log_text):
+            return candidate
+    return None

@@ -1,0 +1,88 @@
+"""``SGLANG``: the SGLang family (and its single-card forks) through the runtime-family seam.
+
+Its startup log is read by ``runtime/startup_log.py``, its failures by ``runtime/classify.py`` and its flags
+from ``python -m sglang.launch_server --help`` by ``runtime/flags.py``; ``/server_info`` (``/get_server_info``
+before 0.5) is its info endpoint, and its ``/metrics`` series carry the ``sglang:`` prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from elsa_tune.errors import StudyError
+from elsa_tune.runtime import classify as sglang_classify
+from elsa_tune.runtime import flags as sglang_flags
+from elsa_tune.runtime import startup_log
+from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.family import FamilyName, MetricNames
+from elsa_tune.runtime.failure import Failure, FailureHints
+from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.search_spaces.candidate import Candidate
+
+log = logging.getLogger(__name__)
+
+_OWNED_FLAGS = ("host", "port")
+_RECOGNISED = ("server_args=ServerArgs(", "server_args={", "sglang.launch_server", "sglang.srt.",
+               startup_log.READY_LINE, "max_total_num_tokens=", "KV Cache is allocated")
+
+
+class SGLangFamily:
+    """SGLang 0.5.9–0.5.23 and its forks: ``python -m sglang.launch_server``."""
+
+    name = FamilyName.SGLANG
+    default_launch: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
+    model_flag = "model-path"
+    ready_line = startup_log.READY_LINE
+    metrics = MetricNames(
+        prefix="sglang:", prompt_tokens="sglang:prompt_tokens_total",
+        generation_tokens="sglang:generation_tokens_total", cached_prompt_tokens="sglang:cached_tokens_total",
+        requests="sglang:num_requests_total", running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs",
+        kv_usage="sglang:token_usage", spec_draft_tokens=None, spec_accepted_tokens=None)
+
+    def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
+        flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}
+        dropped = sorted(set(candidate.flags) - set(flags))
+        if dropped:
+            log.warning("ignoring candidate flags %s: elsa-tune owns --host and --port", dropped)
+        return [*launch, *Candidate(flags=flags).argv(), "--host", host, "--port", str(port)]
+
+    def parse_help(self, text: str, source: str = "") -> FlagSet:
+        return sglang_flags.parse_help(text, source)
+
+    def boot_report(self, log_text: str, candidate: Candidate | None = None,
+                    info: Mapping[str, Any] | None = None) -> BootReport:
+        return startup_log.build_report(log_text, candidate, info)
+
+    def server_info(self, client: httpx.Client, base_url: str, timeout_s: float) -> dict[str, Any] | None:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = client.get(f"{base_url}{path}", timeout=timeout_s)
+            except httpx.HTTPError as exc:
+                log.debug("%s unavailable: %s", path, exc)
+                continue
+            if response.status_code == 200:
+                try:
+                    data = response.json()
+                except ValueError:
+                    return None
+                return data if isinstance(data, dict) else None
+        return None
+
+    def classify(self, log_text: str, hints: FailureHints | None = None) -> Failure:
+        return sglang_classify.classify(log_text, hints)
+
+    def looks_failed(self, log_text: str) -> bool:
+        return sglang_classify.looks_failed(log_text)
+
+    def study_stopper(self, log_text: str) -> StudyError | None:
+        return sglang_classify.study_stopper(log_text)
+
+    def recognises(self, log_text: str) -> bool:
+        return any(marker in log_text for marker in _RECOGNISED)
+
+
+SGLANG = SGLangFamily()
