@@ -35,8 +35,9 @@ import requests
 from docker.types import DeviceRequest
 
 from elsa_tune.errors import RuntimeUnavailable
-from elsa_tune.runtime.endpoints import server_info
 from elsa_tune.runtime.failure import Failure
+from elsa_tune.runtime.family import RuntimeFamily
+from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import SCHEMA_VERSION, Owner, Reaped
 from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot, wait_memory_released
@@ -44,13 +45,12 @@ from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process import DEFAULT_LAUNCH
 from elsa_tune.runtime.protocol import DEFAULT_TIMEOUTS, Exit, Health, HealthState, RuntimeTimeouts, Server
 from elsa_tune.runtime.server_log import LogTee
-from elsa_tune.runtime.startup_log import build_report
+from elsa_tune.runtime.sglang import SGLANG
 from elsa_tune.search_spaces.candidate import Candidate
 
 log = logging.getLogger(__name__)
 
 CONTAINER_PORT = 30000
-_OWNED_FLAGS = ("host", "port")
 _NO_ENGINE = "start Docker (or set DOCKER_HOST), or use the process runtime"
 _ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 LEASE_LABEL = "elsa-tune.lease"          # the lease schema version: every container we start has it
@@ -89,7 +89,8 @@ class SGLangDocker:
                  volumes: Mapping[str, str] | None = None, shm_size: str = "32g", ipc_host: bool = False,
                  extra_env: Mapping[str, str] | None = None, timeouts: RuntimeTimeouts = DEFAULT_TIMEOUTS,
                  memory_margin_bytes: int = 512 << 20,
-                 name_prefix: str = "elsa-tune") -> None:
+                 name_prefix: str = "elsa-tune", family: RuntimeFamily = SGLANG) -> None:
+        self._family = family
         self.image = image
         self.gpu = gpu
         self._client = client
@@ -110,6 +111,14 @@ class SGLangDocker:
         self.name_prefix = name_prefix
         self._boots: dict[str, _Boot] = {}
 
+    @property
+    def family(self) -> RuntimeFamily:
+        return self._family
+
+    def flag_set(self) -> FlagSet | None:
+        """``None``: the image's flags are known only once it runs (the first boot validates them)."""
+        return None
+
     def client(self) -> Any:
         """The docker client (created on first use); an unreachable engine is ``RuntimeUnavailable``."""
         if self._client is None:
@@ -123,8 +132,7 @@ class SGLangDocker:
 
     def command(self, candidate: Candidate) -> list[str]:
         """The container's command: launch + candidate flags + the host and port we own."""
-        flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}
-        return [*self.launch, *Candidate(flags=flags).argv(), "--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
+        return self._family.argv(self.launch, candidate, "0.0.0.0", CONTAINER_PORT)
 
     def create_kwargs(self, candidate: Candidate, host_port: int, name: str, *,
                       baseline_used: int | None = None) -> dict[str, Any]:
@@ -168,15 +176,15 @@ class SGLangDocker:
         ready = False
         try:
             container.start()
-            tee = LogTee(self._log_stream(container), log_path)
+            tee = LogTee(self._log_stream(container), log_path, ready_line=self._family.ready_line)
             tee.start()
-            boot = _Boot(container=container, tee=tee, baseline_used=baseline, started=started)
+            boot = _Boot(family=self._family, container=container, tee=tee, baseline_used=baseline, started=started)
             base_url = f"http://127.0.0.1:{port}"
             with httpx.Client(trust_env=False) as http:
                 boot.wait_ready(http, base_url, exit_code=boot.exit_code, halt=lambda: None, log_path=log_path,
                                 timeouts=self.timeouts)
-                info = server_info(http, base_url, self.timeouts.health_s)
-            report = build_report(tee.text(), candidate, info)
+                info = self._family.server_info(http, base_url, self.timeouts.health_s)
+            report = self._family.boot_report(tee.text(), candidate, info)
             (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
             ready = True
         except _ENGINE_ERRORS as exc:

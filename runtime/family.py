@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -24,7 +24,9 @@ from elsa_tune.errors import ConfigError, StudyError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureHints
 from elsa_tune.runtime.flags import FlagSet
-from elsa_tune.search_spaces.candidate import Candidate
+
+if TYPE_CHECKING:   # search spaces name their family: importing them here would be circular
+    from elsa_tune.search_spaces.candidate import Candidate
 
 
 class FamilyName(enum.Enum):
@@ -79,7 +81,21 @@ class RuntimeFamily(Protocol):
         ...
 
     @property
+    def slots_flag(self) -> str:
+        """The flag that sets how many requests run at once (``max-running-requests``, ``parallel``)."""
+        ...
+
+    @property
     def metrics(self) -> MetricNames: ...
+
+    def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
+        """The launch command to run for ``launch``: itself, or where the family's own install put its program
+        when ``launch`` is the bare default and it is not on ``PATH``."""
+        ...
+
+    def installed_version(self, launch: Sequence[str]) -> str | None:
+        """The version the launch command reports (bounded), or ``None`` when it cannot say."""
+        ...
 
     def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
         """The exact command line of a boot: ``launch``, the candidate's flags, and the host and port we own."""

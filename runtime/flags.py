@@ -16,7 +16,7 @@ import difflib
 import json
 import re
 import subprocess
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elsa_tune.errors import ConfigError, RuntimeUnavailable
@@ -76,20 +76,23 @@ def parse_help(text: str, source: str = "") -> FlagSet:
     return FlagSet(frozenset(names), aliases, source)
 
 
-def harvest(launch: Sequence[str], *, timeout_s: float = 300.0, env: Mapping[str, str] | None = None) -> FlagSet:
-    """Run ``<launch> --help`` (bounded; importing SGLang takes a while) and parse its flags."""
+def harvest(launch: Sequence[str], *, timeout_s: float = 300.0, env: Mapping[str, str] | None = None,
+            parse: Callable[[str, str], FlagSet] | None = None) -> FlagSet:
+    """Run ``<launch> --help`` (bounded; importing SGLang takes a while) and parse its flags with ``parse`` (an
+    argparse help text by default: SGLang's)."""
     argv = [*launch, "--help"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
                               env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
     except FileNotFoundError as exc:
         raise RuntimeUnavailable(f"the launch command {launch[0]!r} does not exist",
-                                 remedy="install SGLang or configure the launch command of its own environment, "
-                                        "e.g. /opt/sglang-venv/bin/python -m sglang.launch_server") from exc
+                                 remedy="install the runtime or configure the launch command of its own environment "
+                                        "(--launch), e.g. /opt/sglang-venv/bin/python -m sglang.launch_server "
+                                        "or /opt/llama.cpp/bin/llama-server") from exc
     except subprocess.TimeoutExpired as exc:
         raise RuntimeUnavailable(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s",
                                  remedy="check that the runtime imports cleanly, or raise the --help timeout") from exc
-    flags = parse_help(done.stdout, source=" ".join(launch))
+    flags = (parse or parse_help)(done.stdout, " ".join(launch))
     if done.returncode != 0 or not flags.names:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
         raise RuntimeUnavailable(f"`{' '.join(argv)}` exited {done.returncode} without a flag list:\n{tail}",

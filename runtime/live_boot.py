@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 
 from elsa_tune.errors import BootFailed
-from elsa_tune.runtime.classify import classify, study_stopper
 from elsa_tune.runtime.endpoints import health, unhealthy
 from elsa_tune.runtime.failure import Failure, FailureHints
+from elsa_tune.runtime.family import RuntimeFamily
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.protocol import Exit, Health, HealthState, RuntimeTimeouts
 from elsa_tune.runtime.server_log import LogTee
@@ -60,8 +60,10 @@ def wait_memory_released(gpu: GpuView | None, baseline_used: int | None, *, time
 
 @dataclass(kw_only=True)
 class LiveBoot:
-    """A server a runtime started: its log, the GPU memory used before it, when it started, how it ended."""
+    """A server a runtime started: its family, its log, the GPU memory used before it, when it started, how it
+    ended."""
 
+    family: RuntimeFamily
     tee: LogTee
     baseline_used: int | None
     started: float
@@ -82,17 +84,18 @@ class LiveBoot:
                 self.tee.closed.wait(timeout=5.0)
                 halt()
                 text = self.tee.text()
-                stopper = study_stopper(text)
+                stopper = self.family.study_stopper(text)
                 if stopper is not None:
                     raise stopper
-                failure = classify(text, FailureHints(exit_code=code, elapsed_s=time.monotonic() - self.started))
+                failure = self.family.classify(text, FailureHints(exit_code=code,
+                                                                  elapsed_s=time.monotonic() - self.started))
                 raise BootFailed(failure, log_path=str(log_path))
             if self.tee.ready.is_set() and health(http, base_url, timeouts.health_s)[0]:
                 return
             if time.monotonic() >= deadline:
                 halt()
-                failure = classify(self.tee.text(), FailureHints(timed_out=True,
-                                                                 elapsed_s=time.monotonic() - self.started))
+                failure = self.family.classify(self.tee.text(), FailureHints(
+                    timed_out=True, elapsed_s=time.monotonic() - self.started))
                 raise BootFailed(failure, log_path=str(log_path))
             if self.tee.ready.wait(timeout=timeouts.poll_s):
                 time.sleep(timeouts.poll_s)        # ready, not healthy yet: ask /health again after a pause
@@ -112,12 +115,12 @@ class LiveBoot:
         """``/health`` 200 → HEALTHY; anything else → UNHEALTHY (a hang when the log says so)."""
         with httpx.Client(trust_env=False) as http:
             ok, detail = health(http, base_url, timeout_s)
-        return Health(HealthState.HEALTHY, detail) if ok else unhealthy(self.tee.text(), detail)
+        return Health(HealthState.HEALTHY, detail) if ok else unhealthy(self.family, self.tee.text(), detail)
 
     def died(self, exit_code: int | None) -> Failure:
         """How the server died on its own after it was ready, classified from its log."""
-        return classify(self.tee.text(), FailureHints(exit_code=exit_code, became_ready=True,
-                                                      elapsed_s=time.monotonic() - self.started))
+        return self.family.classify(self.tee.text(), FailureHints(exit_code=exit_code, became_ready=True,
+                                                                  elapsed_s=time.monotonic() - self.started))
 
     def finish(self, halt: Halt, gpu: GpuView | None, *, memory_release_s: float, margin_bytes: int) -> Exit:
         """Halt the server once, then wait for the GPU memory; a second call returns the first ``Exit``."""

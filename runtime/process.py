@@ -1,4 +1,8 @@
-"""``SGLangProcess``: boot SGLang as a local process tree, check it, stop it and wait for the GPU.
+"""``ServerProcess``: boot a server of any runtime family as a local process tree, check it, stop it and wait
+for the GPU; ``SGLangProcess`` is it for SGLang.
+
+The family (``runtime/family.py``) says how a candidate becomes a command line, which log line means ready, how
+the log becomes a ``BootReport`` and how a failure is classified; this module owns the process.
 
 Each boot is its own session and process group (``start_new_session=True``) so the whole tree —
 launcher, scheduler(s), detokenizer — is signalled together. The GPU is pinned by UUID
@@ -11,7 +15,8 @@ the pre-boot level. Every server has a lease (``runtime/lease.py``) from its sta
 server of a tuner killed in between is found and stopped later (``reap_orphans``).
 
 The launch command is configurable so a fork's own virtual environment works, e.g.
-``SGLangProcess(("/opt/fork/bin/python", "-m", "sglang.launch_server"), gpu)``.
+``SGLangProcess(("/opt/fork/bin/python", "-m", "sglang.launch_server"), gpu)``, or
+``ServerProcess(family(FamilyName.LLAMACPP), ("/opt/llama.cpp/bin/llama-server",), gpu)``.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.boot_report import BootReport
-from elsa_tune.runtime.endpoints import server_info
 from elsa_tune.runtime.failure import Failure, FailureKind
+from elsa_tune.runtime.family import RuntimeFamily
+from elsa_tune.runtime.flags import FlagSet, harvest
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.lease import LeaseBook, Reaped, ServerLease
 from elsa_tune.runtime.live_boot import NOTHING_TO_STOP, LiveBoot
@@ -40,13 +47,12 @@ from elsa_tune.runtime.ports import free_port
 from elsa_tune.runtime.process_group import ProcessGroup
 from elsa_tune.runtime.protocol import DEFAULT_TIMEOUTS, Exit, Health, HealthState, RuntimeTimeouts, Server
 from elsa_tune.runtime.server_log import LogTee
-from elsa_tune.runtime.startup_log import READY_LINE, build_report
+from elsa_tune.runtime.sglang import SGLANG
 from elsa_tune.search_spaces.candidate import Candidate
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LAUNCH: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
-_OWNED_FLAGS = ("host", "port")
+DEFAULT_LAUNCH: tuple[str, ...] = SGLANG.default_launch
 
 
 @dataclass(kw_only=True)
@@ -56,29 +62,45 @@ class _Boot(LiveBoot):
     lease: ServerLease | None = None
 
 
-class SGLangProcess:
-    """The ``Runtime`` for SGLang as a local process. One server per instance at a time is typical."""
+class ServerProcess:
+    """The ``Runtime`` for a server of ``family`` as a local process. One server per instance at a time is typical.
 
-    def __init__(self, launch: Sequence[str] = DEFAULT_LAUNCH, gpu: GpuView | None = None, *,
+    ``gpu`` is the device whose memory is watched (a ``GpuView``: an NVIDIA GPU through NVML, or the host's memory
+    for a CPU server); the server is pinned to it by UUID when it is a GPU (``pin_gpu``).
+    """
+
+    def __init__(self, family: RuntimeFamily, launch: Sequence[str] | None = None, gpu: GpuView | None = None, *,
                  host: str = "127.0.0.1", timeouts: RuntimeTimeouts = DEFAULT_TIMEOUTS,
-                 extra_env: Mapping[str, str] | None = None, ready_line: str = READY_LINE,
+                 extra_env: Mapping[str, str] | None = None, ready_line: str | None = None,
                  memory_margin_bytes: int = 512 << 20, port_retries: int = 1,
-                 leases: LeaseBook | None = None) -> None:
+                 leases: LeaseBook | None = None, pin_gpu: bool = True) -> None:
+        launch = tuple(launch) if launch is not None else family.default_launch
         if not launch:
             raise RuntimeUnavailable("empty launch command",
-                                     remedy="pass e.g. ('python3', '-m', 'sglang.launch_server')")
+                                     remedy=f"pass e.g. {' '.join(family.default_launch)!r}")
+        self._family = family
+        self.pin_gpu = pin_gpu
         self.launch = tuple(launch)
         self.gpu = gpu
         self.host = host
         self.timeouts = timeouts
         self.extra_env = dict(extra_env or {})
-        self.ready_line = ready_line
+        self.ready_line = ready_line if ready_line is not None else family.ready_line
         self.memory_margin_bytes = memory_margin_bytes
         self.port_retries = port_retries
         self.leases = leases if leases is not None else LeaseBook()
         #: written into each lease when the GPU is a simulated card (its folder), so a reaper can watch it
         self.lease_card_dir: Path | None = None
         self._boots: dict[str, _Boot] = {}
+
+    @property
+    def family(self) -> RuntimeFamily:
+        return self._family
+
+    def flag_set(self) -> FlagSet:
+        """The launch command's own ``--help`` flag list (bounded: importing a Python runtime takes a while)."""
+        self._check_launch()
+        return harvest(self.launch, timeout_s=300.0, parse=self._family.parse_help)
 
     # ---- start ------------------------------------------------------------------------------------
 
@@ -102,23 +124,20 @@ class SGLangProcess:
         if not found:
             raise RuntimeUnavailable(
                 f"the launch command {exe!r} does not exist or is not executable",
-                remedy="install SGLang there, or configure the launch command of its own environment, "
-                       "e.g. /opt/sglang-venv/bin/python -m sglang.launch_server")
+                remedy=f"install the {self._family.name.value} runtime there, or configure the launch command of its "
+                       f"own environment (--launch, or the space's runtime.command), e.g. "
+                       f"{' '.join(self._family.default_launch)}")
 
     def argv(self, candidate: Candidate, port: int) -> list[str]:
         """The exact command line of a boot: launch + candidate flags + the host and port we own."""
-        flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}
-        dropped = sorted(set(candidate.flags) - set(flags))
-        if dropped:
-            log.warning("ignoring candidate flags %s: elsa-tune owns --host and --port", dropped)
-        return [*self.launch, *Candidate(flags=flags).argv(), "--host", self.host, "--port", str(port)]
+        return self._family.argv(self.launch, candidate, self.host, port)
 
     def _env(self, candidate: Candidate) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
         env.update(candidate.env)
         env["PYTHONUNBUFFERED"] = "1"
-        if self.gpu is not None:
+        if self.gpu is not None and self.pin_gpu:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu.uuid
         return env
 
@@ -142,7 +161,7 @@ class SGLangProcess:
         stream = popen.stdout
         tee = LogTee(iter(stream.readline, b""), log_path, ready_line=self.ready_line)
         tee.start()
-        boot = _Boot(popen=popen, tee=tee, pgid=popen.pid, baseline_used=baseline, started=started,
+        boot = _Boot(family=self._family, popen=popen, tee=tee, pgid=popen.pid, baseline_used=baseline, started=started,
                      lease=self._lease(popen.pid, port, boot_dir, argv))
         base_url = f"http://{self.host}:{port}"
         ready = False
@@ -150,8 +169,8 @@ class SGLangProcess:
             with httpx.Client(trust_env=False) as client:
                 boot.wait_ready(client, base_url, exit_code=boot.popen.poll, halt=lambda: self._terminate(boot),
                                 log_path=log_path, timeouts=self.timeouts)
-                info = server_info(client, base_url, self.timeouts.health_s)
-            report = build_report(tee.text(), candidate, info)
+                info = self._family.server_info(client, base_url, self.timeouts.health_s)
+            report = self._family.boot_report(tee.text(), candidate, info)
             _write_report(boot_dir, report)
             ready = True
         finally:
@@ -219,3 +238,10 @@ class SGLangProcess:
 
 def _write_report(boot_dir: Path, report: BootReport) -> None:
     (boot_dir / "boot_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+
+
+class SGLangProcess(ServerProcess):
+    """SGLang (or a fork) as a local process: ``ServerProcess`` of the SGLang family."""
+
+    def __init__(self, launch: Sequence[str] = DEFAULT_LAUNCH, gpu: GpuView | None = None, **options: Any) -> None:
+        super().__init__(SGLANG, launch, gpu, **options)

@@ -1,8 +1,10 @@
 """The ``Runtime`` seam: boot a server for a ``Candidate``, check it, stop it.
 
-Implementations: ``SGLangProcess`` (a local process), ``SGLangDocker`` (a container through the
-docker SDK) and ``SimulatedSGLang`` (``runtime/sim/``, a real HTTP server that behaves like SGLang on a
-described card). ``tests/runtime/contract.py`` is the suite every implementation must pass.
+Implementations: ``ServerProcess`` (a local process of any runtime family: ``SGLangProcess`` for SGLang,
+``llama-server`` for llama.cpp), ``SGLangDocker`` (a container through the docker SDK) and ``SimulatedSGLang``
+(``runtime/sim/``, a real HTTP server that behaves like SGLang on a described card). A runtime names the family of
+the servers it boots (``runtime/family.py``). ``tests/runtime/contract.py`` is the suite every implementation
+must pass.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Protocol, runtime_checkable
 
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure
+from elsa_tune.runtime.family import RuntimeFamily
+from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.search_spaces.candidate import Candidate
 
 
@@ -94,6 +98,16 @@ class Runtime(Protocol):
     until the GPU memory it held is released; it is idempotent and never raises for a dead server.
     ``boot_dir`` is the folder where the server log and records of this boot are written.
     """
+
+    @property
+    def family(self) -> RuntimeFamily:
+        """The family of the servers this runtime boots."""
+        ...
+
+    def flag_set(self) -> FlagSet | None:
+        """The flags the runtime that will boot accepts (from its own ``--help``), or ``None`` when it cannot be
+        asked before a boot (a container image not pulled yet)."""
+        ...
 
     def start(self, candidate: Candidate, boot_dir: Path) -> Server: ...
 

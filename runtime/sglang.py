@@ -8,18 +8,19 @@ before 0.5) is its info endpoint, and its ``/metrics`` series carry the ``sglang
 from __future__ import annotations
 
 import logging
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from elsa_tune.errors import StudyError
+from elsa_tune.errors import RuntimeUnavailable, StudyError
 from elsa_tune.runtime import classify as sglang_classify
 from elsa_tune.runtime import flags as sglang_flags
 from elsa_tune.runtime import startup_log
 from elsa_tune.runtime.boot_report import BootReport
-from elsa_tune.runtime.family import FamilyName, MetricNames
 from elsa_tune.runtime.failure import Failure, FailureHints
+from elsa_tune.runtime.family import FamilyName, MetricNames
 from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.search_spaces.candidate import Candidate
 
@@ -36,12 +37,29 @@ class SGLangFamily:
     name = FamilyName.SGLANG
     default_launch: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
     model_flag = "model-path"
+    slots_flag = "max-running-requests"
     ready_line = startup_log.READY_LINE
     metrics = MetricNames(
         prefix="sglang:", prompt_tokens="sglang:prompt_tokens_total",
         generation_tokens="sglang:generation_tokens_total", cached_prompt_tokens="sglang:cached_tokens_total",
         requests="sglang:num_requests_total", running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs",
         kv_usage="sglang:token_usage", spec_draft_tokens=None, spec_accepted_tokens=None)
+
+    def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
+        return tuple(launch)
+
+    def installed_version(self, launch: Sequence[str]) -> str | None:
+        """``sglang.__version__`` from the launch command's own interpreter (``python -m PACKAGE…`` launches)."""
+        if len(launch) < 3 or launch[1] != "-m":
+            return None
+        package = launch[2].split(".")[0]
+        try:
+            done = subprocess.run([launch[0], "-c", f"import {package}; print({package}.__version__)"],
+                                  capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeUnavailable(f"cannot ask {launch[0]} for the {package} version: {exc}",
+                                     remedy="check the launch command (--launch) and its environment") from exc
+        return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
 
     def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
         flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}

@@ -21,7 +21,7 @@ from typing import Any
 from elsa_tune.errors import ConfigError, SpaceError
 from elsa_tune.search_spaces.candidate import FlagValue
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation, check_rules
-from elsa_tune.search_spaces.space import MODEL_FLAG, SearchSpace
+from elsa_tune.search_spaces.space import SearchSpace
 
 GRID_POINTS = 3
 GRID_LIMIT = 729
@@ -39,7 +39,7 @@ def check_space(space: SearchSpace) -> None:
 
 def settable_flags(space: SearchSpace) -> set[str]:
     """Every flag the space can set: base, parameters, techniques, derived, and the model path."""
-    flags = {MODEL_FLAG, *space.base_flags}
+    flags = {space.model_flag, *space.base_flags}
     flags.update(p.flag for p in space.parameters if p.flag)
     for t in space.techniques:
         flags.update(t.flags)

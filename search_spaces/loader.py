@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from elsa_tune.errors import SpaceError
+from elsa_tune.errors import ConfigError, SpaceError
+from elsa_tune.runtime.family import FamilyName, family
 from elsa_tune.search_spaces.consistency import check_space
 from elsa_tune.search_spaces.document import (
     LineList,
@@ -41,7 +42,6 @@ from elsa_tune.search_spaces.expression import Expression, ExpressionError
 from elsa_tune.search_spaces.parameter import Parameter, ParameterKind, Value
 from elsa_tune.search_spaces.rules import Derived, Rule
 from elsa_tune.search_spaces.space import (
-    MODEL_FLAG,
     SCHEMA_VERSION,
     Budget,
     Guardrails,
@@ -57,7 +57,6 @@ from elsa_tune.search_spaces.space import (
 )
 
 SHIPPED_PACKAGE = "elsa_tune.search_spaces"
-DEFAULT_COMMAND = ("python", "-m", "sglang.launch_server")
 METRICS = {
     "output_throughput": "maximize", "total_throughput": "maximize", "request_throughput": "maximize",
     "goodput": "maximize", "ttft_p50": "minimize", "ttft_p99": "minimize", "tpot_p50": "minimize",
@@ -136,6 +135,7 @@ class _Parser:
            "rules", "techniques", "objectives", "guardrails", "probes", "budget")
 
     def __init__(self, data: LineMap) -> None:
+        self.model_flag = family(FamilyName.SGLANG).model_flag
         self.data = data
 
     def space(self, path: str, digest: str) -> SearchSpace:
@@ -148,7 +148,9 @@ class _Parser:
         name = string(d, "name", required=True)
         base = mapping(d, "base")
         keys(base, ("flags", "env"))
-        base_flags = _flag_map(mapping(base, "flags"))
+        runtime = self.runtime(mapping(d, "runtime"))
+        self.model_flag = family(runtime.family).model_flag
+        base_flags = self._flag_map(mapping(base, "flags"))
         base_env = _env_map(mapping(base, "env"))
         parameters = tuple(self.parameter(n, spec, mapping(d, "parameters"), base_flags)
                            for n, spec in mapping(d, "parameters").items())
@@ -158,7 +160,7 @@ class _Parser:
         gpu_name, gpu_mem = self.gpu(d)
         return SearchSpace(
             name=name, path=path, description=string(d, "description") or "", model=self.model(mapping(d, "model")),
-            runtime=self.runtime(mapping(d, "runtime")), gpu=gpu_name, gpu_memory_gib=gpu_mem,
+            runtime=runtime, gpu=gpu_name, gpu_memory_gib=gpu_mem,
             base_flags=base_flags, base_env=base_env, parameters=parameters,
             derived=tuple(self.derived(mapping(d, "derived"))), rules=tuple(self.rules(d)),
             techniques=tuple(self.technique(n, t, mapping(d, "techniques"))
@@ -183,8 +185,16 @@ class _Parser:
         keys(value, ("name", "memory_gib"))
         return string(value, "name"), number(value, "memory_gib", None, low=1.0)
 
+    def _flag_map(self, m: LineMap, *, allow_none: bool = False) -> dict[str, Any]:
+        return _flag_map(m, self.model_flag, allow_none=allow_none)
+
     def runtime(self, r: LineMap) -> RuntimeSpec:
-        keys(r, ("command", "image", "volumes", "shm_size", "version"))
+        keys(r, ("family", "command", "image", "volumes", "shm_size", "version"))
+        family_raw = string(r, "family") or FamilyName.SGLANG.value
+        try:
+            runtime_family = family(family_raw)
+        except ConfigError:
+            fail(f"runtime.family {family_raw!r} is not one of {', '.join(f.value for f in FamilyName)}", r, "family")
         command_raw = r.get("command")
         image = string(r, "image")
         if command_raw is not None and image is not None:
@@ -195,7 +205,7 @@ class _Parser:
         elif isinstance(command_raw, list) and command_raw and all(isinstance(a, str) for a in command_raw):
             command = tuple(command_raw)
         elif command_raw is None:
-            command = None if image else DEFAULT_COMMAND
+            command = None if image else runtime_family.default_launch
         else:
             fail("runtime.command must be a non-empty list of strings (the launch argv)", r, "command")
         volumes = r.get("volumes", [])
@@ -203,7 +213,8 @@ class _Parser:
             fail("runtime.volumes must be a list of 'host_path:container_path[:ro]' strings", r, "volumes")
         if volumes and not image:
             fail("runtime.volumes only apply to a Docker image", r, "volumes")
-        return RuntimeSpec(command=command, image=image, volumes=tuple(volumes), shm_size=string(r, "shm_size"),
+        return RuntimeSpec(family=runtime_family.name, command=command, image=image, volumes=tuple(volumes),
+                           shm_size=string(r, "shm_size"),
                            version=string(r, "version"))
 
     def parameter(self, name: str, spec: Any, parent: LineMap, base: Mapping[str, Any]) -> Parameter:
@@ -301,7 +312,7 @@ class _Parser:
         except ValueError:
             fail(f"technique {name!r}: kind {kind_raw!r} is not speed or memory", spec, "kind")
         flags_map = mapping(spec, "flags")
-        flags = _flag_map(flags_map, allow_none=True)
+        flags = self._flag_map(flags_map, allow_none=True)
         env = _env_map(mapping(spec, "env"))
         screen = boolean(spec, "screen", True)
         if screen and not flags and not env:
@@ -404,12 +415,12 @@ def _check_flag_name(flag: str, line: int | None) -> None:
                        f"(e.g. {flag.lstrip('-').replace('_', '-')!r})", line)
 
 
-def _flag_map(m: LineMap, *, allow_none: bool = False) -> dict[str, Any]:
+def _flag_map(m: LineMap, model_flag: str, *, allow_none: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for flag, value in m.items():
         line = m.key_lines[flag]
         _check_flag_name(flag, line)
-        if flag == MODEL_FLAG:
+        if flag == model_flag:
             raise Problem("set the model under model.path, not as a flag", line)
         if value is None and not allow_none:
             raise Problem(f"flag {flag!r} has no value (use true for a switch, or remove it)", line)

@@ -18,12 +18,14 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from elsa_tune.errors import ConfigError, SpaceError
+from elsa_tune.runtime.family import FamilyName
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 from elsa_tune.search_spaces.expression import Expression
 from elsa_tune.search_spaces.parameter import Parameter, Value
 from elsa_tune.search_spaces.rules import DerivationError, Derived, Rule, RuleViolation, Violation, check_rules
 
 SCHEMA_VERSION = 1
+#: SGLang's model flag; a space's own is ``SearchSpace.model_flag`` (its runtime family's).
 MODEL_FLAG = "model-path"
 
 
@@ -95,8 +97,9 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    """How to launch the runtime: a command (argv, e.g. a fork's venv python) or a Docker image."""
+    """Which runtime family, and how to launch it: a command (argv, e.g. a fork's venv python) or a Docker image."""
 
+    family: FamilyName = FamilyName.SGLANG
     command: tuple[str, ...] | None = None
     image: str | None = None
     volumes: tuple[str, ...] = ()
@@ -267,7 +270,7 @@ class SearchSpace:
 
     def flag_uses(self) -> list[FlagUse]:
         """Every flag the space can put on a command line, where, and with which literal values."""
-        uses = [FlagUse(MODEL_FLAG, (self.model.path,) if self.model.path else (), None, "model.path")]
+        uses = [FlagUse(self.model_flag, (self.model.path,) if self.model.path else (), None, "model.path")]
         uses += [FlagUse(f, (v,), self.base_lines.get(f), "base") for f, v in self.base_flags.items()]
         for p in self.parameters:
             if p.flag:
@@ -277,6 +280,13 @@ class SearchSpace:
             uses += [FlagUse(f, (v,), t.flag_lines.get(f, t.line), f"technique {t.name!r}") for f, v in t.flags.items()]
         uses += [FlagUse(d.flag, (), d.line, "derived") for d in self.derived]
         return uses
+
+    @property
+    def model_flag(self) -> str:
+        """The flag that names the model for this space's runtime family."""
+        from elsa_tune.runtime.family import family
+
+        return family(self.runtime.family).model_flag
 
     def validate_flags(self, known: Collection[str] | Mapping[str, FlagShape]) -> None:
         """Refuse a flag the runtime does not have, a value outside its choices, or a switch given a value.
@@ -293,7 +303,7 @@ class SearchSpace:
                     f"{use.where} uses --{use.flag}, which the runtime does not have",
                     path=self.path, line=use.line,
                     remedy=(f"did you mean --{hint[0]}? " if hint else "") +
-                    "check the flag against `python -m sglang.launch_server --help` of the runtime you launch")
+                    f"check the flag against `{' '.join(self.runtime.command or ('the runtime',))} --help`")
             shape = shapes[use.flag]
             if shape is None:
                 continue
@@ -338,7 +348,7 @@ class SearchSpace:
         flags: dict[str, FlagValue] = dict(self.base_flags)
         env: dict[str, str] = dict(self.base_env)
         if self.model.path is not None:
-            flags[MODEL_FLAG] = self.model.path
+            flags[self.model_flag] = self.model.path
         by_name = {p.name: p for p in self.parameters}
         unknown = sorted(set(values) - set(by_name))
         if unknown:

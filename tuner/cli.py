@@ -96,7 +96,8 @@ SHARED_HELP = {
     "--traffic": "recorded traffic (elsa-tune Parquet trace), or 'demo' for the bundled window, e.g. prod.parquet",
     "--space": "the search space: a shipped name (elsa-tune space list) or a YAML file, e.g. generic-sglang",
     "--model": "the model to serve instead of the space's, e.g. /models/qwen3.8-27b-nvfp4",
-    "--runtime": "how the runtime is launched: process (default), docker, or sim (implied by --gpu sim)",
+    "--runtime": "how the runtime is launched: process (default), docker, or sim (implied by --gpu sim); or a "
+                 "runtime family run as a process: sglang, llamacpp",
     "--launch": "the runtime's launch command, e.g. \"/opt/fork/bin/python -m sglang.launch_server\"",
     "--image": "the container image with --runtime docker, e.g. lmsysorg/sglang:v0.5.23",
     "--sim-profile": "the simulator profile with --runtime sim (elsa-tune sim profiles), e.g. tiny-test",

@@ -19,17 +19,18 @@ import logging
 import os
 import shlex
 import statistics
-import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable
+from elsa_tune.errors import ConfigError, EnvironmentError_
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.probes.quality import QualityGate
-from elsa_tune.runtime.flags import FlagSet, harvest
+from elsa_tune.runtime.family import family
+from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.runtime.gpu import GpuState, GpuView
+from elsa_tune.runtime.host_memory import HostMemory
 from elsa_tune.runtime.lease import OrphanReaper
 from elsa_tune.runtime.protocol import Runtime, RuntimeTimeouts
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
@@ -39,7 +40,7 @@ from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
 from elsa_tune.tuner.sampler import BootContext
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.settings import CPU, Settings
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +160,9 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
         flags = runtime.flag_set()
         space.validate_flags(flags.all_names())
     elif harvest_flags and settings.runtime != "docker":
-        flags = harvest(launch, timeout_s=300.0)
-        space.validate_flags(flags.all_names())
+        flags = runtime.flag_set()
+        if flags is not None:
+            space.validate_flags(flags.all_names())
     elif settings.runtime == "docker":
         problems.append("flags not validated against the image before the study (the first boot will)")
     trace = load_traffic(settings.traffic)
@@ -203,9 +205,10 @@ def workloads(trace: Trace, settings: Settings, concurrency: int) -> tuple[Workl
 
 def measured_concurrency(space: SearchSpace) -> int:
     """Clients in flight during a measured pass: the baseline's running slots (the user's deployment today)."""
-    value = space.base_flags.get("max-running-requests")
+    slots_flag = family(space.runtime.family).slots_flag
+    value = space.base_flags.get(slots_flag)
     for p in space.parameters:
-        if p.flag == "max-running-requests":
+        if p.flag == slots_flag:
             value = p.baseline
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1 else 8
 
@@ -234,9 +237,18 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
             raise ConfigError(f"cannot load the simulator profile {settings.sim_profile!r}: {exc}",
                               remedy="use a profile of runtime/sim/profiles/") from exc
         return sim, sim.gpu, tuple(sim.launch), "sglang-sim", sim.profile.runtime_version
-    from elsa_tune.runtime.nvml import NvmlGpu
+    runtime_family = family(space.runtime.family)
+    if settings.family is not None and settings.family != runtime_family.name.value:
+        raise ConfigError(f"--runtime {settings.family} but the search space {space.name!r} is for "
+                          f"{runtime_family.name.value} (runtime.family)",
+                          remedy=f"use a {settings.family} space (elsa-tune space list) or drop --runtime")
+    gpu: GpuView
+    if settings.gpu == CPU:
+        gpu = HostMemory()
+    else:
+        from elsa_tune.runtime.nvml import NvmlGpu
 
-    gpu = NvmlGpu(int(settings.gpu) if settings.gpu.isdigit() else settings.gpu)
+        gpu = NvmlGpu(int(settings.gpu) if settings.gpu.isdigit() else settings.gpu)
     launch = tuple(shlex.split(settings.launch)) if settings.launch else tuple(space.runtime.command or ())
     if settings.runtime == "docker":
         from elsa_tune.runtime.docker import SGLangDocker
@@ -244,28 +256,16 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
         image = settings.image or space.runtime.image
         if not image:
             raise ConfigError("the docker runtime needs an image", remedy="pass --image IMAGE or set runtime.image")
-        docker_rt = SGLangDocker(image, gpu, launch=launch or ("python3", "-m", "sglang.launch_server"),
-                                 timeouts=RuntimeTimeouts(boot_s=timeout))
-        return docker_rt, gpu, launch, "sglang", space.runtime.version
-    from elsa_tune.runtime.process import DEFAULT_LAUNCH, SGLangProcess
+        docker_rt = SGLangDocker(image, gpu, launch=launch or runtime_family.default_launch,
+                                 timeouts=RuntimeTimeouts(boot_s=timeout), family=runtime_family)
+        return docker_rt, gpu, launch, runtime_family.name.value, space.runtime.version
+    from elsa_tune.runtime.process import ServerProcess
 
-    launch = launch or DEFAULT_LAUNCH
-    return (SGLangProcess(launch, gpu, timeouts=RuntimeTimeouts(boot_s=timeout)), gpu, launch, "sglang",
-            _installed_version(launch) or space.runtime.version)
-
-
-def _installed_version(launch: tuple[str, ...]) -> str | None:
-    """``sglang.__version__`` from the launch command's own interpreter (``None`` when it cannot say)."""
-    if len(launch) < 3 or launch[1] != "-m":
-        return None
-    package = launch[2].split(".")[0]
-    try:
-        done = subprocess.run([launch[0], "-c", f"import {package}; print({package}.__version__)"],
-                              capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeUnavailable(f"cannot ask {launch[0]} for the {package} version: {exc}",
-                                 remedy="check the launch command (--launch) and its environment") from exc
-    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
+    launch = runtime_family.resolve_launch(launch or runtime_family.default_launch)
+    runtime = ServerProcess(runtime_family, launch, gpu, timeouts=RuntimeTimeouts(boot_s=timeout),
+                            pin_gpu=settings.gpu != CPU)
+    return (runtime, gpu, launch, runtime_family.name.value,
+            runtime_family.installed_version(launch) or space.runtime.version)
 
 
 def _own_pids() -> set[int]:

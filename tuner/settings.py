@@ -23,13 +23,19 @@ log = logging.getLogger(__name__)
 
 ENV_PREFIX = "ELSA_TUNE_"
 RUNTIMES = ("process", "docker", "sim")
+#: ``--runtime`` also takes a runtime family's name: that family as a local process.
+FAMILIES = ("sglang", "llamacpp")
+#: ``--gpu cpu``: no GPU, the server runs on the host and its memory is the host's (``runtime/host_memory.py``).
+CPU = "cpu"
 #: Environment variables with this prefix that belong to other parts of elsa-tune, not to Settings.
 _FOREIGN_ENV = frozenset({"ELSA_TUNE_DEBUG", "ELSA_TUNE_CACHE"})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """One study's settings. ``gpu`` is an NVML index or UUID, or ``"sim"`` for the simulated card.
+    """One study's settings. ``gpu`` is an NVML index or UUID, ``"sim"`` for the simulated card, or ``"cpu"`` for a
+    server on the host's CPU and memory. ``family`` is the runtime family (``sglang``, ``llamacpp``) when the
+    command line names one (``--runtime llamacpp``); ``None`` takes the search space's.
 
     ``budget_s`` is the whole study's wall time; ``out`` ``None`` means ``./elsa-runs/<study>/``.
     ``pass_seconds`` sizes a measured pass of the traffic (a few seconds on the simulator, minutes on a
@@ -45,6 +51,7 @@ class Settings:
     out: Path | None = None
     study: str | None = None
     runtime: str = "process"
+    family: str | None = None
     launch: str | None = None
     image: str | None = None
     sim_profile: str | None = None
@@ -66,8 +73,14 @@ class Settings:
     schema_version: int = 1
 
     def __post_init__(self) -> None:
+        if self.runtime in FAMILIES:
+            object.__setattr__(self, "family", self.runtime)
+            object.__setattr__(self, "runtime", "process")
         if self.runtime not in RUNTIMES:
-            raise ConfigError(f"unknown runtime {self.runtime!r}", remedy=f"use one of: {', '.join(RUNTIMES)}")
+            raise ConfigError(f"unknown runtime {self.runtime!r}",
+                              remedy=f"use one of: {', '.join((*RUNTIMES, *FAMILIES))}")
+        if self.family is not None and self.family not in FAMILIES:
+            raise ConfigError(f"unknown runtime family {self.family!r}", remedy=f"use one of: {', '.join(FAMILIES)}")
         if self.gpu == "sim" and self.runtime != "sim":
             object.__setattr__(self, "runtime", "sim")
         if self.virtual and self.runtime != "sim":

@@ -29,6 +29,7 @@ from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.flags import FlagSet, parse_help
 from elsa_tune.runtime.gpu import GpuMemory, GpuState
 from elsa_tune.runtime.protocol import Exit, Health, Server
+from elsa_tune.runtime.sglang import SGLANG
 from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.runtime.sim.faults import Crash, watchdog_crash
 from elsa_tune.runtime.sim.launch import facts_from_plan
@@ -93,6 +94,7 @@ class VirtualSGLang:
     """Virtual boots of ``profile``'s simulated SGLang: launches and noiseless serving, cached per candidate."""
 
     name = "sglang-sim-virtual"
+    family = SGLANG
 
     def __init__(self, profile: SimProfile | str | Path, *, model_path: str | None = None) -> None:
         self.profile = profile if isinstance(profile, SimProfile) else load_profile(profile)

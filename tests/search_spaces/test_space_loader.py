@@ -150,7 +150,7 @@ def test_valid_space_loads(tmp_path: Path) -> None:
     assert [p.name for p in space.parameters] == ["speculative-num-steps", "max-running-requests",
                                                   "mem-fraction-static"]
     assert space.probes.headroom_floor_mib == 512
-    assert space.runtime.command == ("python", "-m", "sglang.launch_server")
+    assert space.runtime.command == ("python3", "-m", "sglang.launch_server")   # the SGLang family default
 
 
 def test_malformed_yaml_points_at_the_line(tmp_path: Path) -> None:

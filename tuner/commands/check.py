@@ -27,7 +27,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="the traffic to load (default demo), e.g. --traffic prod.parquet")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="the model to serve instead of the space's, e.g. --model /models/qwen3.8-27b-nvfp4")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim"),
+    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"),
                         help="how the runtime is launched (default process; --gpu sim implies sim)")
     parser.add_argument("--launch", default=None, metavar="CMD",
                         help="the runtime's launch command, e.g. "

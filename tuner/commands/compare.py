@@ -50,7 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "probe limits judge B (default generic-sglang), e.g. --space qwen3.8-27b-nvfp4-rtx5090")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="the model, when neither file names its model-path, e.g. --model /models/qwen")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim"),
+    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"),
                         help="how the runtime is launched (default process; --gpu sim implies sim), "
                              "e.g. --runtime docker")
     parser.add_argument("--launch", default=None, metavar="CMD",

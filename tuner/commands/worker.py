@@ -41,7 +41,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traffic", default=None, metavar="FILE|demo")
     parser.add_argument("--space", default=None, metavar="NAME|PATH")
     parser.add_argument("--model", default=None, metavar="PATH")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim"))
+    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"))
     parser.add_argument("--launch", default=None, metavar="CMD")
     parser.add_argument("--image", default=None, metavar="IMAGE")
     parser.add_argument("--sim-profile", default=None, metavar="NAME")
