@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import os
 import shlex
 from collections.abc import Iterator, Mapping
 from importlib import resources
@@ -172,7 +173,8 @@ class _Parser:
 
     def model(self, m: LineMap) -> ModelSpec:
         keys(m, ("path", "hybrid_mamba", "vision", "speculative_head", "context_target"))
-        return ModelSpec(path=string(m, "path"), hybrid_mamba=boolean(m, "hybrid_mamba", False),
+        path = string(m, "path")
+        return ModelSpec(path=os.path.expanduser(path) if path else path, hybrid_mamba=boolean(m, "hybrid_mamba", False),
                          vision=boolean(m, "vision", False), speculative_head=boolean(m, "speculative_head", False),
                          context_target=integer(m, "context_target", None, low=1))
 

@@ -45,6 +45,10 @@ from elsa_tune.tuner.settings import CPU, Settings
 log = logging.getLogger(__name__)
 
 DEMO_TRACE = "demo"
+#: Traces shipped with elsa-tune: ``demo``, a window of the Mooncake conversation trace (long prompts, shared
+#: prefixes: ~10K tokens in, ~330 out); ``demo-chat``, the first 400 requests of the Azure LLM inference trace
+#: 2023, conversation part (CC-BY-4.0: ~930 tokens in, ~260 out, no prefix information), for small models.
+BUNDLED_TRACES = {DEMO_TRACE: "demo.parquet", "demo-chat": "demo-chat.parquet"}
 #: A single stream delivers ~60 output tok/s end to end and prefills ~4K tok/s: a first guess to size passes.
 _DECODE_TOK_S = 60.0
 _PREFILL_TOK_S = 4000.0
@@ -178,14 +182,14 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
 
 
 def load_traffic(traffic: str) -> Trace:
-    """``demo`` (the bundled Mooncake window) or a trace file in elsa-tune's Parquet format."""
-    if traffic == DEMO_TRACE:
-        path = importlib.resources.files("elsa_tune.traffic").joinpath("data", "demo.parquet")
+    """A bundled trace by name (``BUNDLED_TRACES``) or a trace file in elsa-tune's Parquet format."""
+    if traffic in BUNDLED_TRACES:
+        path = importlib.resources.files("elsa_tune.traffic").joinpath("data", BUNDLED_TRACES[traffic])
         return read_trace(str(path))
     if not Path(traffic).exists():
         raise ConfigError(f"{traffic}: no such traffic file",
                           remedy="record one (elsa-tune record), import one (elsa-tune traffic import) "
-                                 "or pass --traffic demo")
+                                 "or pass a bundled trace: --traffic demo or --traffic demo-chat")
     return read_trace(traffic)
 
 
