@@ -11,7 +11,8 @@ SCHEMA_VERSION = 1
 
 
 class FailureKind(enum.Enum):
-    """How a runtime failed: each kind is recognised from the server's log by ``runtime/classify.py``."""
+    """How a runtime failed: each kind is recognised from the server's log by its family's classifier
+    (``runtime/classify.py`` for SGLang, ``runtime/llamacpp/classify.py`` for llama.cpp)."""
 
     BAD_FLAG = "bad_flag"                  # argparse exit 2 before any log
     WEIGHTS_OOM = "weights_oom"            # CUDA OOM while loading weights
@@ -25,6 +26,9 @@ class FailureKind(enum.Enum):
     BOOT_TIMEOUT = "boot_timeout"
     TECHNIQUE_CRASH = "technique_crash"    # an exception from a code path a flag enabled (AttributeError, …)
     UNKNOWN_CRASH = "unknown_crash"
+    COMPUTE_BUFFER_OOM = "compute_buffer_oom"  # llama.cpp: the per-batch compute buffer could not be allocated
+    CONTEXT_EXCEEDED = "context_exceeded"      # llama.cpp: a request longer than one slot's context (HTTP 400)
+    MODEL_LOAD_FAILED = "model_load_failed"    # llama.cpp: the GGUF file cannot be opened or loaded
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""``LLAMACPP``: llama.cpp's ``llama-server`` through the runtime-family seam.
+
+Its flags come from ``llama-server --help`` (``runtime/llamacpp/flags.py``), its boot report from the ``-lv 4``
+startup log plus ``/props`` and ``/slots`` (``startup_log.py``), its failures from the same log
+(``classify.py``). Every launch gets ``--metrics`` (the ``/metrics`` endpoint is off by default) and ``-lv 4``
+unless the candidate sets a verbosity (the default level prints none of the lines a boot report needs).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from elsa_tune.errors import StudyError
+from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.failure import Failure, FailureHints
+from elsa_tune.runtime.family import FamilyName, MetricNames
+from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.runtime.llamacpp import classify as llamacpp_classify
+from elsa_tune.runtime.llamacpp import flags as llamacpp_flags
+from elsa_tune.runtime.llamacpp import startup_log
+from elsa_tune.runtime.llamacpp.log_lines import READY_LINE
+from elsa_tune.search_spaces.candidate import Candidate, FlagValue
+
+log = logging.getLogger(__name__)
+
+_OWNED_FLAGS = ("host", "port")
+_VERBOSITY_FLAGS = ("log-verbosity", "log-verbose")
+_REPORT_VERBOSITY = 4
+#: Lines only llama-server (and llama.cpp's argument parser) writes.
+_RECOGNISED = ("llama_server: initializing", "common_params_print_info:", "llama_context: n_ctx", "llama_kv_cache:",
+               "llama_model_loader:", "srv    load_model:", "gguf_init_from_file", "error: invalid argument: ",
+               "error while handling argument \"", "load_tensors:", "llama_init_from_model:")
+
+
+class LlamaCppFamily:
+    """llama.cpp's ``llama-server`` (built from commit 0c1e570 by ``runtime/llamacpp/build.py``)."""
+
+    name = FamilyName.LLAMACPP
+    default_launch: tuple[str, ...] = ("llama-server",)
+    model_flag = "model"
+    ready_line = READY_LINE
+    metrics = MetricNames(
+        prefix="llamacpp:", prompt_tokens="llamacpp:prompt_tokens_total",
+        generation_tokens="llamacpp:tokens_predicted_total",
+        cached_prompt_tokens="llamacpp:prompt_tokens_cached_total", requests=None,
+        running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred", kv_usage=None,
+        spec_draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
+        spec_accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
+        missing="llama-server exports no request counter, no KV-usage gauge and no latency histograms: a workload "
+                "recorded from /metrics recovers token rates, concurrency and draft acceptance, not the request "
+                "rate, prompt or output length distributions, or latencies")
+
+    def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
+        """``launch``, the candidate's flags under their long names, ``--host``/``--port``, ``--metrics``, and
+        ``-lv 4`` when the candidate sets no verbosity. A candidate's ``host``/``port`` are dropped (we own them);
+        short spellings the family knows (``c``, ``np``, ``ngl``) are written as their long flag."""
+        flags: dict[str, FlagValue] = {}
+        for name, value in candidate.flags.items():
+            flags[llamacpp_flags.canonical(name)] = value
+        owned = sorted(k for k in flags if k in _OWNED_FLAGS)
+        if owned:
+            log.warning("ignoring candidate flags %s: elsa-tune owns --host and --port", owned)
+        kept = {k: v for k, v in flags.items() if k not in _OWNED_FLAGS}
+        extra = ["--host", host, "--port", str(port)]
+        if not kept.get("metrics"):
+            extra.append("--metrics")
+        if not any(kept.get(flag) not in (None, False) for flag in _VERBOSITY_FLAGS):
+            extra += ["-lv", str(_REPORT_VERBOSITY)]
+        elif _below_report_level(kept.get("log-verbosity")):
+            log.warning("--log-verbosity %s hides the lines the boot report reads (it needs %d)",
+                        kept["log-verbosity"], _REPORT_VERBOSITY)
+        kept.pop("metrics", None)
+        return [*launch, *Candidate(flags=kept).argv(), *extra]
+
+    def parse_help(self, text: str, source: str = "") -> FlagSet:
+        return llamacpp_flags.parse_help(text, source)
+
+    def boot_report(self, log_text: str, candidate: Candidate | None = None,
+                    info: Mapping[str, Any] | None = None) -> BootReport:
+        return startup_log.build_report(log_text, candidate, info)
+
+    def server_info(self, client: httpx.Client, base_url: str, timeout_s: float) -> dict[str, Any] | None:
+        """``/props`` with ``/slots`` under ``"slots"``; ``None`` when neither answers with JSON."""
+        merged: dict[str, Any] = {}
+        for path in ("/props", "/slots"):
+            try:
+                response = client.get(f"{base_url}{path}", timeout=timeout_s)
+            except httpx.HTTPError as exc:
+                log.debug("%s unavailable: %s", path, exc)
+                continue
+            if response.status_code != 200:
+                continue
+            try:
+                data = response.json()
+            except ValueError:
+                continue
+            if path == "/props" and isinstance(data, dict):
+                merged.update(data)
+            elif path == "/slots" and isinstance(data, list):
+                merged["slots"] = data
+        return merged or None
+
+    def classify(self, log_text: str, hints: FailureHints | None = None) -> Failure:
+        return llamacpp_classify.classify(log_text, hints)
+
+    def looks_failed(self, log_text: str) -> bool:
+        return llamacpp_classify.looks_failed(log_text)
+
+    def study_stopper(self, log_text: str) -> StudyError | None:
+        return llamacpp_classify.study_stopper(log_text)
+
+    def recognises(self, log_text: str) -> bool:
+        return any(marker in log_text for marker in _RECOGNISED)
+
+
+def _below_report_level(value: FlagValue) -> bool:
+    try:
+        return value is not None and not isinstance(value, bool) and int(str(value)) < _REPORT_VERBOSITY
+    except ValueError:
+        return False
+
+
+LLAMACPP = LlamaCppFamily()
