@@ -174,8 +174,9 @@ class _Parser:
     def model(self, m: LineMap) -> ModelSpec:
         keys(m, ("path", "hybrid_mamba", "vision", "speculative_head", "context_target"))
         path = string(m, "path")
-        return ModelSpec(path=os.path.expanduser(path) if path else path, hybrid_mamba=boolean(m, "hybrid_mamba", False),
-                         vision=boolean(m, "vision", False), speculative_head=boolean(m, "speculative_head", False),
+        return ModelSpec(path=os.path.expanduser(path) if path else path,
+                         hybrid_mamba=boolean(m, "hybrid_mamba", False), vision=boolean(m, "vision", False),
+                         speculative_head=boolean(m, "speculative_head", False),
                          context_target=integer(m, "context_target", None, low=1))
 
     def gpu(self, d: LineMap) -> tuple[str | None, float | None]:

@@ -72,6 +72,19 @@ class Build:
         return self.cache / f"{self.name}.build"
 
 
+#: The environment variable that names a ``llama-server`` to use instead of the cached build.
+ENV_BINARY = "ELSA_LLAMA_SERVER"
+
+
+def cached_binary(cache: Path | None = None) -> Path | None:
+    """The cached ``llama-server`` of the pinned commit, the CUDA build before the CPU one, or ``None``."""
+    for cuda in (True, False):
+        binary = Build(cache or default_cache(), cuda).binary
+        if binary.is_file() and os.access(binary, os.X_OK):
+            return binary
+    return None
+
+
 def default_cache() -> Path:
     """``$ELSA_TUNE_CACHE`` or ``~/.cache/elsa-tune``."""
     return Path(os.environ.get("ELSA_TUNE_CACHE") or Path.home() / ".cache" / "elsa-tune")

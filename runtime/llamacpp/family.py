@@ -9,6 +9,10 @@ unless the candidate sets a verbosity (the default level prints none of the line
 from __future__ import annotations
 
 import logging
+import os
+import re
+import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,12 +26,16 @@ from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.runtime.llamacpp import classify as llamacpp_classify
 from elsa_tune.runtime.llamacpp import flags as llamacpp_flags
 from elsa_tune.runtime.llamacpp import startup_log
+from elsa_tune.runtime.llamacpp.build import ENV_BINARY, cached_binary
 from elsa_tune.runtime.llamacpp.log_lines import READY_LINE
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 log = logging.getLogger(__name__)
 
 _OWNED_FLAGS = ("host", "port")
+#: Flags whose value is a file: a leading ``~`` is the user's home, as in a shell.
+_PATH_FLAGS = frozenset({"model", "spec-draft-model", "model-draft", "lora", "mmproj"})
+_VERSION = re.compile(r"version: (\S+) \((?:build \d+, commit )?(\w+)\)")
 _VERBOSITY_FLAGS = ("log-verbosity", "log-verbose")
 _REPORT_VERBOSITY = 4
 #: Lines only llama-server (and llama.cpp's argument parser) writes.
@@ -42,6 +50,7 @@ class LlamaCppFamily:
     name = FamilyName.LLAMACPP
     default_launch: tuple[str, ...] = ("llama-server",)
     model_flag = "model"
+    slots_flag = "parallel"
     ready_line = READY_LINE
     metrics = MetricNames(
         prefix="llamacpp:", prompt_tokens="llamacpp:prompt_tokens_total",
@@ -54,20 +63,45 @@ class LlamaCppFamily:
                 "recorded from /metrics recovers token rates, concurrency and draft acceptance, not the request "
                 "rate, prompt or output length distributions, or latencies")
 
+    def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
+        """The bare ``llama-server`` runs the binary ``$ELSA_LLAMA_SERVER`` names, else the one on ``PATH``, else
+        the build ``elsa-tune llamacpp setup`` cached (the CUDA build before the CPU one); any other launch as
+        given."""
+        if tuple(launch) != self.default_launch:
+            return tuple(launch)
+        named = os.environ.get(ENV_BINARY)
+        if named:
+            return (named,)
+        if shutil.which(launch[0]):
+            return tuple(launch)
+        found = cached_binary()
+        return (str(found),) if found is not None else tuple(launch)
+
+    def installed_version(self, launch: Sequence[str]) -> str | None:
+        """``<version> (<commit>)`` (``0.5.0-dev (0c1e570)``) from ``llama-server --version`` (bounded), or
+        ``None`` when it cannot say."""
+        try:
+            done = subprocess.run([*launch, "--version"], capture_output=True, text=True, timeout=30, check=False,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        match = _VERSION.search(done.stdout + done.stderr)
+        return f"{match.group(1)} ({match.group(2)})" if match else None
+
     def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
         """``launch``, the candidate's flags under their long names, ``--host``/``--port``, ``--metrics``, and
         ``-lv 4`` when the candidate sets no verbosity. A candidate's ``host``/``port`` are dropped (we own them);
         short spellings the family knows (``c``, ``np``, ``ngl``) are written as their long flag."""
         flags: dict[str, FlagValue] = {}
         for name, value in candidate.flags.items():
-            flags[llamacpp_flags.canonical(name)] = value
+            canonical = llamacpp_flags.canonical(name)
+            is_path = canonical in _PATH_FLAGS and isinstance(value, str)
+            flags[canonical] = os.path.expanduser(value) if is_path and isinstance(value, str) else value
         owned = sorted(k for k in flags if k in _OWNED_FLAGS)
         if owned:
             log.warning("ignoring candidate flags %s: elsa-tune owns --host and --port", owned)
         kept = {k: v for k, v in flags.items() if k not in _OWNED_FLAGS}
-        extra = ["--host", host, "--port", str(port)]
-        if not kept.get("metrics"):
-            extra.append("--metrics")
+        extra = ["--host", host, "--port", str(port), "--metrics"]
         if not any(kept.get(flag) not in (None, False) for flag in _VERBOSITY_FLAGS):
             extra += ["-lv", str(_REPORT_VERBOSITY)]
         elif _below_report_level(kept.get("log-verbosity")):
