@@ -18,7 +18,9 @@ from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.llamacpp.log_lines import READY_LINE, LogLine, split_lines
 
 _BAD_ARGUMENT = re.compile(r"error: invalid argument: (?P<flag>\S+)")
-_BAD_VALUE = re.compile(r"error while handling (?P<what>argument|environment variable) \"(?P<flag>[^\"]+)\": (?P<why>.*)")
+_BAD_VALUE = re.compile(r"error while handling (?P<what>argument|environment variable) \"(?P<flag>[^\"]+)\": "
+                        r"(?P<why>.*)")
+_ALLOWED = re.compile(r"^allowed values: ")
 _PORT = re.compile(r"couldn't bind HTTP server socket|Address already in use")
 _QUANT_V = re.compile(r"quantized V cache (?:requires flash_attn to be enabled|was requested, but this requires Flash"
                       r" Attention)")
@@ -87,9 +89,11 @@ def _bad_flag(ctx: _Context) -> Failure | None:
         match = _BAD_VALUE.search(ctx.lines[i].text)
         assert match is not None
         source = "the environment variable" if match["what"] != "argument" else "the flag"
+        allowed = next((ln.text for ln in ctx.lines[i:] if _ALLOWED.match(ln.text)), "")
+        listed = f" ({allowed})" if allowed else ""
         return _failure(ctx, FailureKind.BAD_FLAG, f"llama-server refused the value of {source} {match['flag']}: "
                         f"{match['why'].strip()}",
-                        f"give {match['flag']} a value `llama-server --help` lists for it", ctx.evidence([i]))
+                        f"give {match['flag']} a value `llama-server --help` lists for it{listed}", ctx.evidence([i]))
     return None
 
 
@@ -144,14 +148,14 @@ def _kv_cache(ctx: _Context) -> Failure | None:
                         f"the KV cache does not fit in the GPU's free memory{ctx.n_ctx()}",
                         "lower -c (or -np with a fixed per-slot context), quantize the KV cache (-ctk q8_0 -ctv q8_0 "
                         "-fa on), or offload fewer layers (-ngl) so the weights leave room",
-                        ctx.evidence(device[-1:] + [last]))
+                        ctx.evidence([*device[-1:], last]))
     start = max([i for i in ctx.find(_CONSTRUCTING) if i < last], default=0)
     host = [i for i in host if i >= start][:1]
     where = "the KV cache" if kv else "the context (its KV cells)"
     return _failure(ctx, FailureKind.NO_ROOM_FOR_KV, f"host memory ran out allocating {where}{ctx.n_ctx()}",
                     "lower -c (or -np with a fixed per-slot context) or quantize the KV cache (-ctk q8_0 -ctv q8_0 "
                     "-fa on); on a GPU, offload the KV cache with -ngl instead of -nkvo",
-                    ctx.evidence(host + [last]))
+                    ctx.evidence([*host, last]))
 
 
 def _weights(ctx: _Context) -> Failure | None:

@@ -100,14 +100,13 @@ class LlamaCppFamily:
         owned = sorted(k for k in flags if k in _OWNED_FLAGS)
         if owned:
             log.warning("ignoring candidate flags %s: elsa-tune owns --host and --port", owned)
-        kept = {k: v for k, v in flags.items() if k not in _OWNED_FLAGS}
+        kept = {k: v for k, v in flags.items() if k not in (*_OWNED_FLAGS, "metrics")}
         extra = ["--host", host, "--port", str(port), "--metrics"]
         if not any(kept.get(flag) not in (None, False) for flag in _VERBOSITY_FLAGS):
             extra += ["-lv", str(_REPORT_VERBOSITY)]
         elif _below_report_level(kept.get("log-verbosity")):
             log.warning("--log-verbosity %s hides the lines the boot report reads (it needs %d)",
                         kept["log-verbosity"], _REPORT_VERBOSITY)
-        kept.pop("metrics", None)
         return [*launch, *Candidate(flags=kept).argv(), *extra]
 
     def parse_help(self, text: str, source: str = "") -> FlagSet:

@@ -43,11 +43,13 @@ _BUFFER = re.compile(r"^(?:load_tensors|llama_kv_cache|llama_context|sched_reser
 _OFFLOADED = re.compile(r"offloaded (?P<done>\d+)/(?P<total>\d+) layers to GPU")
 _SLOTS = re.compile(r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx>\d+), kv_unified = '(?P<u>\w+)'")
 _NP_AUTO = re.compile(r"n_parallel is set to auto, using n_parallel = (?P<np>\d+) and kv_unified = (?P<u>\w+)")
-_FIT_UNSET = re.compile(r"context size unset and KV cache not unified -> using (?P<ctx>\d+) for (?P<seqs>\d+) sequences")
+_FIT_UNSET = re.compile(r"context size unset and KV cache not unified -> using (?P<ctx>\d+) for (?P<seqs>\d+) "
+                        r"sequences")
 _FIT_REDUCED = re.compile(r"context size reduced from (?P<old>\d+) to (?P<new>\d+)")
 _FIT_USER_CTX = re.compile(r"context size set by user to (?P<ctx>\d+) -> no change")
 _FIT_FAILED = re.compile(r"failed to fit params to free device memory: (?P<why>.*)")
-_FIT_LAYERS = re.compile(r"^common_params_fit_impl:\s+- (?P<device>.+?):\s*(?P<layers>\d+) layers \(\s*\d+ overflowing\)")
+_FIT_LAYERS = re.compile(r"^common_params_fit_impl:\s+- (?P<device>.+?):\s*(?P<layers>\d+) layers "
+                         r"\(\s*\d+ overflowing\)")
 _FIT_SECONDS = re.compile(r"fitting params to free memory took (?P<s>[\d.]+) seconds")
 _MODEL = re.compile(r"load_model: loading model '(?P<path>[^']*)'")
 _DRAFT = re.compile(r"loading draft model '(?P<path>[^']*)'")
@@ -352,7 +354,8 @@ def _cache_types(facts: _Facts, report: BootReport, requested: Mapping[str, Any]
     for flag, group in (("cache-type-k", "k"), ("cache-type-v", "v")):
         asked = requested.get(flag)
         if asked is not None and str(asked).lower() != kv[1][group]:
-            adjustments.append(Adjustment(flag, asked, kv[1][group], kv[0].raw, reason="the KV cache holds another type"))
+            adjustments.append(Adjustment(flag, asked, kv[1][group], kv[0].raw,
+                                          reason="the KV cache holds another type"))
     return adjustments
 
 
@@ -362,7 +365,8 @@ def _kv_unified(facts: _Facts, report: BootReport, requested: Mapping[str, Any])
         return []
     for flag, wanted in (("kv-unified", True), ("no-kv-unified", False)):
         if requested.get(flag) is True and report.kv_unified is not wanted:
-            return [Adjustment(flag, True, report.kv_unified, line[1].raw, reason="the context reports another kv_unified")]
+            return [Adjustment(flag, True, report.kv_unified, line[1].raw,
+                               reason="the context reports another kv_unified")]
     return []
 
 

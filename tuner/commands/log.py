@@ -1,9 +1,12 @@
-"""``elsa-tune log explain SERVER_LOG [--json] [--flags "..."]``: what an SGLang log says happened.
+"""``elsa-tune log explain SERVER_LOG [--json] [--flags "..."]``: what an SGLang or llama-server log says happened.
 
 Prints the ``BootReport`` (pool sizes, slots, phase timings, adjustments with their evidence) of any
 SGLang server log, and the classified failure with its evidence and remedy when the log shows one.
-``--flags`` takes the launch flags that were requested (``"--max-running-requests 4 --page-size 32"``
-or a whole launch command) so silent clamps and silently ignored flags can be shown. ``-`` reads stdin.
+A log that ``runtime.family.detect`` reads as llama.cpp's ``llama-server`` is read by that family instead:
+context per slot, slots, the KV cache, buffers per device, layers offloaded, adjustments and the failure.
+``--flags`` takes the launch flags that were requested (``"--max-running-requests 4 --page-size 32"``,
+``"-c 4096 -np 4"`` or a whole launch command) so silent clamps and silently ignored flags can be shown.
+``-`` reads stdin.
 
 Exit status: 0 when the log shows no failure, 1 when it shows one, 2 for a missing or empty file.
 """
@@ -22,11 +25,13 @@ from elsa_tune.errors import ConfigError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.classify import classify, looks_failed
 from elsa_tune.runtime.failure import Failure
+from elsa_tune.runtime.family import FamilyName, RuntimeFamily, detect
+from elsa_tune.runtime.llamacpp.flags import canonical
 from elsa_tune.runtime.startup_log import build_report, number
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 NAME = "log"
-HELP = "explain an SGLang server log: the boot report, or the classified failure with its remedy"
+HELP = "explain an SGLang or llama-server log: the boot report, or the classified failure with its remedy"
 EXAMPLES = ('elsa-tune log explain server.log',
             'elsa-tune log explain - --json --flags "--page-size 32"')
 
@@ -82,8 +87,41 @@ def _read(path: str) -> str:
     return text
 
 
+def parse_llamacpp_flags(text: str) -> Candidate:
+    """llama-server launch flags (``-c 4096 -np 4 --flash-attn on``, or a whole command) → ``Candidate``.
+
+    Single-dash spellings count as flags; known short spellings become their long name (``c`` → ``ctx-size``).
+    """
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"--flags cannot be parsed: {exc}", remedy="quote the flags as one shell string") from exc
+    flags: dict[str, FlagValue] = {}
+    i = next((n for n, t in enumerate(tokens) if _is_flag(t)), len(tokens))
+    while i < len(tokens):
+        token = tokens[i]
+        if not _is_flag(token):
+            raise ConfigError(f"--flags: unexpected value {token!r}", remedy='write flags as "-c 4096 --flag value"')
+        name, eq, inline = token.lstrip("-").partition("=")
+        name = canonical(name.replace("_", "-"))
+        if eq:
+            flags[name], i = inline, i + 1
+        elif i + 1 < len(tokens) and not _is_flag(tokens[i + 1]):
+            flags[name], i = number(tokens[i + 1]), i + 2
+        else:
+            flags[name], i = True, i + 1
+    return Candidate(flags=flags, label="log explain")
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not isinstance(number(token), int | float)
+
+
 def run_explain(args: argparse.Namespace) -> int:
     text = _read(args.server_log)
+    family = detect(text)
+    if family is not None and family.name is FamilyName.LLAMACPP:
+        return _explain_with(family, text, args)
     candidate = parse_flags(args.flags) if args.flags else None
     report = build_report(text, candidate)
     failure = classify(text) if looks_failed(text) else None
@@ -99,6 +137,18 @@ def run_explain(args: argparse.Namespace) -> int:
     return exit_codes.FAILED if failure else exit_codes.OK
 
 
+def _explain_with(family: RuntimeFamily, text: str, args: argparse.Namespace) -> int:
+    candidate = parse_llamacpp_flags(args.flags) if args.flags else None
+    report = family.boot_report(text, candidate)
+    failure = family.classify(text) if family.looks_failed(text) else None
+    if args.json:
+        print(json.dumps({"family": family.name.value, "report": report.to_dict(),
+                          "failure": failure.to_dict() if failure else None}, indent=2, default=str))
+    else:
+        print(render_llamacpp(report, failure))
+    return exit_codes.FAILED if failure else exit_codes.OK
+
+
 def _says_nothing(report: BootReport) -> bool:
     """No line of the log was recognised: every field of the report is empty."""
     fields = report.to_dict()
@@ -111,6 +161,60 @@ def _gb(value: float | None) -> str:
 
 def _n(value: Any) -> str:
     return "—" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _mib(report: BootReport, kind: str, gb: float | None) -> str:
+    """The MiB llama.cpp printed for ``kind`` buffers (summed over devices), else ``gb`` in MiB."""
+    printed = [b.mib for b in report.buffers if b.kind == kind]
+    if printed:
+        return f"{sum(printed):,.2f} MiB"
+    return "—" if gb is None else f"{gb * 1024:,.2f} MiB"
+
+
+def render_llamacpp(report: BootReport, failure: Failure | None) -> str:
+    """The human-readable explanation of a llama-server log."""
+    unified = {True: "one unified pool shared by all slots", False: "one share per slot", None: "—"}
+    offload = ("—" if report.layers_offloaded is None
+               else f"{report.layers_offloaded}/{_n(report.layers_total)} layers on the GPU")
+    rows = [
+        ("runtime", f"llama-server {_n(report.runtime_version)}"),
+        ("context per slot (n_ctx_seq)", _n(report.context_len)),
+        ("slots (-np)", _n(report.max_running_requests)),
+        ("context total (n_ctx)", _n(report.max_total_num_tokens)),
+        ("KV cache", f"{_mib(report, 'kv', report.kv_pool_gb)}, {_n(report.kv_pool_tokens)} cells, "
+                     f"type {_n(report.kv_dtype)}"),
+        ("KV layout", unified[report.kv_unified]),
+        ("weights", _mib(report, "model", report.weights_mem_gb)),
+        ("offload", offload),
+        ("speculative decoding", {True: "active", False: "off", None: "—"}[report.speculative]),
+        ("boot time", "—" if report.boot_seconds is None else f"{report.boot_seconds:.2f} s"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    out = ["Boot report (llama.cpp)"] + [f"  {label:<{width}}  {value}" for label, value in rows]
+    if report.buffers:
+        out.append("Buffers")
+        for buffer in report.buffers:
+            out.append(f"  {buffer.device + ' ' + buffer.kind:<{width}}  {buffer.mib:,.2f} MiB")
+    if report.phases:
+        out.append("Phases")
+        out += [f"  {p.name:<{width}}  {'—' if p.seconds is None else f'{p.seconds:.2f} s'}" for p in report.phases]
+    if report.adjustments:
+        out.append("Adjustments (requested → effective)")
+        for adj in report.adjustments:
+            requested = "unset" if adj.requested is None else repr(adj.requested)
+            effective = "unused" if adj.effective is None else repr(adj.effective)
+            out.append(f"  --{adj.flag}: {requested} → {effective}  [{adj.reason}]")
+            out.append(f"      evidence: {adj.evidence}")
+    if report.warnings:
+        out.append("Warnings")
+        out += [f"  {w}" for w in report.warnings]
+    if failure is not None:
+        out.append(f"Failure: {failure.kind.value} ({failure.phase})")
+        out.append(f"  {failure.summary}")
+        out.append("  evidence:")
+        out += [f"    {line}" for line in failure.evidence]
+        out.append(f"  remedy: {failure.remedy}")
+    return "\n".join(out)
 
 
 def render(report: BootReport, failure: Failure | None) -> str:
