@@ -86,7 +86,26 @@ class BootReport:
     layers_total: int | None = None
     kv_unified: bool | None = None
     speculative: bool | None = None
+    pool_fixed_by_context: bool = False
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def kv_capacity(self) -> float | None:
+        """What a memory technique must raise, comparable between two boots of one study.
+
+        Where the runtime sizes its KV pool to the memory it is given (SGLang), the pool in tokens. Where the
+        requested context fixes the pool (llama.cpp's ``-c``: ``pool_fixed_by_context``), the tokens one GiB of KV
+        buffer holds, so a smaller KV type shows as a gain at the same context.
+        """
+        if not self.pool_fixed_by_context:
+            return float(self.max_total_num_tokens) if self.max_total_num_tokens else None
+        if not self.kv_pool_tokens or not self.kv_pool_gb:
+            return None
+        return self.kv_pool_tokens / self.kv_pool_gb
+
+    @property
+    def kv_capacity_unit(self) -> str:
+        return "tokens/GiB" if self.pool_fixed_by_context else "tokens"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__}

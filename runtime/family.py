@@ -97,6 +97,11 @@ class RuntimeFamily(Protocol):
         """The version the launch command reports (bounded), or ``None`` when it cannot say."""
         ...
 
+    def vocabulary_size(self, model_path: str | None) -> int | None:
+        """How many token ids the model at ``model_path`` has, when the family can read it from the model file
+        without loading it (prompts are token ids and must stay inside the vocabulary); ``None`` otherwise."""
+        ...
+
     def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
         """The exact command line of a boot: ``launch``, the candidate's flags, and the host and port we own."""
         ...

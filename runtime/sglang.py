@@ -61,6 +61,10 @@ class SGLangFamily:
                                      remedy="check the launch command (--launch) and its environment") from exc
         return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
 
+    def vocabulary_size(self, model_path: str | None) -> int | None:
+        """``None``: a Hugging Face model folder's vocabulary is not read here (prompts use ids below 32,000)."""
+        return None
+
     def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
         flags = {k: v for k, v in candidate.flags.items() if k not in _OWNED_FLAGS}
         dropped = sorted(set(candidate.flags) - set(flags))

@@ -172,12 +172,13 @@ class _Parser:
         )
 
     def model(self, m: LineMap) -> ModelSpec:
-        keys(m, ("path", "hybrid_mamba", "vision", "speculative_head", "context_target"))
+        keys(m, ("path", "hybrid_mamba", "vision", "speculative_head", "context_target", "retrieves_needles"))
         path = string(m, "path")
         return ModelSpec(path=os.path.expanduser(path) if path else path,
                          hybrid_mamba=boolean(m, "hybrid_mamba", False), vision=boolean(m, "vision", False),
                          speculative_head=boolean(m, "speculative_head", False),
-                         context_target=integer(m, "context_target", None, low=1))
+                         context_target=integer(m, "context_target", None, low=1),
+                         retrieves_needles=boolean(m, "retrieves_needles", True))
 
     def gpu(self, d: LineMap) -> tuple[str | None, float | None]:
         value = d.get("gpu")

@@ -88,11 +88,15 @@ class Technique:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """The served model. ``retrieves_needles`` is false for a model that is not expected to find facts in a long
+    prompt (a designed test model): the long-context probes then check that the prompt is served, not its answer."""
+
     path: str | None
     hybrid_mamba: bool = False
     vision: bool = False
     speculative_head: bool = False
     context_target: int | None = None
+    retrieves_needles: bool = True
 
 
 @dataclass(frozen=True)

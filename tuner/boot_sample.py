@@ -77,7 +77,8 @@ class BootSample:
     """Everything one boot of one arm produced, as the gate sees it.
 
     ``passes`` lists every pass in order, warm-up passes included and flagged. ``kv_pool_tokens`` is
-    the runtime's real ``max_total_num_tokens`` (not the declared context length). ``quality_passed``
+    the boot's ``BootReport.kv_capacity``: the runtime's real pool in tokens (not the declared context length), or
+    tokens per GiB of KV where the context fixes the pool. ``quality_passed``
     is the quality gate's outcome (``None``: not run). ``failed`` is set when the boot crashed, hung or
     ran out of memory; the remaining fields then describe what was seen before the failure.
     """
@@ -86,7 +87,7 @@ class BootSample:
     block: int
     position: int
     passes: tuple[PassMeasurement, ...] = ()
-    kv_pool_tokens: int | None = None
+    kv_pool_tokens: float | None = None
     quality_passed: bool | None = None
     covariates: Covariates = field(default_factory=Covariates)
     failed: Failure | None = None
@@ -143,7 +144,7 @@ class BootSummary:
     log_throughput: float
     log_ttft_p50: float | None
     log_ttft_p99: float | None
-    kv_pool_tokens: int | None
+    kv_pool_tokens: float | None
     quality_passed: bool | None
     measured_passes: int
     unusable: str = ""

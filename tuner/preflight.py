@@ -36,7 +36,7 @@ from elsa_tune.runtime.protocol import Runtime, RuntimeTimeouts
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import SearchSpace
-from elsa_tune.traffic.prompts import PromptSynth
+from elsa_tune.traffic.prompts import PromptSynth, RandomTokens, TokenSpace
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
 from elsa_tune.tuner.sampler import BootContext
@@ -87,10 +87,19 @@ class Preflight:
         settings = self.settings
         return BootContext(runtime=self.runtime, gpu=self.gpu, store=store, study=study,
                            fingerprint=self.fingerprint, workload=self.workload, burst=self.burst,
-                           prompts=PromptSynth(self.workload.block_size), context_target=self.context_target,
+                           prompts=PromptSynth(self.workload.block_size, self.token_source()),
+                           context_target=self.context_target, check_needles=self.space.model.retrieves_needles,
                            probe_budget=self.probe_budget(), warmup_passes=settings.warmup_passes,
                            measured_passes=settings.measured_passes, seed=settings.seed,
                            quality=QualityGate() if self.space.guardrails.quality_gate else None)
+
+    def token_source(self) -> RandomTokens:
+        """Prompt token ids inside the served model's vocabulary (ids below 32,000 when the family cannot read it)."""
+        size = self.runtime.family.vocabulary_size(self.space.model.path)
+        default = TokenSpace()
+        if size is None or size >= default.high:
+            return RandomTokens(default)
+        return RandomTokens(TokenSpace(low=min(default.low, size // 4), high=size))
 
     def probe_budget(self) -> ProbeBudget:
         """The probes' limits from the space. On the simulator a stall and a first token are judged in its own

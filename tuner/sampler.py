@@ -129,6 +129,7 @@ class BootContext:
     quality: QualityGate | None = field(default_factory=QualityGate)
     reference: QualitySample | None = None
     headroom_floor_bytes: int = 512 * 2**20
+    check_needles: bool = True
 
 
 class CandidateBooter:
@@ -267,7 +268,7 @@ class CandidateBooter:
                 quality_passed: bool | None, state: GpuState | None, started: float, min_free: int | None,
                 failure: Failure | None) -> BootSample:
         return BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=tuple(passes),
-                          kv_pool_tokens=report.max_total_num_tokens if report else None,
+                          kv_pool_tokens=report.kv_capacity if report else None,
                           quality_passed=quality_passed, covariates=_covariates(state, started, min_free),
                           failed=failure, candidate_key=plan.candidate.key())
 
@@ -279,7 +280,7 @@ class CandidateBooter:
         checks: list[StressProbe] = []
         if ctx.context_target:
             checks.append(LongContextProbe(ctx.runtime.check, ctx.gpu, target_tokens=ctx.context_target,
-                                           seed=ctx.seed))
+                                           seed=ctx.seed, check_needles=ctx.check_needles))
         if ctx.burst is not None:
             checks.append(burst_probe(ctx.runtime.check, ctx.gpu, ctx.burst, ctx.prompts))
         for probe in checks:
@@ -468,7 +469,7 @@ def _sample_of(record: BootRecord, plan: BootPlan) -> BootSample:
     quality = _quality_of(record)
     cov = record.covariates
     return BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=passes,
-                      kv_pool_tokens=record.report.max_total_num_tokens if record.report else None,
+                      kv_pool_tokens=record.report.kv_capacity if record.report else None,
                       quality_passed=quality, failed=record.failure, candidate_key=record.candidate.key(),
                       covariates=Covariates(sm_clock_mhz=cov.sm_clock_mhz if cov else None,
                                             mem_clock_mhz=cov.mem_clock_mhz if cov else None,

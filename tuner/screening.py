@@ -549,21 +549,25 @@ class Screening:
         if technique.kind is not TechniqueKind.MEMORY:
             return None
         report = result.record.report
-        pool = report.max_total_num_tokens if report else None
+        pool = report.kv_capacity if report else None
         before = self.incumbent_pool()
-        if not pool or not before or pool > before:
+        if report is None or not pool or not before or pool > before:
             return None
-        reason = f"{pct(pool / before)} KV pool ({pool:,} vs {before:,} tokens), no memory gain"
+        if report.pool_fixed_by_context:
+            reason = (f"{pct(pool / before)} KV capacity ({pool:,.0f} vs {before:,.0f} {report.kv_capacity_unit}), "
+                      "no memory gain")
+        else:
+            reason = f"{pct(pool / before)} KV pool ({pool:,.0f} vs {before:,.0f} tokens), no memory gain"
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
                        boots_incumbent=0, boots_candidate=1, extra={"kv_pool": pool, "incumbent_kv_pool": before},
                        category=ReasonCategory.MEMORY_LOSS)
 
-    def incumbent_pool(self) -> int | None:
-        """The incumbent's KV pool (``max_total_num_tokens``), the median over its recorded boots."""
+    def incumbent_pool(self) -> float | None:
+        """The incumbent's KV capacity (``BootReport.kv_capacity``), the median over its recorded boots."""
         key = self.night.incumbent.candidate.key()
-        pools = [b.report.max_total_num_tokens for b in self.night.store.load().boots
-                 if b.candidate.key() == key and b.report is not None and b.report.max_total_num_tokens]
-        return int(statistics.median_low(pools)) if pools else None
+        pools = [b.report.kv_capacity for b in self.night.store.load().boots
+                 if b.candidate.key() == key and b.report is not None and b.report.kv_capacity]
+        return statistics.median_low(pools) if pools else None
 
     def immediate_reject(self, result: BootResult) -> Verdict | None:
         """A quality regression or a pool below the context target: rejected without an A/B."""

@@ -333,7 +333,7 @@ class VirtualBench:
         run = self.boots.boot(candidate, _seed_of(self.seed, f"bench:{boot_index}"), start, probes=probes)
         self.clock.advance(run.ended - run.started)
         return BootSample(arm=arm, block=block, position=position, passes=tuple(run.passes),
-                          kv_pool_tokens=run.report.max_total_num_tokens if run.report else None,
+                          kv_pool_tokens=run.report.kv_capacity if run.report else None,
                           quality_passed=run.quality_passed, failed=run.failure, candidate_key=candidate.key())
 
     def boot_seconds(self, candidate: Candidate) -> float:

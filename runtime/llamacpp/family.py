@@ -88,6 +88,21 @@ class LlamaCppFamily:
         match = _VERSION.search(done.stdout + done.stderr)
         return f"{match.group(1)} ({match.group(2)})" if match else None
 
+    def vocabulary_size(self, model_path: str | None) -> int | None:
+        """The length of the GGUF's ``tokenizer.ggml.tokens`` (read through its header; no tensor is loaded), or
+        ``None`` when the file is missing or not a GGUF."""
+        if not model_path:
+            return None
+        try:
+            import gguf
+
+            reader = gguf.GGUFReader(os.path.expanduser(model_path), "r")
+            field = reader.fields.get("tokenizer.ggml.tokens")
+        except (OSError, ValueError, ImportError) as exc:
+            log.debug("cannot read the vocabulary of %s: %s", model_path, exc)
+            return None
+        return len(field.data) if field is not None else None
+
     def argv(self, launch: Sequence[str], candidate: Candidate, host: str, port: int) -> list[str]:
         """``launch``, the candidate's flags under their long names, ``--host``/``--port``, ``--metrics``, and
         ``-lv 4`` when the candidate sets no verbosity. A candidate's ``host``/``port`` are dropped (we own them);

@@ -168,6 +168,7 @@ def parse_log(log_text: str) -> BootReport:
     streams = int(kv[1]["streams"]) if kv else None
     return BootReport(
         runtime_version=f"b{version[1]['number']}-{version[1]['commit']}" if version else None,
+        pool_fixed_by_context=True,
         max_total_num_tokens=facts.number("n_ctx"),
         max_running_requests=int(slots[1]["slots"]) if slots else None,
         context_len=int(slots[1]["ctx"]) if slots else facts.number("n_ctx_seq"),
