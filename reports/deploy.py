@@ -29,13 +29,12 @@ import yaml
 
 from elsa_tune.reports import units
 from elsa_tune.reports.model import ClientNumbers, Report
+from elsa_tune.runtime.family import RuntimeFamily, of_runtime_name
+from elsa_tune.runtime.host_memory import HOST_UUID_PREFIX
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 from elsa_tune.search_spaces.flag_file import ENV_COMMENT
 
 SCHEMA_VERSION = 2
-DEFAULT_LAUNCH = ("python3", "-m", "sglang.launch_server")
-CONTAINER_LAUNCH = ("python3", "-m", "sglang.launch_server")
-UPSTREAM_IMAGE = "lmsysorg/sglang"
 HF_CACHE = "${HOME}/.cache/huggingface:/root/.cache/huggingface"
 #: The address ``launch.sh`` serves on unless ``BIND_HOST`` says otherwise, and the host address the Compose
 #: service publishes its port on: loopback, so that exposing the server is a decision, not a default.
@@ -105,12 +104,18 @@ def rounded_flags(measured: Candidate, deployed: Candidate) -> list[str]:
             if deployed.flags.get(name) != value]
 
 
+def family_of(report: Report) -> RuntimeFamily:
+    """The runtime family the study measured (from its fingerprint's runtime name)."""
+    return of_runtime_name(report.fingerprint.runtime if report.fingerprint is not None else None)
+
+
 def server_argv(report: Report, candidate: Candidate, *, host: str = DEPLOY_HOST) -> list[str]:
     """The candidate's flags plus what a deployment needs: the model, the bind address and the port."""
     argv: list[str] = candidate.argv()
     model = _model_path(report, candidate)
-    if "model-path" not in candidate.flags and model:
-        argv = ["--model-path", model, *argv]
+    model_flag = family_of(report).model_flag
+    if model_flag not in candidate.flags and model:
+        argv = [f"--{model_flag}", model, *argv]
     if "host" not in candidate.flags:
         argv += ["--host", host]
     if "port" not in candidate.flags:
@@ -121,7 +126,8 @@ def server_argv(report: Report, candidate: Candidate, *, host: str = DEPLOY_HOST
 def launch_script(report: Report, candidate: Candidate) -> str:
     """``launch.sh``: exports, then ``exec`` of the measured launch command with the winner's flags."""
     fp = report.fingerprint
-    command = list(fp.launch_command) if fp is not None and fp.launch_command else list(DEFAULT_LAUNCH)
+    command = list(fp.launch_command) if fp is not None and fp.launch_command else \
+        list(family_of(report).default_launch)
     lines = ["#!/usr/bin/env bash", *_stamp(report, "# "),
              f"# The winner of elsa-tune study {_comment(report.study_name)}: {_comment(report.summary_line())}",
              f"# Measured on: {_comment(fp.describe()) if fp else 'unknown setup'}",
@@ -131,7 +137,7 @@ def launch_script(report: Report, candidate: Candidate) -> str:
              f'BIND_HOST="${{BIND_HOST:-{DEPLOY_HOST}}}"']
     if is_simulated(report):
         lines.append(f"echo {shlex.quote(SIMULATED + ': this starts the simulated SGLang of elsa-tune.')} >&2")
-    if fp is not None and fp.gpu_uuid:
+    if fp is not None and fp.gpu_uuid and not fp.gpu_uuid.startswith(HOST_UUID_PREFIX):
         lines.append(f"export CUDA_VISIBLE_DEVICES={shlex.quote(fp.gpu_uuid)}")
     lines += [f"export {_env_name(k)}={shlex.quote(v)}" for k, v in candidate.env.items()]
     argv = server_argv(report, candidate, host="\0")
@@ -151,24 +157,31 @@ def image_of(report: Report) -> tuple[str, str]:
         return fp.image_digest, "the image the study measured, pinned by the digest the runtime reported"
     if study is not None and study.image:
         return study.image, "the image the study ran (no digest was reported: pin one before deploying)"
+    upstream = family_of(report).deployment.upstream_image
+    if ":" in upstream.rsplit("/", 1)[-1]:
+        return upstream, ("the study ran outside a container: the upstream image of this runtime; pin the tag of "
+                          "the build you measured before deploying")
     version = fp.runtime_version if fp is not None and fp.runtime_version else None
     if version:
-        return (f"{UPSTREAM_IMAGE}:v{version}", "the study ran outside a container: the upstream image of the "
+        return (f"{upstream}:v{version}", "the study ran outside a container: the upstream image of the "
                 "measured SGLang version; use your own build if the study ran a patched one")
-    return (f"{UPSTREAM_IMAGE}:latest", "the runtime reported no version: pin the image of the SGLang you "
+    return (f"{upstream}:latest", "the runtime reported no version: pin the image of the SGLang you "
             "measured before deploying")
 
 
 def compose_file(report: Report, candidate: Candidate) -> str:
-    """``docker-compose.yml``: one ``sglang`` service in the shape of SGLang's own ``docker/compose.yaml``."""
+    """``docker-compose.yml``: one service (named for the runtime) in the shape of SGLang's own
+    ``docker/compose.yaml``."""
     fp = report.fingerprint
     port = _port(report, candidate)
     image, why = image_of(report)
-    in_container = list(fp.launch_command) if fp and fp.image_digest and fp.launch_command else list(CONTAINER_LAUNCH)
+    deployment = family_of(report).deployment
+    in_container = list(fp.launch_command) if fp and fp.image_digest and fp.launch_command else \
+        list(deployment.container_launch)
     model = _model_path(report, candidate)
     volumes = [HF_CACHE, *([f"{model}:{model}:ro"] if model and model.startswith("/") else [])]
     device: dict[str, Any] = {"driver": "nvidia", "capabilities": ["gpu"]}
-    if fp is not None and fp.gpu_uuid:
+    if fp is not None and fp.gpu_uuid and not fp.gpu_uuid.startswith(HOST_UUID_PREFIX):
         device["device_ids"] = [fp.gpu_uuid]
     else:
         device["count"] = 1
@@ -192,7 +205,7 @@ def compose_file(report: Report, candidate: Candidate) -> str:
               f"# Image: {_comment(why)}.",
               f"# The port is published on {DEPLOY_HOST} only: write \"{port}:{port}\" to serve other hosts.",
               *[f"# Rounded for deployment: {r}" for r in _rounded(report, candidate)]]
-    body = yaml.safe_dump({"services": {"sglang": service}}, sort_keys=False, allow_unicode=True, width=1000)
+    body = yaml.safe_dump({"services": {deployment.service: service}}, sort_keys=False, allow_unicode=True, width=1000)
     return "\n".join(header) + "\n" + body
 
 
@@ -200,14 +213,15 @@ def server_args_file(report: Report, candidate: Candidate) -> str:
     """``server-args.yaml``: the flat config SGLang's ``--config`` reads (dashed names; ``true`` for a switch)."""
     fp = report.fingerprint
     header = [*_stamp(report, "# "),
-              f"# SGLang server arguments of the winner of elsa-tune study {_comment(report.study_name)}.",
+              f"# {_comment(family_of(report).name.value)} server arguments of the winner of elsa-tune study "
+              f"{_comment(report.study_name)}.",
               f"# Verdict: {_comment(report.summary_line())}",
               f"# Label: {_comment(candidate.label)} (candidate key {candidate.key()})",
               f"# Measured on: {_comment(fp.describe()) if fp else 'unknown setup'}",
               *[f"# Rounded for deployment: {r}" for r in _rounded(report, candidate)],
               *[f"{ENV_COMMENT}{_env_name(k)}={shlex.quote(v)}"
                 for k, v in candidate.env.items()],
-              "# Use: python3 -m sglang.launch_server --config server-args.yaml (flags given after it override it)"]
+              f"# Use: {family_of(report).deployment.config_use}"]
     data = _config(server_argv(report, candidate))
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
     return "\n".join(header) + "\n" + body

@@ -59,6 +59,17 @@ class MetricNames:
     missing: str = ""
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """How a family's winner is deployed (``best/``): its upstream container image and the launch inside it,
+    how ``server-args.yaml`` is used, and the Compose service's name."""
+
+    upstream_image: str
+    container_launch: tuple[str, ...]
+    config_use: str
+    service: str
+
+
 class RuntimeFamily(Protocol):
     """One kind of LLM server, as the process and Docker runtimes, preflight and ``log explain`` read it."""
 
@@ -87,6 +98,9 @@ class RuntimeFamily(Protocol):
 
     @property
     def metrics(self) -> MetricNames: ...
+
+    @property
+    def deployment(self) -> Deployment: ...
 
     def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
         """The launch command to run for ``launch``: itself, or where the family's own install put its program
@@ -135,6 +149,14 @@ class RuntimeFamily(Protocol):
     def recognises(self, log_text: str) -> bool:
         """Whether ``log_text`` was written by this family's server."""
         ...
+
+
+def of_runtime_name(runtime: str | None) -> RuntimeFamily:
+    """The family of a fingerprint's runtime name (``sglang``, ``sglang-sim``, ``llamacpp``); SGLang by default."""
+    for name in FamilyName:
+        if runtime is not None and runtime.split("-")[0] == name.value:
+            return family(name)
+    return family(FamilyName.SGLANG)
 
 
 def family(name: FamilyName | str) -> RuntimeFamily:

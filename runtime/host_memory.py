@@ -17,6 +17,8 @@ from pathlib import Path
 from elsa_tune.runtime.gpu import GpuMemory, GpuState
 
 _MEMINFO = Path("/proc/meminfo")
+#: The start of the host's ``uuid`` (``host-<machine id>``): no GPU to pin a server to.
+HOST_UUID_PREFIX = "host-"
 
 
 def _meminfo(path: Path = _MEMINFO) -> dict[str, int]:
@@ -55,7 +57,7 @@ class HostMemory:
 
     def __init__(self, meminfo: Path = _MEMINFO) -> None:
         self._meminfo = meminfo
-        self._uuid = f"host-{_machine_id()}"
+        self._uuid = f"{HOST_UUID_PREFIX}{_machine_id()}"
         self._name = f"{_cpu_name()} ({os.cpu_count() or '?'} cores)"
 
     @property

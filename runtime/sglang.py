@@ -20,7 +20,7 @@ from elsa_tune.runtime import flags as sglang_flags
 from elsa_tune.runtime import startup_log
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureHints
-from elsa_tune.runtime.family import FamilyName, MetricNames
+from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames
 from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.search_spaces.candidate import Candidate
 
@@ -44,6 +44,11 @@ class SGLangFamily:
         generation_tokens="sglang:generation_tokens_total", cached_prompt_tokens="sglang:cached_tokens_total",
         requests="sglang:num_requests_total", running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs",
         kv_usage="sglang:token_usage", spec_draft_tokens=None, spec_accepted_tokens=None)
+
+    deployment = Deployment(
+        upstream_image="lmsysorg/sglang", container_launch=("python3", "-m", "sglang.launch_server"),
+        config_use="python3 -m sglang.launch_server --config server-args.yaml (flags given after it override it)",
+        service="sglang")
 
     def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
         return tuple(launch)

@@ -21,7 +21,7 @@ import httpx
 from elsa_tune.errors import StudyError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureHints
-from elsa_tune.runtime.family import FamilyName, MetricNames
+from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames
 from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.runtime.llamacpp import classify as llamacpp_classify
 from elsa_tune.runtime.llamacpp import flags as llamacpp_flags
@@ -62,6 +62,12 @@ class LlamaCppFamily:
         missing="llama-server exports no request counter, no KV-usage gauge and no latency histograms: a workload "
                 "recorded from /metrics recovers token rates, concurrency and draft acceptance, not the request "
                 "rate, prompt or output length distributions, or latencies")
+
+    deployment = Deployment(
+        upstream_image="ghcr.io/ggml-org/llama.cpp:server-cuda", container_launch=("/app/llama-server",),
+        config_use="llama-server reads no config file: launch.sh is the command; this file is the flag set that "
+                   "`elsa-tune compare --a server-args.yaml` reads",
+        service="llama-server")
 
     def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
         """The bare ``llama-server`` runs the binary ``$ELSA_LLAMA_SERVER`` names, else the one on ``PATH``, else
