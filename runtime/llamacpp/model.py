@@ -190,23 +190,30 @@ def rope_thetas(base: float = ROPE_BASE) -> npt.NDArray[np.float64]:
 
 
 class _Noise:
-    """Slices of one seeded pool of Gaussian noise, so a 2 GB model is written at disk speed."""
+    """Slices of one seeded pool of Gaussian noise (F16), so a 2 GB model is written at disk speed."""
 
     def __init__(self, seed: int, sigma: float, size: int = 4_000_037) -> None:
         self._rng = np.random.default_rng([seed, 2])
-        self._pool = (self._rng.standard_normal(size, dtype=np.float32) * sigma).astype(np.float32)
+        self._pool = (self._rng.standard_normal(size, dtype=np.float32) * sigma).astype(np.float16)
 
-    def matrix(self, rows: int, cols: int) -> npt.NDArray[np.float32]:
+    def matrix(self, rows: int, cols: int) -> npt.NDArray[np.float16]:
         count = rows * cols
-        start = int(self._rng.integers(0, self._pool.size))
-        reps = (start + count) // self._pool.size + 1
-        flat = np.tile(self._pool, reps)[start:start + count] if reps > 1 else self._pool[start:start + count]
-        return np.array(flat, dtype=np.float32).reshape(rows, cols)
+        out = np.empty(count, dtype=np.float16)
+        at, done = int(self._rng.integers(0, self._pool.size)), 0
+        while done < count:
+            take = min(count - done, self._pool.size - at)
+            out[done:done + take] = self._pool[at:at + take]
+            at, done = 0, done + take
+        return out.reshape(rows, cols)
+
+    def designed(self, rows: int, cols: int) -> npt.NDArray[np.float32]:
+        """A noise matrix in F32, to write designed weights into."""
+        return self.matrix(rows, cols).astype(np.float32)
 
 
 def _embedding(design: Design, shape: Shape, noise: _Noise) -> npt.NDArray[np.float32]:
     n, d = len(design.vocab), shape.hidden
-    e = noise.matrix(n, d)
+    e = noise.designed(n, d)
     rows = np.arange(n)
     e[:, _BIAS] = _B0
     e[rows, _GROUP + design.group] = _H
@@ -225,7 +232,7 @@ def _embedding(design: Design, shape: Shape, noise: _Noise) -> npt.NDArray[np.fl
 
 
 def _output(design: Design, shape: Shape, noise: _Noise) -> npt.NDArray[np.float32]:
-    out = noise.matrix(len(design.vocab), shape.hidden)
+    out = noise.designed(len(design.vocab), shape.hidden)
     for g in range(GROUPS):
         out[design.candidates[g], _GROUP + g] = _CANDIDATE
     for c in range(CLASSES):
@@ -236,9 +243,9 @@ def _output(design: Design, shape: Shape, noise: _Noise) -> npt.NDArray[np.float
     return out
 
 
-def _attention(shape: Shape, noise: _Noise) -> tuple[npt.NDArray[np.float32], ...]:
+def _attention(shape: Shape, noise: _Noise) -> tuple[npt.NDArray[np.float32 | np.float16], ...]:
     d, kv = shape.hidden, shape.kv_heads * HEAD_DIM
-    wq, wk, wv, wo = noise.matrix(d, d), noise.matrix(kv, d), noise.matrix(kv, d), noise.matrix(d, d)
+    wq, wk, wv, wo = noise.designed(d, d), noise.designed(kv, d), noise.designed(kv, d), noise.designed(d, d)
     if shape.previous_head:                       # head 0, KV head 0
         w, theta = previous_head_weights(), rope_thetas()
         size = np.sqrt(8.0 * _PREV_AMPLITUDE * w)    # |q_i| = |k_i|, q_i·k_i/√64 = A·w_i
@@ -259,33 +266,25 @@ def _attention(shape: Shape, noise: _Noise) -> tuple[npt.NDArray[np.float32], ..
     return wq, wk, wv, wo
 
 
-def _tensors(design: Design, shape: Shape, seed: int) -> Iterator[tuple[str, npt.NDArray[np.float32 | np.float16]]]:
-    """The model's tensors in file order (numpy layout: rows = outputs); 2-D ones in F16, norms in F32."""
+def _tensors(design: Design, shape: Shape, seed: int) -> Iterator[npt.NDArray[np.float32 | np.float16]]:
+    """The model's tensors in ``_tensor_shapes`` order (numpy layout: rows = outputs)."""
     noise = _Noise(seed, 0.064 / math.sqrt(shape.hidden))
-    ones = np.ones(shape.hidden, dtype=np.float32)
-    yield "token_embd.weight", _embedding(design, shape, noise).astype(np.float16)
+    d, kv, f = shape.hidden, shape.kv_heads * HEAD_DIM, shape.feed_forward
+    ones = np.ones(d, dtype=np.float32)
+    yield _embedding(design, shape, noise).astype(np.float16)
     for layer in range(shape.layers):
-        if layer == 0:
-            wq, wk, wv, wo = _attention(shape, noise)
-        else:
-            kv = shape.kv_heads * HEAD_DIM
-            wq, wk = noise.matrix(shape.hidden, shape.hidden), noise.matrix(kv, shape.hidden)
-            wv, wo = noise.matrix(kv, shape.hidden), noise.matrix(shape.hidden, shape.hidden)
-        yield f"blk.{layer}.attn_norm.weight", ones
-        yield f"blk.{layer}.attn_q.weight", wq.astype(np.float16)
-        yield f"blk.{layer}.attn_k.weight", wk.astype(np.float16)
-        yield f"blk.{layer}.attn_v.weight", wv.astype(np.float16)
-        yield f"blk.{layer}.attn_output.weight", wo.astype(np.float16)
-        yield f"blk.{layer}.ffn_norm.weight", ones
-        yield f"blk.{layer}.ffn_gate.weight", noise.matrix(shape.feed_forward, shape.hidden).astype(np.float16)
-        yield f"blk.{layer}.ffn_up.weight", noise.matrix(shape.feed_forward, shape.hidden).astype(np.float16)
-        yield f"blk.{layer}.ffn_down.weight", noise.matrix(shape.hidden, shape.feed_forward).astype(np.float16)
-    yield "output_norm.weight", ones
-    yield "output.weight", _output(design, shape, noise).astype(np.float16)
+        attention = _attention(shape, noise) if layer == 0 else (
+            noise.matrix(d, d), noise.matrix(kv, d), noise.matrix(kv, d), noise.matrix(d, d))
+        yield ones
+        yield from (w.astype(np.float16, copy=False) for w in attention)
+        yield ones
+        yield from (noise.matrix(f, d), noise.matrix(f, d), noise.matrix(d, f))
+    yield ones
+    yield _output(design, shape, noise).astype(np.float16)
 
 
 def _tensor_shapes(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Names and numpy shapes in file order: 1-D tensors (the norms) are F32, 2-D ones F16."""
+    """Names and numpy shapes in file order: 1-D tensors (the norms, all ones) are F32, 2-D ones F16."""
     d, kv, f = shape.hidden, shape.kv_heads * HEAD_DIM, shape.feed_forward
     shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (vocab, d))]
     for layer in range(shape.layers):
@@ -295,6 +294,11 @@ def _tensor_shapes(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...]]
                    (f"blk.{layer}.ffn_gate.weight", (f, d)), (f"blk.{layer}.ffn_up.weight", (f, d)),
                    (f"blk.{layer}.ffn_down.weight", (d, f))]
     return [*shapes, ("output_norm.weight", (d,)), ("output.weight", (vocab, d))]
+
+
+def parameter_count(kind: ModelKind) -> int:
+    """How many weights a ``kind`` model has (without writing it)."""
+    return sum(math.prod(dims) for _, dims in _tensor_shapes(SHAPES[kind], len(vocabulary_for(kind))))
 
 
 def _metadata(writer: gguf.GGUFWriter, kind: ModelKind, shape: Shape, vocab: Vocabulary) -> None:
@@ -345,7 +349,9 @@ def write_model(kind: ModelKind, path: Path, seed: int = 0) -> ModelCard:
         writer.write_header_to_file(tmp)
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for _, tensor in _tensors(design, shape, seed):
+        for (name, dims), tensor in zip(_tensor_shapes(shape, len(vocab)), _tensors(design, shape, seed), strict=True):
+            if tensor.shape != dims:
+                raise AssertionError(f"{name}: wrote {tensor.shape}, declared {dims}")
             writer.write_tensor_data(tensor)
         writer.close()
         tmp.chmod(0o644)

@@ -23,6 +23,7 @@ from elsa_tune.runtime.llamacpp.model import (
     Design,
     ModelKind,
     main,
+    parameter_count,
     vocabulary_for,
     write_model,
 )
@@ -78,6 +79,12 @@ def test_draft_is_smaller_on_the_same_vocabulary_and_the_foreign_draft_is_not(tm
     differing = [i for i, (a, b) in enumerate(zip(tokens[ModelKind.TINY], tokens[ModelKind.FOREIGN_DRAFT],
                                                   strict=True)) if a != b]
     assert differing and differing[0] >= 5       # llama.cpp compares the text of every id from 5 on
+
+
+def test_the_gpu_kind_has_over_a_billion_parameters_and_tiny_is_small() -> None:
+    assert parameter_count(ModelKind.GPU) > 1_000_000_000
+    assert parameter_count(ModelKind.TINY) < 8_000_000
+    assert parameter_count(ModelKind.DRAFT) < parameter_count(ModelKind.TINY) / 2
 
 
 def test_cli_writes_a_model_and_refuses_bad_input_in_one_line(tmp_path: Path,
