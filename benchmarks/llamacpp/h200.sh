@@ -34,12 +34,8 @@ step_setup() {
     time python3 -m elsa_tune.runtime.llamacpp.build --cuda --source "$ROOT/.cache/llama-src.tar.gz" \
         --jobs "$(nproc)" | tail -3
     mkdir -p ~/.cache/elsa-tune/models
-    for kind in tiny draft foreign-draft gpu; do
-        case $kind in tiny) name=elsa-tiny;; draft) name=elsa-tiny-draft;; foreign-draft) name=elsa-foreign-draft;;
-            gpu) name=elsa-1b;; esac
-        [ -f ~/.cache/elsa-tune/models/$name.gguf ] || \
-            python3 -m elsa_tune.runtime.llamacpp.model --kind $kind -o ~/.cache/elsa-tune/models/$name.gguf
-    done
+    ELSA_LLAMA_SERVER="$(python3 -c 'from elsa_tune.runtime.llamacpp.build import cached_binary; print(cached_binary())')" \
+        elsa-tune llamacpp setup --gpu-model
     elsa-tune check --runtime llamacpp --gpu 0 --space "$SPACE" --traffic demo-chat
 }
 

@@ -86,6 +86,8 @@ class ModelKind(enum.Enum):
     DRAFT = "draft"
     FOREIGN_DRAFT = "foreign-draft"
     GPU = "gpu"
+    GPU_DRAFT = "gpu-draft"
+    GPU_WEAK_DRAFT = "gpu-weak-draft"
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,10 @@ SHAPES: dict[ModelKind, Shape] = {
                                    previous_head=False, foreign=True),
     ModelKind.GPU: Shape(layers=22, hidden=2048, feed_forward=5632, heads=32, kv_heads=4, context_length=32768,
                          vocab_size=32000),
+    ModelKind.GPU_DRAFT: Shape(layers=4, hidden=256, feed_forward=512, heads=4, kv_heads=2, context_length=32768,
+                               vocab_size=32000),
+    ModelKind.GPU_WEAK_DRAFT: Shape(layers=2, hidden=192, feed_forward=256, heads=3, kv_heads=1,
+                                    context_length=32768, vocab_size=32000, previous_head=False),
 }
 
 _BEHAVIOUR = {
@@ -117,6 +123,8 @@ _BEHAVIOUR = {
     ModelKind.DRAFT: "tiny's design without the previous-token head: agrees with tiny (same seed) on ~half the tokens",
     ModelKind.FOREIGN_DRAFT: "the draft on a reordered vocabulary: llama.cpp refuses it as a draft for tiny",
     ModelKind.GPU: "tiny's design at 1.1B parameters (22 x 2048, 32/4 heads, vocab 32000)",
+    ModelKind.GPU_DRAFT: "tiny's shape on gpu's vocabulary: the same next-token function, a draft gpu accepts",
+    ModelKind.GPU_WEAK_DRAFT: "the draft's shape on gpu's vocabulary: agrees with gpu on ~half the tokens",
 }
 
 

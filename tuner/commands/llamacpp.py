@@ -25,7 +25,7 @@ EXAMPLES = ("elsa-tune llamacpp setup",
 
 #: The model files the shipped llama.cpp spaces name, by kind.
 MODEL_FILES = {"tiny": "elsa-tiny.gguf", "draft": "elsa-tiny-draft.gguf", "foreign-draft": "elsa-foreign-draft.gguf",
-               "gpu": "elsa-1b.gguf"}
+               "gpu": "elsa-1b.gguf", "gpu-draft": "elsa-1b-draft.gguf", "gpu-weak-draft": "elsa-1b-weak-draft.gguf"}
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def run_setup(args: argparse.Namespace) -> int:
         print(f"llama-server: {binary}")
     models = build.default_cache() / "models"
     models.mkdir(parents=True, exist_ok=True)
-    kinds = ["tiny", "draft", "foreign-draft", *(["gpu"] if args.gpu_model else [])]
+    kinds = ["tiny", "draft", "foreign-draft", *(["gpu", "gpu-draft", "gpu-weak-draft"] if args.gpu_model else [])]
     for kind in kinds:
         path = models / MODEL_FILES[kind]
         if path.is_file():
