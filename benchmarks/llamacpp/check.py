@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import statistics
 import sys
 import time
@@ -116,6 +117,10 @@ def boot_once(pre: Preflight, candidate: Candidate, folder: Path, passes: int) -
         runtime.stop(server)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="the study's run folder (its study.json)")
@@ -129,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("check-boots"), help="where the boots' logs go")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)   # a stopped check stops the server it booted (``finally``)
 
     study = json.loads((args.run / "study.json").read_text())
     settings = Settings(gpu=args.gpu, runtime="process", family="llamacpp", space=args.space, traffic=args.traffic,
@@ -141,16 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     values, techniques = values_of(space, recommended)
     rec = Config("recommended " + (recommended.label or "?"), space.candidate(values, techniques))
     base = Config("baseline", space.baseline())
-    configs = [base, rec] if rec.candidate.key() != base.candidate.key() else [base]
+    head = [base, rec] if rec.candidate.key() != base.candidate.key() else [base]
+    around: list[Config] = []
     for name, cand in moves(space, values, techniques):
-        if cand.key() not in {c.candidate.key() for c in configs}:
-            configs.append(Config(name, cand))
+        if cand.key() not in {c.candidate.key() for c in (*head, *around)}:
+            around.append(Config(name, cand))
+    configs = [*head, *around]
     started = time.time()
     plan: list[Config] = []
     for _ in range(args.boots):
-        plan += configs[:2]
+        plan += head
     for _ in range(args.move_boots):
-        plan += configs[2:]
+        plan += around
     print(f"{pre.gpu_state.name if pre.gpu_state else '?'} · {pre.runtime_name} {pre.runtime_version}: "
           f"{len(plan)} boots of {len(configs)} configurations", flush=True)
     for n, config in enumerate(plan):
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             config.failures.append(str(exc)[:200])
             print(f"boot {n:3d} {config.name}: failed: {str(exc)[:160]}", flush=True)
     summaries = [c.summary() for c in configs]
-    ratio = welch_ratio(base.ok(), rec.ok()) if len(configs) > 1 else None
+    ratio = welch_ratio(base.ok(), rec.ok()) if len(head) > 1 else None
     best = max((s for s in summaries if s["mean_tok_s"]), key=lambda s: s["mean_tok_s"], default=None)
     result = {"machine": pre.gpu_state.name if pre.gpu_state else None,
               "gpu_uuid": pre.gpu_state.uuid if pre.gpu_state else None,
@@ -173,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
               "configs": summaries,
               "recommended_over_baseline": ratio,
               "best": best["name"] if best else None,
-              "recommended_of_best": (summaries[1]["mean_tok_s"] / best["mean_tok_s"])
-              if best and len(summaries) > 1 and summaries[1]["mean_tok_s"] else None}
+              "recommended_is_baseline": len(head) == 1,
+              "recommended_of_best": (summaries[len(head) - 1]["mean_tok_s"] / best["mean_tok_s"])
+              if best and summaries[len(head) - 1]["mean_tok_s"] else None}
     for s in summaries:
         ci = f" ± {s['ci95_tok_s']:.1f}" if s["ci95_tok_s"] is not None else ""
         mean = f"{s['mean_tok_s']:.1f}{ci}" if s["mean_tok_s"] else "—"
