@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{pre.gpu_state.name if pre.gpu_state else '?'} · {pre.runtime_name} {pre.runtime_version}: "
           f"{len(plan)} boots of {len(configs)} configurations", flush=True)
     for n, config in enumerate(plan):
+        if args.json and n:
+            args.json.write_text(json.dumps({"partial": True, "boots_done": n,
+                                             "configs": [c.summary() for c in configs]}, indent=2, default=str))
         folder = args.work / f"{n:04d}"
         try:
             tput = boot_once(pre, config.candidate, folder, args.passes)

@@ -18,8 +18,9 @@ WORK=/tmp/elsa-night
 SITE=/tmp/elsa-site
 export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH" PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH="/usr/local/cuda-13.0/lib64:${LD_LIBRARY_PATH:-}"
+[ -d /usr/local/cuda-13.0/bin ] && export PATH="/usr/local/cuda-13.0/bin:$PATH"
 BUDGET="${BUDGET:-10m}"
-PASS_S="${PASS_S:-3}"
+PASS_S="${PASS_S:-10}"
 SPACE="${SPACE:-llamacpp-gpu-1b}"
 OUTDIR="${OUT:-$WORK/out}"
 
@@ -36,7 +37,7 @@ step_setup() {
     mkdir -p ~/.cache/elsa-tune/models
     ELSA_LLAMA_SERVER="$(python3 -c 'from elsa_tune.runtime.llamacpp.build import cached_binary; print(cached_binary())')" \
         elsa-tune llamacpp setup --gpu-model
-    elsa-tune check --runtime llamacpp --gpu 0 --space "$SPACE" --traffic demo-chat
+    [ "${START_NIGHT:-0}" = 1 ] && step_night || true
 }
 
 step_night() {
