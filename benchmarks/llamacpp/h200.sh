@@ -29,7 +29,11 @@ step_setup() {
     rm -rf /tmp/elsa-tune && cp -r "$ROOT" /tmp/elsa-tune && rm -rf /tmp/elsa-tune/.whl /tmp/elsa-tune/.cache
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
         "$ROOT"/.whl/*.whl
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" /tmp/elsa-tune
+    # the installed layout (the design card's folders as sub-packages of elsa_tune), without building a wheel
+    mkdir -p "$SITE/elsa_tune" "$SITE/bin"
+    cp -r /tmp/elsa-tune/elsa_tune/. "$SITE/elsa_tune/"
+    for d in search_spaces runtime traffic probes history tuner reports; do cp -r "/tmp/elsa-tune/$d" "$SITE/elsa_tune/$d"; done
+    printf '#!/usr/bin/env bash\nexec python3 -m elsa_tune "$@"\n' > "$SITE/bin/elsa-tune" && chmod +x "$SITE/bin/elsa-tune"
     cd "$WORK"
     nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader
     time python3 -m elsa_tune.runtime.llamacpp.build --cuda --source "$ROOT/.cache/llama-src.tar.gz" \
