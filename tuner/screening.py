@@ -559,7 +559,8 @@ class Screening:
         else:
             reason = f"{pct(pool / before)} KV pool ({pool:,.0f} vs {before:,.0f} tokens), no memory gain"
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1, extra={"kv_pool": pool, "incumbent_kv_pool": before},
+                       boots_incumbent=0, boots_candidate=1,
+                       extra={"kv_pool": _whole(pool), "incumbent_kv_pool": _whole(before)},
                        category=ReasonCategory.MEMORY_LOSS)
 
     def incumbent_pool(self) -> float | None:
@@ -612,3 +613,8 @@ def _named(failure: Failure) -> Failure:
 def _derived_of(technique: Technique) -> set[str]:
     """Flags a technique changes indirectly (steps → draft tokens): their adjustments count against it too."""
     return {"speculative-num-draft-tokens"} if "speculative-num-steps" in technique.flags else set()
+
+
+def _whole(value: float) -> float | int:
+    """A capacity that is a whole number of tokens as an ``int`` (an SGLang pool), other capacities as they are."""
+    return int(value) if float(value).is_integer() else value
