@@ -183,6 +183,9 @@ class LedgerBackend(Protocol):
     def read(self) -> LedgerContents: ...
 
 
+_SNIFF_BYTES = 1 << 16
+
+
 class JsonlLedger:
     """The ledger as a JSON-lines file, locked with ``fcntl.flock`` for appends."""
 
@@ -213,6 +216,28 @@ class JsonlLedger:
                 os.fsync(handle.fileno())
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def is_foreign(self) -> bool:
+        """Whether the file holds something else: text of which no line is a JSON object (a torn line of a ledger
+        is one line among others). Such a file is never appended to."""
+        try:
+            with open(self.path, "rb") as handle:
+                head = handle.read(_SNIFF_BYTES)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise HistoryError(f"{self.path}: cannot read the ledger: {exc.strerror or exc}",
+                               remedy="check its permissions") from exc
+        lines = [line for line in head.split(b"\n") if line.strip()]
+        if len(head) == _SNIFF_BYTES and lines and not head.endswith(b"\n"):
+            lines.pop()              # cut by the sniff: not evidence either way
+        for line in lines:
+            try:
+                if isinstance(json.loads(line), dict):
+                    return False
+            except (ValueError, RecursionError):    # ValueError: not JSON, or not UTF-8
+                continue
+        return bool(lines)
 
     def read(self) -> LedgerContents:
         try:

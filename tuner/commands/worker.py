@@ -85,7 +85,10 @@ def run(args: argparse.Namespace) -> int:
         _check_storage(args.storage)
     if args.log_file is not None:
         OutputPath(args.log_file, "--log-file").check([args.traffic, args.space])
+    if args.ledger is not None:
+        _check_ledger(Path(args.ledger), [args.traffic, args.space, args.log_file])
     storage = args.storage or f"sqlite:///{root.resolve() / 'study.db'}"
+    _check_database(storage)
     if len(gpus) > 1:
         root.mkdir(parents=True, exist_ok=True)
         setup_logging(args.log_file, int(args.verbose), console=True)
@@ -138,6 +141,29 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
           f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
           f"{stats.seconds:.0f} s; report {run_dir / 'report.md'}")
     return 0
+
+
+def _check_ledger(path: Path, inputs: list[str | Path | None]) -> None:
+    """``--ledger`` is appended to: refuse anything but a ledger (or a new file) before a byte is written."""
+    from elsa_tune.history.ledger import JsonlLedger
+
+    OutputPath(path, "--ledger").check(inputs)
+    if JsonlLedger(path).is_foreign():
+        raise ConfigError(f"--ledger {path} is not a ledger (no line of it is a JSON ledger entry): the workers' "
+                          "decisions would be appended to it",
+                          remedy="give --ledger a ledger.jsonl elsa-tune wrote, or the name of a new file")
+
+
+def _check_database(storage: str) -> None:
+    """A SQLite file of another application is refused before a folder is created or Optuna adds its tables."""
+    from elsa_tune.history.store import sqlite_file
+    from elsa_tune.history.study_database import check_study_database
+
+    database = sqlite_file(storage)
+    if database is not None:
+        check_study_database(database, what="the shared study's database",
+                             remedy="give --storage a database elsa-tune created or a new file (sqlite:///PATH), or "
+                                    "leave --storage out")
 
 
 def _check_storage(url: str) -> None:
