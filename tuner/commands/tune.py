@@ -1,7 +1,9 @@
 """``elsa-tune [tune] --gpu 0 --traffic prod.parquet``: the unattended study (the default command).
 
 Thin shell: arguments → ``Settings`` (defaults < ``ELSA_TUNE_*`` < these flags) → preflight → ``Study.run``.
-Rerunning the same command with the same ``--out`` resumes the study; nothing finished is measured twice.
+Rerunning the same command with the same ``--out`` resumes the study; nothing finished is measured twice. A finished
+study, or a folder another study or comparison owns (``history/run_identity.py``), is refused before anything is
+written.
 ``--gpu 0,1``: one study; the first GPU runs baseline, screening and confirmation, and the numeric search runs on
 every listed GPU at once (``tuner/fleet.py``).
 """
