@@ -249,6 +249,10 @@ class JsonlLedger:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         except FileNotFoundError:
             return LedgerContents(())
+        except IsADirectoryError as exc:
+            raise HistoryError(f"{self.path} is a folder, not the ledger's file",
+                               remedy="move that folder aside: the studies of this folder keep their ledger there, "
+                                      "one JSON line per decision") from exc
         except OSError as exc:
             raise HistoryError(f"{self.path}: cannot read the ledger: {exc}", remedy="check its permissions") from exc
         entries: list[LedgerEntry] = []
@@ -262,7 +266,7 @@ class JsonlLedger:
                 if not isinstance(data, dict):
                     raise TypeError("not a JSON object")
                 entries.append(LedgerEntry.from_dict(data))
-            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+            except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError, RecursionError) as exc:
                 corrupt.append(CorruptLine(number, text, f"{type(exc).__name__}: {exc}"))
         return LedgerContents(tuple(entries), tuple(corrupt))
 

@@ -11,13 +11,19 @@ import importlib.resources
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.run_identity import RunIdentity, RunKind, check_owner, file_digest, refuse_finished
 from elsa_tune.history.study_database import check_study_database
 from elsa_tune.tuner.preflight import DEMO_TRACE, Preflight
 
 
 def refuse_before_preflight(run_dir: Path, kind: RunKind, name: str) -> None:
-    """Refuse a run folder that is not this run's to write, from what the settings say; creates nothing."""
+    """Refuse a run folder that is not this run's to write, from what the settings say; creates nothing.
+
+    A study also reads the ledger beside the folder now: one it cannot read would end it after its first boots.
+    """
+    if kind is RunKind.STUDY:
+        Ledger.for_run_dir(run_dir).backend.read()     # corrupt lines are skipped (the study warns of them)
     if not run_dir.is_dir():
         return
     check_study_database(run_dir / "study.db")

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
@@ -22,6 +23,9 @@ from elsa_tune.tuner.argument_types import (
     positive_float,
     positive_int,
 )
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from elsa_tune.tuner.settings import Settings
 
 NAME = "worker"
 HELP = "run trial workers of a study shared through a database (several GPUs, several hosts)"
@@ -90,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     storage = args.storage or f"sqlite:///{root.resolve() / 'study.db'}"
     _check_database(storage)
     if len(gpus) > 1:
+        _check_inputs(args, gpus[0], root)   # the children check their GPUs; the inputs are checked once, here
         root.mkdir(parents=True, exist_ok=True)
         setup_logging(args.log_file, int(args.verbose), console=True)
         argv = _child_argv(args, root, storage)
@@ -104,16 +109,10 @@ def run(args: argparse.Namespace) -> int:
 def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> int:
     from elsa_tune.tuner.console import setup_logging
     from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.workers import Worker, WorkerConfig, local_run_dir
 
     run_dir = local_run_dir(root, gpu)
-    cli = {"gpu": gpu, "traffic": args.traffic, "space": args.space, "model": args.model, "runtime": args.runtime,
-           "launch": args.launch, "image": args.image, "sim_profile": args.sim_profile,
-           "sim_speedup": args.sim_speedup, "budget_s": args.budget_s, "out": run_dir, "study": args.study,
-           "pass_seconds": args.pass_seconds, "baseline_boots": args.baseline_boots, "looks": args.looks,
-           "seed": args.seed, "max_trials": args.max_trials}
-    settings = Settings.resolve(cli)
+    settings = _settings(args, gpu, run_dir)
     card_dir = root.resolve() / "sim-cards" / f"gpu{gpu}" if settings.simulated else None
     existed = root.exists()
     try:   # the preflight before the first file: a refused worker leaves no folder behind
@@ -141,6 +140,28 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
           f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
           f"{stats.seconds:.0f} s; report {run_dir / 'report.md'}")
     return 0
+
+
+def _settings(args: argparse.Namespace, gpu: str, run_dir: Path) -> Settings:
+    from elsa_tune.tuner.settings import Settings
+
+    cli = {"gpu": gpu, "traffic": args.traffic, "space": args.space, "model": args.model, "runtime": args.runtime,
+           "launch": args.launch, "image": args.image, "sim_profile": args.sim_profile,
+           "sim_speedup": args.sim_speedup, "budget_s": args.budget_s, "out": run_dir, "study": args.study,
+           "pass_seconds": args.pass_seconds, "baseline_boots": args.baseline_boots, "looks": args.looks,
+           "seed": args.seed, "max_trials": args.max_trials}
+    return Settings.resolve(cli)
+
+
+def _check_inputs(args: argparse.Namespace, gpu: str, root: Path) -> None:
+    """The settings, the space and the traffic, before the workers' folders exist (their GPUs are theirs to check)."""
+    from elsa_tune.search_spaces.loader import load_space
+    from elsa_tune.tuner.preflight import load_traffic
+    from elsa_tune.tuner.workers import local_run_dir
+
+    settings = _settings(args, gpu, local_run_dir(root, gpu))
+    load_space(settings.space)
+    load_traffic(settings.traffic)
 
 
 def _check_ledger(path: Path, inputs: list[str | Path | None]) -> None:
