@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -72,7 +73,16 @@ def refused(capsys: pytest.CaptureFixture[str], argv: list[str], *, code: int, c
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished virtual study (``runs/study``), with the ledger beside it."""
     out = tmp_path_factory.mktemp("finished") / "runs" / "study"
-    assert main(study_argv(out)) == exit_codes.OK
+    logger = logging.getLogger("elsa_tune")    # set up before the per-test fixture that restores it
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    try:
+        assert main(study_argv(out)) == exit_codes.OK
+    finally:
+        for handler in [h for h in logger.handlers if h not in handlers]:
+            logger.removeHandler(handler)
+            handler.close()
+        logger.setLevel(level)
+        logger.propagate = propagate
     assert json.loads((out / "study.json").read_text())["status"] == "finished"
     return out
 
