@@ -183,6 +183,9 @@ class LedgerBackend(Protocol):
     def read(self) -> LedgerContents: ...
 
 
+_SNIFF_BYTES = 1 << 16
+
+
 class JsonlLedger:
     """The ledger as a JSON-lines file, locked with ``fcntl.flock`` for appends."""
 
@@ -214,6 +217,28 @@ class JsonlLedger:
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
+    def is_foreign(self) -> bool:
+        """Whether the file holds something else: text of which no line is a JSON object (a torn line of a ledger
+        is one line among others). Such a file is never appended to."""
+        try:
+            with open(self.path, "rb") as handle:
+                head = handle.read(_SNIFF_BYTES)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise HistoryError(f"{self.path}: cannot read the ledger: {exc.strerror or exc}",
+                               remedy="check its permissions") from exc
+        lines = [line for line in head.split(b"\n") if line.strip()]
+        if len(head) == _SNIFF_BYTES and lines and not head.endswith(b"\n"):
+            lines.pop()              # cut by the sniff: not evidence either way
+        for line in lines:
+            try:
+                if isinstance(json.loads(line), dict):
+                    return False
+            except (ValueError, RecursionError):    # ValueError: not JSON, or not UTF-8
+                continue
+        return bool(lines)
+
     def read(self) -> LedgerContents:
         try:
             with open(self.path, "rb") as handle:
@@ -224,6 +249,10 @@ class JsonlLedger:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         except FileNotFoundError:
             return LedgerContents(())
+        except IsADirectoryError as exc:
+            raise HistoryError(f"{self.path} is a folder, not the ledger's file",
+                               remedy="move that folder aside: the studies of this folder keep their ledger there, "
+                                      "one JSON line per decision") from exc
         except OSError as exc:
             raise HistoryError(f"{self.path}: cannot read the ledger: {exc}", remedy="check its permissions") from exc
         entries: list[LedgerEntry] = []
@@ -237,7 +266,7 @@ class JsonlLedger:
                 if not isinstance(data, dict):
                     raise TypeError("not a JSON object")
                 entries.append(LedgerEntry.from_dict(data))
-            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+            except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError, RecursionError) as exc:
                 corrupt.append(CorruptLine(number, text, f"{type(exc).__name__}: {exc}"))
         return LedgerContents(tuple(entries), tuple(corrupt))
 

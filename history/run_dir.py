@@ -211,6 +211,6 @@ def _parse(kind: type[_T], path: Path) -> _T:
     data = read_json(path)
     try:
         return kind.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:   # AttributeError: a list where a mapping is
         raise HistoryError(f"{path}: not a valid {kind.__name__}: {exc!r}",
                            remedy="restore the file from a backup or delete it to drop that record") from exc

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy as sa
 from optuna.distributions import BaseDistribution
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RDBStorage
@@ -59,6 +60,7 @@ from elsa_tune.history.heartbeat import Heartbeat
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.records import BootRecord, TrialRecord, TrialState
 from elsa_tune.history.run_dir import BootSlot, History, RunDir
+from elsa_tune.history.study_database import check_study_database
 from elsa_tune.history.study_record import StudyRecord
 from elsa_tune.runtime.failure import Failure
 
@@ -105,9 +107,12 @@ class StudyStore:
     def __init__(self, run_dir: str | Path, storage_url: str | None = None, *, name: str | None = None,
                  heartbeat_interval: int | None = 30, grace_period: int | None = None) -> None:
         self.files = RunDir(run_dir)
-        self.files.path.mkdir(parents=True, exist_ok=True)
         self.name = name or self.files.path.resolve().name
         self.storage_url = storage_url or f"sqlite:///{self.files.path.resolve() / 'study.db'}"
+        database = sqlite_file(self.storage_url)
+        if database is not None:     # before Optuna adds its tables to a file that may be another application's
+            check_study_database(database)
+        self.files.path.mkdir(parents=True, exist_ok=True)
         engine_kwargs: dict[str, Any] = {}
         if self.storage_url.startswith("sqlite"):
             engine_kwargs["connect_args"] = {"timeout": 60}
@@ -361,6 +366,17 @@ class StudyStore:
                                                   values=values, user_attrs=attrs,
                                                   system_attrs=system_attrs, state=OptunaState.COMPLETE))
         return True
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:///PATH`` storage URL names (``None`` for a server or an in-memory database)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
 
 
 def _storage_remedy(url: str, exc: Exception) -> str:

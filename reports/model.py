@@ -261,6 +261,8 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
     baseline = _arm(history, baseline_c) if baseline_c else None
     winner = _arm(history, winner_c) if winner_c and baseline_c and winner_c.key() != baseline_c.key() else None
     confirmation = next((d for d in reversed(history.decisions) if d.phase is Phase.CONFIRMATION), None)
+    if confirmation is not None and not _about_recommendation(confirmation, study):
+        confirmation = None
     noise = (study.noise if study and study.noise else None) or derive_noise(
         [b for b in history.boots if b.phase is Phase.BASELINE])
     ledger_entries: tuple[LedgerEntry, ...] = ()
@@ -353,6 +355,19 @@ def derive_noise(boots: Sequence[BootRecord]) -> NoiseRecord | None:
     passes = statistics.fmean(len(steady) + 1 for _, steady in per_boot)
     return NoiseRecord(sigma_boot=sigma_boot, sigma_run=sigma_run, warmup_bias=warmup, boots=len(per_boot),
                        passes_per_boot=passes, derived_from="boots")
+
+
+def _about_recommendation(decision: DecisionRecord, study: StudyRecord | None) -> bool:
+    """Whether a confirmation decision speaks for what ``best/`` holds: its candidate is the study's incumbent, or the
+    incumbent is the baseline because the gate rejected that candidate. A confirmation of another candidate (an earlier
+    run's, before the incumbent changed; a winner that then failed its soak) must not head another configuration's
+    flags. A record that names no candidate (an older one) is taken as it is."""
+    if study is None or not decision.candidate_key:
+        return True
+    incumbent = study.incumbent.key()
+    if decision.candidate_key == incumbent:
+        return True
+    return incumbent == study.baseline.key() and decision.kept is Kept.NO
 
 
 def _first_baseline(history: History) -> Candidate | None:

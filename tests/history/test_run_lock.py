@@ -72,16 +72,19 @@ def test_a_second_study_on_one_out_is_refused_before_it_writes(tmp_path: Path, c
 
 def test_a_study_takes_the_lock_and_lets_it_go(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    # past the preflight and the lock, a damaged study.db stops the study: its own remedy, the file untouched
+    # a damaged study.db is refused before the lock is taken: its own remedy, the file untouched
     monkeypatch.setenv("ELSA_SIM_CARD_DIR", str(tmp_path / "card"))
     run = tmp_path / "run"
     run.mkdir()
     damaged = bytes(range(256)) * 16
     (run / "study.db").write_bytes(damaged)
-    code = main(["--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic", "demo", "--budget", "1m",
-                 "--out", str(run), "--no-live"])
+    argv = ["--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic", "demo", "--budget", "1m",
+            "--out", str(run), "--no-live", "--virtual"]
+    code = main(argv)
     err = capsys.readouterr().err
     assert code == 5 and "SQLite file is damaged" in err and "Traceback" not in err, err
-    assert (run / "study.db").read_bytes() == damaged
+    assert (run / "study.db").read_bytes() == damaged and sorted(p.name for p in run.iterdir()) == ["study.db"]
+    (run / "study.db").unlink()
+    assert main(argv) == 0, capsys.readouterr().err   # a study that ran, past the lock
     with RunLock(run) as lock:   # released when the study ended
         assert lock.held

@@ -71,3 +71,31 @@ def test_the_plotted_incumbent_is_the_mean_of_its_boots_not_the_best_boot(histor
               and b.throughput is not None]
     assert worth[-1] == (max(b.number for b in report.boots if b.phase == "confirmation" and b.arm == "candidate"),
                          sum(winner) / len(winner))
+
+
+def test_best_holds_no_flags_under_another_candidates_verdict(history_template: HistoryBuilder,
+                                                              tmp_path: Path) -> None:
+    """Issue 31, case 1: a rerun rewound ``study.json`` (incumbent back to the baseline) while an earlier run's
+    confirmation of the winner stayed in ``decisions/``; ``best/server-args.yaml`` then held the baseline's flags under
+    "+11% … confirmed by the gate". The header and the flags come from one record: the incumbent."""
+    import dataclasses
+
+    from elsa_history_factory import STUDY
+
+    from elsa_tune.history.decision import DecisionRecord
+    from elsa_tune.history.study_record import StudyStatus
+
+    h = copy_history(history_template, tmp_path)
+    study = h.store.read_study()
+    assert study is not None
+    h.store.record_decision(DecisionRecord(study=STUDY, number=99, phase=Phase.CONFIRMATION,
+                                           technique="final vs baseline", incumbent_key=study.baseline.key(),
+                                           candidate_key=WINNER.key(),
+                                           verdict=verdict(Decision.KEEP, 1.11, 1.06, 1.16, 6)))
+    h.store.write_study(dataclasses.replace(study, incumbent=study.baseline, status=StudyStatus.INTERRUPTED))
+    best = write_outputs(h.run_dir, with_plots=False).best
+    assert best is not None
+    header = (best / "server-args.yaml").read_text()
+    assert f"# Label: {study.baseline.label} (candidate key {study.baseline.key()})" in header
+    assert "confirmed by the gate" not in header and "+11%" not in header, header
+    assert "Deploy the winner" not in (h.run_dir / "report.md").read_text()

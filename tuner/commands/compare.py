@@ -95,10 +95,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elsa_tune.history.run_identity import RunKind, check_owner, claim
     from elsa_tune.history.run_lock import RunLock
     from elsa_tune.search_spaces.flag_file import read_flag_file
     from elsa_tune.tuner.console import setup_logging
     from elsa_tune.tuner.preflight import run_preflight
+    from elsa_tune.tuner.run_folder import identity, refuse_before_preflight
     from elsa_tune.tuner.settings import Settings
 
     if args.a.resolve() == args.b.resolve():
@@ -123,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     _check_same_comparison(run_dir, file_a, file_b)
     setup_logging(None, settings.verbosity, console=True)
     RunLock(run_dir).check_free()
+    refuse_before_preflight(run_dir, RunKind.COMPARISON, settings.study_name)
     pre = run_preflight(settings)        # every check before the run folder is created
     model = pre.space.model.path
     if not model:
@@ -131,12 +134,16 @@ def run(args: argparse.Namespace) -> int:
     a = file_a.candidate().merged(flags={"model-path": model})
     b = file_b.candidate().merged(flags={"model-path": model})
     _check_against_runtime(pre, file_a, file_b)
+    owner = identity(pre, RunKind.COMPARISON, arms=(a.key(), b.key()))
+    check_owner(run_dir, owner)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
                           remedy="give --out a folder you can write to") from exc
     with RunLock(run_dir):
+        refuse_before_preflight(run_dir, RunKind.COMPARISON, settings.study_name)
+        claim(run_dir, owner)
         return _compare(args, pre, settings, a, b, run_dir)
 
 

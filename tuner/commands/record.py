@@ -6,6 +6,7 @@ import argparse
 import time
 
 from elsa_tune.errors import TrafficError
+from elsa_tune.output_path import OutputPath
 from elsa_tune.traffic.prometheus import PrometheusClient, parse_duration, parse_time
 from elsa_tune.traffic.recording import RecordWindow, record
 from elsa_tune.traffic.trace import DEFAULT_BLOCK_SIZE, write_trace
@@ -51,6 +52,7 @@ def window_from(args: argparse.Namespace, now: float) -> RecordWindow:
 
 
 def run(args: argparse.Namespace) -> int:
+    OutputPath(args.output, "-o").check()   # before the first query: a refused output costs no Prometheus time
     window = window_from(args, time.time())
     with PrometheusClient(args.prometheus, timeout_s=args.timeout) as client:
         recording = record(client, window, seed=args.seed, scale=args.scale, block_size=args.block_size)

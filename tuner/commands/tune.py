@@ -1,7 +1,9 @@
 """``elsa-tune [tune] --gpu 0 --traffic prod.parquet``: the unattended study (the default command).
 
 Thin shell: arguments → ``Settings`` (defaults < ``ELSA_TUNE_*`` < these flags) → preflight → ``Study.run``.
-Rerunning the same command with the same ``--out`` resumes the study; nothing finished is measured twice.
+Rerunning the same command with the same ``--out`` resumes the study; nothing finished is measured twice. A finished
+study, or a folder another study or comparison owns (``history/run_identity.py``), is refused before anything is
+written.
 ``--gpu 0,1``: one study; the first GPU runs baseline, screening and confirmation, and the numeric search runs on
 every listed GPU at once (``tuner/fleet.py``).
 """
@@ -85,9 +87,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elsa_tune.history.run_identity import RunKind, check_owner, claim
     from elsa_tune.history.run_lock import RunLock
     from elsa_tune.tuner.console import interactive, setup_logging
     from elsa_tune.tuner.preflight import run_preflight
+    from elsa_tune.tuner.run_folder import identity, refuse_before_preflight
     from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.worker_pool import parse_gpus
 
@@ -108,19 +112,22 @@ def run(args: argparse.Namespace) -> int:
     if gpus and "sim" in gpus:
         raise ConfigError(f"--gpu {','.join(gpus)}: simulated GPUs are numbered",
                           remedy="pass --gpu 0,1 --runtime sim for two simulated cards")
+    if settings.log_file is not None:   # a dry run logs to it too
+        OutputPath(settings.log_file, "--log-file").check([settings.traffic, settings.space])
     if args.dry_run:
         return _dry_run(settings, as_json=bool(args.json))
     run_dir = OutputPath(settings.run_dir, "--out", folder=True).check([settings.traffic, settings.space])
-    if settings.log_file is not None:
-        OutputPath(settings.log_file, "--log-file").check([settings.traffic, settings.space])
     live = interactive() if settings.live is None else settings.live
     setup_logging(None, settings.verbosity, console=True)
     # The lead's simulated card is the first worker's (``elsa-tune worker`` maps GPU N to <out>/sim-cards/gpuN).
     card_dir = run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
     existed = run_dir.exists()
     RunLock(run_dir).check_free()   # a folder in use is refused before the preflight, which would see a busy GPU
+    refuse_before_preflight(run_dir, RunKind.STUDY, settings.study_name)
     try:   # every check before the study's first file: a refused study leaves the run folder as it was
         pre = run_preflight(settings, card_dir=card_dir)
+        owner = identity(pre, RunKind.STUDY)
+        check_owner(run_dir, owner)
     except BaseException:
         if not existed and card_dir is not None:
             _remove_created(card_dir, run_dir)
@@ -131,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
                           remedy="give --out a folder you can write to") from exc
     with RunLock(run_dir):   # refused: another study holds the folder, and nothing here is touched
+        refuse_before_preflight(run_dir, RunKind.STUDY, settings.study_name)   # it may have finished meanwhile
+        claim(run_dir, owner)
         return _study(args, pre, settings, gpus, live)
 
 

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
@@ -22,6 +23,9 @@ from elsa_tune.tuner.argument_types import (
     positive_float,
     positive_int,
 )
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from elsa_tune.tuner.settings import Settings
 
 NAME = "worker"
 HELP = "run trial workers of a study shared through a database (several GPUs, several hosts)"
@@ -85,8 +89,12 @@ def run(args: argparse.Namespace) -> int:
         _check_storage(args.storage)
     if args.log_file is not None:
         OutputPath(args.log_file, "--log-file").check([args.traffic, args.space])
+    if args.ledger is not None:
+        _check_ledger(Path(args.ledger), [args.traffic, args.space, args.log_file])
     storage = args.storage or f"sqlite:///{root.resolve() / 'study.db'}"
+    _check_database(storage)
     if len(gpus) > 1:
+        _check_inputs(args, gpus[0], root)   # the children check their GPUs; the inputs are checked once, here
         root.mkdir(parents=True, exist_ok=True)
         setup_logging(args.log_file, int(args.verbose), console=True)
         argv = _child_argv(args, root, storage)
@@ -101,16 +109,10 @@ def run(args: argparse.Namespace) -> int:
 def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> int:
     from elsa_tune.tuner.console import setup_logging
     from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.workers import Worker, WorkerConfig, local_run_dir
 
     run_dir = local_run_dir(root, gpu)
-    cli = {"gpu": gpu, "traffic": args.traffic, "space": args.space, "model": args.model, "runtime": args.runtime,
-           "launch": args.launch, "image": args.image, "sim_profile": args.sim_profile,
-           "sim_speedup": args.sim_speedup, "budget_s": args.budget_s, "out": run_dir, "study": args.study,
-           "pass_seconds": args.pass_seconds, "baseline_boots": args.baseline_boots, "looks": args.looks,
-           "seed": args.seed, "max_trials": args.max_trials}
-    settings = Settings.resolve(cli)
+    settings = _settings(args, gpu, run_dir)
     card_dir = root.resolve() / "sim-cards" / f"gpu{gpu}" if settings.simulated else None
     existed = root.exists()
     try:   # the preflight before the first file: a refused worker leaves no folder behind
@@ -138,6 +140,51 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
           f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
           f"{stats.seconds:.0f} s; report {run_dir / 'report.md'}")
     return 0
+
+
+def _settings(args: argparse.Namespace, gpu: str, run_dir: Path) -> Settings:
+    from elsa_tune.tuner.settings import Settings
+
+    cli = {"gpu": gpu, "traffic": args.traffic, "space": args.space, "model": args.model, "runtime": args.runtime,
+           "launch": args.launch, "image": args.image, "sim_profile": args.sim_profile,
+           "sim_speedup": args.sim_speedup, "budget_s": args.budget_s, "out": run_dir, "study": args.study,
+           "pass_seconds": args.pass_seconds, "baseline_boots": args.baseline_boots, "looks": args.looks,
+           "seed": args.seed, "max_trials": args.max_trials}
+    return Settings.resolve(cli)
+
+
+def _check_inputs(args: argparse.Namespace, gpu: str, root: Path) -> None:
+    """The settings, the space and the traffic, before the workers' folders exist (their GPUs are theirs to check)."""
+    from elsa_tune.search_spaces.loader import load_space
+    from elsa_tune.tuner.preflight import load_traffic
+    from elsa_tune.tuner.workers import local_run_dir
+
+    settings = _settings(args, gpu, local_run_dir(root, gpu))
+    load_space(settings.space)
+    load_traffic(settings.traffic)
+
+
+def _check_ledger(path: Path, inputs: list[str | Path | None]) -> None:
+    """``--ledger`` is appended to: refuse anything but a ledger (or a new file) before a byte is written."""
+    from elsa_tune.history.ledger import JsonlLedger
+
+    OutputPath(path, "--ledger").check(inputs)
+    if JsonlLedger(path).is_foreign():
+        raise ConfigError(f"--ledger {path} is not a ledger (no line of it is a JSON ledger entry): the workers' "
+                          "decisions would be appended to it",
+                          remedy="give --ledger a ledger.jsonl elsa-tune wrote, or the name of a new file")
+
+
+def _check_database(storage: str) -> None:
+    """A SQLite file of another application is refused before a folder is created or Optuna adds its tables."""
+    from elsa_tune.history.store import sqlite_file
+    from elsa_tune.history.study_database import check_study_database
+
+    database = sqlite_file(storage)
+    if database is not None:
+        check_study_database(database, what="the shared study's database",
+                             remedy="give --storage a database elsa-tune created or a new file (sqlite:///PATH), or "
+                                    "leave --storage out")
 
 
 def _check_storage(url: str) -> None:

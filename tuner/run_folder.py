@@ -1,0 +1,50 @@
+"""Whose run folder ``--out`` is: the checks a study or a comparison passes before it writes a byte there.
+
+``refuse_before_preflight`` needs the settings alone (a foreign ``study.db``, a folder of another kind or name, a
+finished study); ``identity`` is what the preflight adds (the space's and the traffic's digests, the setup), for
+``check_owner`` before the folder is created and ``claim`` under the run lock (``history/run_identity.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+from elsa_tune.errors import ConfigError
+from elsa_tune.history.ledger import Ledger
+from elsa_tune.history.run_identity import RunIdentity, RunKind, check_owner, file_digest, refuse_finished
+from elsa_tune.history.study_database import check_study_database
+from elsa_tune.tuner.preflight import DEMO_TRACE, Preflight
+
+
+def refuse_before_preflight(run_dir: Path, kind: RunKind, name: str) -> None:
+    """Refuse a run folder that is not this run's to write, from what the settings say; creates nothing.
+
+    A study also reads the ledger beside the folder now: one it cannot read would end it after its first boots.
+    """
+    if kind is RunKind.STUDY:
+        Ledger.for_run_dir(run_dir).backend.read()     # corrupt lines are skipped (the study warns of them)
+    if not run_dir.is_dir():
+        return
+    check_study_database(run_dir / "study.db")
+    check_owner(run_dir, RunIdentity(kind, name))
+    if kind is RunKind.STUDY:
+        refuse_finished(run_dir)
+
+
+def identity(pre: Preflight, kind: RunKind, arms: tuple[str, ...] = ()) -> RunIdentity:
+    """This run's identity: its kind and name, the space and traffic it reads, the setup it measures."""
+    traffic = pre.settings.traffic
+    return RunIdentity(kind, pre.settings.study_name, space=pre.space.name, space_digest=pre.space.digest[:16] or None,
+                       traffic=traffic, traffic_digest=_traffic_digest(traffic), setup=pre.fingerprint.key(),
+                       setup_text=pre.fingerprint.describe(), arms=arms)
+
+
+def _traffic_digest(traffic: str) -> str:
+    path = (Path(str(importlib.resources.files("elsa_tune.traffic").joinpath("data", "demo.parquet")))
+            if traffic == DEMO_TRACE else Path(traffic))
+    try:
+        return file_digest(path)
+    except OSError as exc:    # the preflight has just read it: only a file removed since gets here
+        raise ConfigError(f"--traffic {traffic} cannot be read: {exc.strerror or exc}",
+                          remedy="give --traffic a trace file you can read") from exc
