@@ -18,6 +18,7 @@ import re
 import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from elsa_tune.errors import ConfigError, RuntimeUnavailable
 
@@ -41,6 +42,11 @@ class FlagSet:
 
     def all_names(self) -> frozenset[str]:
         return self.names | frozenset(self.aliases)
+
+    def shapes(self) -> Mapping[str, Any]:
+        """Every name and alias mapped to what validation knows of its values: nothing, for an argparse help text
+        (a family that reads more, such as llama.cpp's choices and switches, says more)."""
+        return dict.fromkeys(self.all_names())
 
 
 @dataclass(frozen=True)
@@ -86,9 +92,9 @@ def harvest(launch: Sequence[str], *, timeout_s: float = 300.0, env: Mapping[str
                               env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
     except FileNotFoundError as exc:
         raise RuntimeUnavailable(f"the launch command {launch[0]!r} does not exist",
-                                 remedy="install the runtime or configure the launch command of its own environment "
-                                        "(--launch), e.g. /opt/sglang-venv/bin/python -m sglang.launch_server "
-                                        "or /opt/llama.cpp/bin/llama-server") from exc
+                                 remedy="install SGLang (or the runtime you tune) or configure the launch command of "
+                                        "its own environment (--launch), e.g. /opt/sglang-venv/bin/python -m "
+                                        "sglang.launch_server or /opt/llama.cpp/bin/llama-server") from exc
     except subprocess.TimeoutExpired as exc:
         raise RuntimeUnavailable(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s",
                                  remedy="check that the runtime imports cleanly, or raise the --help timeout") from exc

@@ -292,7 +292,7 @@ class SearchSpace:
 
         return family(self.runtime.family).model_flag
 
-    def validate_flags(self, known: Collection[str] | Mapping[str, FlagShape]) -> None:
+    def validate_flags(self, known: Collection[str] | Mapping[str, FlagShape | None]) -> None:
         """Refuse a flag the runtime does not have, a value outside its choices, or a switch given a value.
 
         ``known`` holds the runtime's flag names without dashes (aliases included), optionally mapped

@@ -175,7 +175,7 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
     elif harvest_flags and settings.runtime != "docker":
         flags = runtime.flag_set()
         if flags is not None:
-            space.validate_flags(flags.all_names())
+            space.validate_flags(flags.shapes())
     elif settings.runtime == "docker":
         problems.append("flags not validated against the image before the study (the first boot will)")
     trace = load_traffic(settings.traffic)

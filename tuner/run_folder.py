@@ -14,7 +14,7 @@ from elsa_tune.errors import ConfigError
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.run_identity import RunIdentity, RunKind, check_owner, file_digest, refuse_finished
 from elsa_tune.history.study_database import check_study_database
-from elsa_tune.tuner.preflight import DEMO_TRACE, Preflight
+from elsa_tune.tuner.preflight import BUNDLED_TRACES, Preflight
 
 
 def refuse_before_preflight(run_dir: Path, kind: RunKind, name: str) -> None:
@@ -41,8 +41,8 @@ def identity(pre: Preflight, kind: RunKind, arms: tuple[str, ...] = ()) -> RunId
 
 
 def _traffic_digest(traffic: str) -> str:
-    path = (Path(str(importlib.resources.files("elsa_tune.traffic").joinpath("data", "demo.parquet")))
-            if traffic == DEMO_TRACE else Path(traffic))
+    path = (Path(str(importlib.resources.files("elsa_tune.traffic").joinpath("data", BUNDLED_TRACES[traffic])))
+            if traffic in BUNDLED_TRACES else Path(traffic))
     try:
         return file_digest(path)
     except OSError as exc:    # the preflight has just read it: only a file removed since gets here

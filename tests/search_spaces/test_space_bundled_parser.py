@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from elsa_tune.runtime.family import FamilyName
 from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.search_spaces import Candidate, RuleViolation, list_shipped_spaces, load_space
 
@@ -31,7 +32,8 @@ def parse_problem(p: argparse.ArgumentParser, candidate: Candidate) -> str | Non
     return None
 
 
-@pytest.mark.parametrize("name", list_shipped_spaces())
+@pytest.mark.parametrize("name", [n for n in list_shipped_spaces()
+                                  if load_space(n).runtime.family is FamilyName.SGLANG])
 def test_shipped_candidates_parse(name: str) -> None:
     space = load_space(name).with_model("/models/m")
     candidates = [space.baseline(), *(space.candidate(techniques=[t.name]) for t in space.techniques if t.screen)]

@@ -73,7 +73,7 @@ def test_every_shipped_space_loads(name: str) -> None:
     assert space.name == name
     assert space.parameters and space.techniques and space.rules
     built = space if space.model.path else space.with_model("/models/any")
-    assert built.baseline().flags["model-path"] == built.model.path
+    assert built.baseline().flags[built.model_flag] == built.model.path
 
 
 def test_shipped_spaces_include_the_seed_spaces() -> None:
