@@ -205,15 +205,7 @@ def render_llamacpp(report: BootReport, failure: Failure | None) -> str:
             effective = "unused" if adj.effective is None else repr(adj.effective)
             out.append(f"  --{adj.flag}: {requested} → {effective}  [{adj.reason}]")
             out.append(f"      evidence: {adj.evidence}")
-    if report.warnings:
-        out.append("Warnings")
-        out += [f"  {w}" for w in report.warnings]
-    if failure is not None:
-        out.append(f"Failure: {failure.kind.value} ({failure.phase})")
-        out.append(f"  {failure.summary}")
-        out.append("  evidence:")
-        out += [f"    {line}" for line in failure.evidence]
-        out.append(f"  remedy: {failure.remedy}")
+    out += _closing_lines(report, failure)
     return "\n".join(out)
 
 
@@ -250,13 +242,14 @@ def render(report: BootReport, failure: Failure | None) -> str:
         for adj in report.adjustments:
             out.append(f"  --{adj.flag}: {adj.requested!r} → {adj.effective!r}  [{adj.reason}]")
             out.append(f"      evidence: {adj.evidence}")
-    if report.warnings:
-        out.append("Warnings")
-        out += [f"  {w}" for w in report.warnings]
-    if failure is not None:
-        out.append(f"Failure: {failure.kind.value} ({failure.phase})")
-        out.append(f"  {failure.summary}")
-        out.append("  evidence:")
-        out += [f"    {line}" for line in failure.evidence]
-        out.append(f"  remedy: {failure.remedy}")
+    out += _closing_lines(report, failure)
     return "\n".join(out)
+
+
+def _closing_lines(report: BootReport, failure: Failure | None) -> list[str]:
+    """The warnings of a boot report, then the failure with its evidence and remedy (every family's render)."""
+    out = ["Warnings", *(f"  {w}" for w in report.warnings)] if report.warnings else []
+    if failure is not None:
+        out += [f"Failure: {failure.kind.value} ({failure.phase})", f"  {failure.summary}", "  evidence:",
+                *(f"    {line}" for line in failure.evidence), f"  remedy: {failure.remedy}"]
+    return out
