@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from elsa_tune.probes.protocol import ProbeBudget
+from elsa_tune.probes.vision import DEFAULT_TARGET_TOKENS
 from elsa_tune.traffic.workload import Workload
 
 MIB = 1024 * 1024
@@ -30,8 +31,6 @@ MIB = 1024 * 1024
 MAX_FIRST_TOKEN_S = 300.0
 #: output tokens of each long generation beside the concurrent long-context probe's prompt
 CONCURRENT_OUTPUT_TOKENS = 2048
-#: tokens of the vision probe's request: a maximum-size image and text (the request that crashed a server)
-VISION_TARGET_TOKENS = 29_000
 
 
 class ProbeKind(enum.Enum):
@@ -78,7 +77,7 @@ def boot_probes(*, context_target: int | None, slots: int | None, burst: Workloa
     if burst is not None:
         specs.append(ProbeSpec(ProbeKind.BURST, workload=burst))
     if vision:
-        specs.append(ProbeSpec(ProbeKind.VISION, target_tokens=VISION_TARGET_TOKENS))
+        specs.append(ProbeSpec(ProbeKind.VISION, target_tokens=DEFAULT_TARGET_TOKENS))
     return tuple(specs)
 
 

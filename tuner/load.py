@@ -99,7 +99,7 @@ class HttpLoad:
                                     concurrent=spec.kind is ProbeKind.LONG_CONTEXT_CONCURRENT,
                                     concurrent_output_tokens=spec.output_tokens or 1)
         if spec.kind is ProbeKind.VISION:
-            return VisionProbe(self.check, self.gpu, vision=True, target_tokens=spec.target_tokens)
+            return VisionProbe(self.check, self.gpu, target_tokens=spec.target_tokens)
         assert spec.workload is not None, f"a {spec.name} probe needs its workload"
         if spec.kind is ProbeKind.BURST:
             return burst_probe(self.check, self.gpu, spec.workload, self.prompts)

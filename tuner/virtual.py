@@ -31,7 +31,9 @@ from elsa_tune.probes.plan import ProbeKind, ProbeSpec
 from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
 from elsa_tune.probes.quality import QualitySample
 from elsa_tune.probes.stress import TEMPLATE_SLACK_TOKENS
+from elsa_tune.probes.vision import MAX_IMAGE_PIXELS
 from elsa_tune.runtime.protocol import Server
+from elsa_tune.runtime.sim.answers import IMAGE_PIXELS_PER_TOKEN
 from elsa_tune.runtime.sim.engine import SimRequest
 from elsa_tune.runtime.sim.truth import Truth, TruthWorkload
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
@@ -52,8 +54,8 @@ QUALITY_S = 60.0
 LONG_CONTEXT_NEEDLES = 3
 #: Prompt tokens of each long generation beside the concurrent long-context prompt ("write a long story about …").
 GENERATION_PROMPT_TOKENS = 24
-#: Tokens of the largest image the vision probe sends (a ``probes/vision.py`` image of ``MAX_IMAGE_PIXELS``).
-PROBE_IMAGE_TOKENS = 16384
+#: Tokens of the largest image the vision probe sends (``probes/vision.py``), as the simulated processor counts them.
+PROBE_IMAGE_TOKENS = MAX_IMAGE_PIXELS // IMAGE_PIXELS_PER_TOKEN
 #: A virtual server's answers have no text: the quality reference only marks that the baseline's boot answered.
 VIRTUAL_REFERENCE = QualitySample(greedy=(), arithmetic_correct=(), tools_valid=(), cache_cold=(), cache_warm=(),
                                   accept_length=None)

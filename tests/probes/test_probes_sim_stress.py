@@ -107,7 +107,7 @@ def test_the_headroom_floor_rejects_a_survivor_short_of_memory(boots: SimBoots) 
 def test_a_maximum_size_image_kills_a_config_short_of_headroom(boots: SimBoots) -> None:
     # seed 001: a 29K-token request with a maximum-size image crashed 144 MiB short of memory
     server = boots.start({**BASE, "mem-fraction-static": 0.88})
-    result = VisionProbe(boots.runtime.check, boots.runtime.gpu, vision=True, target_tokens=TARGET).run(server, BUDGET)
+    result = VisionProbe(boots.runtime.check, boots.runtime.gpu, target_tokens=TARGET).run(server, BUDGET)
     assert result.status is ProbeStatus.FAILED
     assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
     assert any("vision encoder" in line for line in result.failure.evidence)
