@@ -180,9 +180,9 @@ def test_a_promising_technique_is_retested_at_the_start_of_the_search_when_its_f
     assert confirmation == "confirmed"
 
 
-@pytest.mark.xfail(strict=True, reason="generated case 76 no longer tells this story: every probed boot now also runs the "
-                   "concurrent long-context probe (~30 simulated s), and the confirmation has too little time left for "
-                   "the longer retest (its looks stay at 6); the story needs a generated case re-pinned")
+@pytest.mark.xfail(strict=True, reason="generated case 76 no longer tells this story: every probed boot now also "
+                   "runs the concurrent long-context probe (~30 simulated s), and the confirmation has too little time "
+                   "left for the longer retest (its looks stay at 6); the story needs a generated case re-pinned")
 def test_a_night_with_nothing_to_confirm_spends_its_end_on_the_tests_it_left_open(tmp_path: Path) -> None:
     """A generated case whose best technique (truth ×1.115, step-drift noise) is stopped at its first look to save
     boots on an interval that says nothing ([−49%, +86%]), and nothing beats the baseline: the confirmation's time
