@@ -12,7 +12,7 @@ runtime layer's failure classes: a dead server is classified from its log (after
 one to be seen dead), a stream with no token for ``hang_s`` seconds is a hang even while ``/health``
 answers, a survivor below the headroom floor is ``LOW_HEADROOM``, and the retractions the server logged
 meanwhile are recorded. Every wait is bounded by the probe budget. ``vision.py`` adds the image probe and
-``suite.py`` builds a first boot's list from the search space.
+``plan.py`` lists the probes a boot runs.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ after two hours of real traffic: the vision encoder's temporaries live outside t
 that leaves too little headroom survives text traffic and dies on the first big image. The probe sends
 that request on the first boot: one maximum-size image (a real PNG, ``max_pixels`` pixels) beside a
 needle-in-a-haystack text that brings the request to ``target_tokens``, and checks the needle comes back.
-It is ``SKIPPED`` with the reason when the space declares no vision model.
+A boot runs it for a vision model only (``probes/plan.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import httpx
 
 from elsa_tune.probes import haystack
 from elsa_tune.probes.client import ChatRequest, ProbeClient
-from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
+from elsa_tune.probes.protocol import ProbeBudget, ProbeStatus
 from elsa_tune.probes.stress import HealthCheck, Outcome, StressProbe, classify_replies, prompt_budget
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.protocol import Server
@@ -57,19 +57,12 @@ class VisionProbe(StressProbe):
 
     name = "vision"
 
-    def __init__(self, check: HealthCheck, gpu: GpuView | None, *, vision: bool,
-                 target_tokens: int = DEFAULT_TARGET_TOKENS, max_pixels: int = MAX_IMAGE_PIXELS, seed: int = 7) -> None:
+    def __init__(self, check: HealthCheck, gpu: GpuView | None, *, target_tokens: int = DEFAULT_TARGET_TOKENS,
+                 max_pixels: int = MAX_IMAGE_PIXELS, seed: int = 7) -> None:
         super().__init__(check, gpu)
-        self.vision = vision
         self.target_tokens = target_tokens
         self.max_pixels = max_pixels
         self.seed = seed
-
-    def run(self, server: Server, budget: ProbeBudget) -> ProbeResult:
-        if not self.vision:
-            return ProbeResult(self.name, ProbeStatus.SKIPPED, "the search space declares no vision model "
-                               "(model.vision: false), so no image request is sent")
-        return super().run(server, budget)
 
     async def _body(self, server: Server, budget: ProbeBudget) -> Outcome:
         client = ProbeClient(server.base_url, first_token_s=budget.request_timeout_s, hang_s=budget.hang_s)

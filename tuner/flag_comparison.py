@@ -41,10 +41,11 @@ from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import dimension
 from elsa_tune.tuner.gate import GatePolicy
+from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import BootExecutor, BootPlan
+from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.signals import Interrupts
@@ -179,7 +180,7 @@ def outcome_of(verdict: Verdict, *, min_effect: float) -> tuple[Outcome, str]:
 
 
 def compare_flags(pre: Preflight, a: Candidate, b: Candidate, *, files: tuple[str, str], run_dir: Path,
-                  clock: StudyClock | None = None, executor: BootExecutor | None = None,
+                  clock: StudyClock | None = None, load: ServerLoad | None = None,
                   interrupts: Interrupts | None = None, looks: tuple[int, ...] = (),
                   min_effect: float | None = None, seed: int = 0) -> FlagComparison:
     """Boot A and B on ``pre``'s runtime into ``run_dir`` and compare them through the gate.
@@ -193,7 +194,7 @@ def compare_flags(pre: Preflight, a: Candidate, b: Candidate, *, files: tuple[st
     store = StudyStore(run_dir, name=settings.study_name, heartbeat_interval=None)
     night = Night(pre, store=store, budget=Budget(settings.budget_s, clock=clock.now), clock=clock,
                   view=StudyView(live=False), interrupts=interrupts or Interrupts(), on_decision=lambda: None,
-                  executor=executor)
+                  load=load)
     night.incumbent = Incumbent({}, [], a, None)
     night.view.update(study=settings.study_name, phase="compare", time_left_s=night.budget.left_s)
     run = _Comparison(night, a, b, files, looks=looks, min_effect=min_effect, seed=seed)

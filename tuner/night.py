@@ -28,10 +28,11 @@ from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
+from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootExecutor, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.sampler import ABSampler, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
@@ -114,7 +115,7 @@ class Night:
     """
 
     def __init__(self, pre: Preflight, *, store: StudyStore, budget: Budget, clock: StudyClock, view: StudyView,
-                 interrupts: Interrupts, on_decision: Callable[[], None], executor: BootExecutor | None = None) -> None:
+                 interrupts: Interrupts, on_decision: Callable[[], None], load: ServerLoad | None = None) -> None:
         self.pre = pre
         self.settings = pre.settings
         self.space = pre.space
@@ -127,7 +128,7 @@ class Night:
         self.on_decision = on_decision
         self.context_target = pre.context_target
         self.booter = CandidateBooter(pre.boot_context(store, self.name), on_boot=self._on_boot,
-                                      before_boot=self._before_boot, executor=executor)
+                                      before_boot=self._before_boot, load=load)
         self.baseline = self.space.baseline()
         self.incumbent = Incumbent(self.space.baseline_values(), [], self.baseline, None)
         self.noise: NoiseReport | None = None
@@ -218,8 +219,6 @@ class Night:
     def use_workload(self, workload: Workload) -> None:
         """Measure every later boot on ``workload`` (the baseline shortens a pass that ran far too long)."""
         self.booter.ctx.workload = workload
-        if self.booter.executor is not None:
-            self.booter.executor.use_workload(workload)
 
     def charge_recorded(self, phase: Phase) -> float:
         """Charge the clock, once, with every finished boot of ``phase`` a killed run recorded; returns the seconds.

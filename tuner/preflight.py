@@ -25,6 +25,7 @@ from pathlib import Path
 from elsa_tune.errors import ConfigError, EnvironmentError_
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.store import StudyStore
+from elsa_tune.probes.plan import MAX_FIRST_TOKEN_S, budget_from_settings
 from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.probes.quality import QualityGate
 from elsa_tune.runtime.family import family
@@ -91,7 +92,8 @@ class Preflight:
                            context_target=self.context_target, check_needles=self.space.model.retrieves_needles,
                            probe_budget=self.probe_budget(), warmup_passes=settings.warmup_passes,
                            measured_passes=settings.measured_passes, seed=settings.seed,
-                           quality=QualityGate() if self.space.guardrails.quality_gate else None)
+                           quality=QualityGate() if self.space.guardrails.quality_gate else None,
+                           vision=self.space.model.vision)
 
     def token_source(self) -> RandomTokens:
         """Prompt token ids inside the served model's vocabulary (ids below 32,000 when the family cannot read it)."""
@@ -105,15 +107,14 @@ class Preflight:
         """The probes' limits from the space. On the simulator a stall and a first token are judged in its own
         sped-up time (a 120 s stall is 3 s at 40×, as every boot and pass is), never below a floor of wall
         seconds so that a loaded host's pause is not called a hang."""
-        probe = self.space.probes
-        request = min(probe.probe_timeout_s, 300.0)
-        hang = probe.hang_s
-        if self.settings.speedup > 1.0:
-            speed = self.settings.speedup
-            hang = max(min(hang, SIM_HANG_FLOOR_S), hang / speed)
-            request = max(min(request, SIM_REQUEST_FLOOR_S), request / speed)
-        return ProbeBudget(deadline_s=probe.probe_timeout_s, request_timeout_s=max(hang, request), hang_s=hang,
-                           headroom_floor_bytes=probe.headroom_floor_mib * 2**20)
+        budget = budget_from_settings(self.space.probes)
+        if self.settings.speedup <= 1.0:
+            return budget
+        speed = self.settings.speedup
+        hang = max(min(budget.hang_s, SIM_HANG_FLOOR_S), budget.hang_s / speed)
+        request = min(budget.deadline_s, MAX_FIRST_TOKEN_S)
+        request = max(min(request, SIM_REQUEST_FLOOR_S), request / speed)
+        return replace(budget, request_timeout_s=max(hang, request), hang_s=hang)
 
     def lines(self) -> list[str]:
         """What ``elsa-tune check`` prints: the GPU state that affects measurements and the validation."""
@@ -169,15 +170,12 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
             problems.append(f"the power cap {state.power_limit_w:.0f} W is below the default "
                             f"{state.power_default_limit_w:.0f} W: results hold for this cap only")
     flags: FlagSet | None = None
-    if isinstance(runtime, VirtualSGLang):
+    if settings.virtual or (harvest_flags and settings.runtime != "docker"):
         flags = runtime.flag_set()
-        space.validate_flags(flags.all_names())
-    elif harvest_flags and settings.runtime != "docker":
-        flags = runtime.flag_set()
-        if flags is not None:
-            space.validate_flags(flags.shapes())
     elif settings.runtime == "docker":
         problems.append("flags not validated against the image before the study (the first boot will)")
+    if flags is not None:
+        space.validate_flags(flags.shapes())
     trace = load_traffic(settings.traffic)
     concurrency = measured_concurrency(space)
     workload, burst = workloads(trace, settings, concurrency)

@@ -1,15 +1,17 @@
 """``CandidateBooter``: one boot of one candidate, from launch to record, and the gate's ``BootSampler`` on it.
 
-A boot: reserve ``boots/<nnnn>-<label>/``, read the GPU's state, ``Runtime.start``; on a candidate's first
-boot run the stress probes (long context at the target, the busiest burst) and the quality gate (the
-baseline's first boot records the reference); then the warm-up and measured passes of the traffic with the
-load generator while the GPU memory is watched; stop the server in ``finally``; write the ``BootRecord``
-(BootReport, covariates, probes, measurements, failure, fingerprint) before anything else is told.
+A boot, on every runtime: reserve ``boots/<nnnn>-<label>/`` and write the boot's seed there, read the GPU's state,
+``Runtime.start``; on a candidate's first boot run the stress probes that apply (``probes/plan.py``: long context at
+the target, the same beside long generations, the busiest burst, a maximum-size image for a vision model) and the
+quality gate (the baseline's first boot records the reference); then the warm-up and measured passes of the traffic;
+stop the server in ``finally``; write the ``BootRecord`` (BootReport, covariates, probes, measurements, failure,
+fingerprint) before anything else is told. The probes and passes go through the ``ServerLoad`` (``tuner/load.py``:
+HTTP, or the virtual runtime's engine), the boot, check and stop through the ``Runtime``.
 
 Every boot has a ``tag``, its identity inside the study (``"screening:hierarchical-cache:B0.1"``). A resumed
 study replays its decisions; a boot whose tag already has a finished record is not booted again, its record
-is read back (no finished boot is lost, none is repeated). On the simulator the boot's seed is derived from
-its tag, so a replayed boot and the original drew the same drift.
+is read back (no finished boot is lost, none is repeated). The boot's seed is derived from its tag, so on a
+simulated runtime a replayed boot and the original drew the same drift.
 """
 
 from __future__ import annotations
@@ -18,32 +20,29 @@ import hashlib
 import logging
 import math
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from elsa_tune.errors import BootFailed, MeasurementFailed
+from elsa_tune.errors import BootFailed
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.records import Arm as RecordArm
 from elsa_tune.history.records import BootOutcome, BootRecord, Phase
 from elsa_tune.history.records import Covariates as RecordCovariates
 from elsa_tune.history.store import StudyStore
+from elsa_tune.probes.plan import boot_probes, soak
 from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
 from elsa_tune.probes.quality import QualityGate, QualitySample
-from elsa_tune.probes.stress import LongContextProbe, StressProbe, burst_probe, soak_probe
-from elsa_tune.probes.watcher import MemoryWatcher
 from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.boot_seed import write_boot_seed
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.gpu import GpuState, GpuView
 from elsa_tune.runtime.protocol import HealthState, Runtime, Server
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.traffic.loadgen import LoadGenerator, LoadgenSettings, Timeouts
-from elsa_tune.traffic.measurement import RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload
 from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.load import HttpLoad, ServerLoad
 from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)
@@ -68,40 +67,6 @@ class BootPlan:
     soak_s: float = 0.0
 
 
-@dataclass
-class BootRun:
-    """What one fresh boot produced, before it is recorded: the booter writes it as a ``BootRecord``.
-
-    ``started``/``ended`` are unix seconds (in the simulated system's time for a virtual boot).
-    """
-
-    started: float
-    ended: float
-    outcome: BootOutcome
-    report: BootReport | None = None
-    failure: Failure | None = None
-    state: GpuState | None = None
-    min_free: int | None = None
-    probes: list[ProbeResult] = field(default_factory=list)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
-    passes: list[PassMeasurement] = field(default_factory=list)
-    quality_passed: bool | None = None
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class BootExecutor(Protocol):
-    """Runs one boot of ``plan`` some other way than through ``BootContext.runtime`` (``tuner/virtual.py``).
-
-    ``extra`` holds what the booter already records about the boot (tag, block, arm); the executor adds to it.
-    """
-
-    def run(self, plan: BootPlan, folder: Path, extra: dict[str, Any]) -> BootRun: ...
-
-    def use_workload(self, workload: Workload) -> None:
-        """Measure later boots on ``workload`` instead."""
-
-
 @dataclass(frozen=True)
 class BootResult:
     record: BootRecord
@@ -111,7 +76,10 @@ class BootResult:
 
 @dataclass
 class BootContext:
-    """What every boot of one study shares. Not frozen: the quality reference is set by the first baseline."""
+    """What every boot of one study shares. Not frozen: the quality reference is set by the first baseline.
+
+    ``vision``: the space's model takes images (its probed boots run the vision probe).
+    """
 
     runtime: Runtime
     gpu: GpuView | None
@@ -130,19 +98,23 @@ class BootContext:
     reference: QualitySample | None = None
     headroom_floor_bytes: int = 512 * 2**20
     check_needles: bool = True
+    vision: bool = False
 
 
 class CandidateBooter:
-    """Boots ``BootPlan``s through the runtime and records them; reuses finished boots of a resumed study.
+    """Boots ``BootPlan``s through the runtime, loads them through ``load`` and records them; reuses finished boots
+    of a resumed study.
 
+    ``load`` is how the runtime's servers are loaded (``HttpLoad`` over HTTP unless given the virtual runtime's).
     ``on_boot`` is called after every boot (fresh or reused) — the study's live view and clock listen;
     ``before_boot`` before every boot, including those the gate asks for — the study stops there.
     """
 
     def __init__(self, ctx: BootContext, *, on_boot: Callable[[BootResult], None] | None = None,
-                 before_boot: Callable[[BootPlan], None] | None = None, executor: BootExecutor | None = None) -> None:
+                 before_boot: Callable[[BootPlan], None] | None = None, load: ServerLoad | None = None) -> None:
         self.ctx = ctx
-        self.executor = executor
+        self.load: ServerLoad = load if load is not None else HttpLoad(
+            ctx.runtime.check, ctx.gpu, ctx.prompts, seed=ctx.seed, gate=ctx.quality)
         self.on_boot = on_boot
         self.before_boot = before_boot
         self._done: dict[str, BootRecord] = {}
@@ -194,20 +166,9 @@ class CandidateBooter:
     def _fresh(self, plan: BootPlan) -> BootResult:
         ctx = self.ctx
         slot = ctx.store.new_boot(plan.candidate.label or plan.phase.value)
-        if self.executor is not None:
-            run = self.executor.run(plan, slot.folder, {"tag": plan.tag, "block": plan.block,
-                                                        "position": plan.position, "gate_arm": plan.arm.value})
-            record = self._record(plan, slot.boot_id, slot.number, slot.log_relpath, run.started, run.outcome,
-                                  run.report, run.failure, run.state, run.min_free, run.probes, run.measurements,
-                                  run.passes, run.extra, run.note, ended=run.ended)
-            ctx.store.record_boot(record)
-            return BootResult(record, self._sample(plan, run.passes, run.report, run.quality_passed, run.state,
-                                                   run.started, run.min_free, run.failure))
-        reseed = getattr(ctx.runtime, "reseed", None)
-        if callable(reseed):
-            reseed(_seed_of(ctx.seed, plan.tag))
+        write_boot_seed(slot.folder, _seed_of(ctx.seed, plan.tag))
         state = _gpu_state(ctx.gpu)
-        started = time.time()
+        started = self.load.now()
         log.info("boot %s [%s] %s: %s", slot.boot_id, plan.tag, plan.candidate.label or plan.candidate.key(),
                  " ".join(plan.candidate.argv()))
         probes: list[ProbeResult] = []
@@ -235,13 +196,13 @@ class CandidateBooter:
                 note = f"KV pool {pool:,} tokens < context target {ctx.context_target:,}: not probed or measured"
             try:
                 if plan.probes and not short:
-                    failure, quality_passed, note = self._probe(server, plan, probes, extra)
+                    failure, quality_passed, note = self._probe(server, probes, extra)
                     if failure is not None or quality_passed is False:
                         outcome = BootOutcome.PROBE_FAILED
-                if failure is None and plan.passes and not short:
+                if failure is None and quality_passed is not False and plan.passes and not short:
                     failure, min_free = self._measure(server, passes, measurements)
                     outcome = BootOutcome.DIED if failure is not None else BootOutcome.MEASURED
-                if failure is None and plan.soak_s > 0:
+                if failure is None and quality_passed is not False and plan.soak_s > 0:
                     failure = self._soak(server, plan.soak_s, probes)
                     outcome = BootOutcome.PROBE_FAILED if failure is not None else outcome
             except KeyboardInterrupt:
@@ -272,19 +233,16 @@ class CandidateBooter:
                           quality_passed=quality_passed, covariates=_covariates(state, started, min_free),
                           failed=failure, candidate_key=plan.candidate.key())
 
-    def _probe(self, server: Server, plan: BootPlan, probes: list[ProbeResult],
+    def _probe(self, server: Server, probes: list[ProbeResult],
                extra: dict[str, Any]) -> tuple[Failure | None, bool | None, str]:
+        """The stress probes that apply to this boot (``probes/plan.py``), then the quality gate, until one fails."""
         ctx = self.ctx
         budget = ctx.probe_budget
         notes: list[str] = []
-        checks: list[StressProbe] = []
-        if ctx.context_target:
-            checks.append(LongContextProbe(ctx.runtime.check, ctx.gpu, target_tokens=ctx.context_target,
-                                           seed=ctx.seed, check_needles=ctx.check_needles))
-        if ctx.burst is not None:
-            checks.append(burst_probe(ctx.runtime.check, ctx.gpu, ctx.burst, ctx.prompts))
-        for probe in checks:
-            result = probe.run(server, budget)
+        specs = boot_probes(context_target=ctx.context_target, slots=server.report.max_running_requests,
+                            burst=ctx.burst, vision=ctx.vision, check_needles=ctx.check_needles)
+        for spec in specs:
+            result = self.load.probe(server, spec, budget)
             probes.append(result)
             log.info("probe %s: %s — %s", result.name, result.status.value, result.detail)
             if result.status is ProbeStatus.FAILED:
@@ -295,28 +253,24 @@ class CandidateBooter:
                 return None, False, f"{result.name} regressed: {result.detail}"
         if ctx.quality is None:
             return None, None, "; ".join(notes)
-        if ctx.reference is None:
-            sample = ctx.quality.sample(server, budget)
-            if sample.errors:
-                health = ctx.runtime.check(server)
-                if health.state is HealthState.DEAD:
-                    return health.failure or _probe_failure(None, ctx.runtime, server), None, "quality reference"
-            ctx.reference = sample
-            extra[QUALITY_REFERENCE] = sample.to_dict()
-            return None, True, "; ".join([*notes, "quality reference recorded"])
-        result = ctx.quality.run(server, budget, ctx.reference)
+        check = self.load.quality(server, budget, ctx.reference)
+        result = check.result
         probes.append(result)
         log.info("quality: %s — %s", result.status.value, result.detail)
+        if check.reference is not None:
+            ctx.reference = check.reference
+            extra[QUALITY_REFERENCE] = check.reference.to_dict()
+            notes.append(result.detail)
         if result.status is ProbeStatus.FAILED or (result.status is not ProbeStatus.PASSED
                                                    and ctx.runtime.check(server).state is HealthState.DEAD):
             return _probe_failure(result, ctx.runtime, server), None, result.detail
+        if result.status is ProbeStatus.REGRESSED:
+            return None, False, f"{result.name} regressed: {result.detail}"
         return None, result.status is ProbeStatus.PASSED, "; ".join(notes)
 
     def _soak(self, server: Server, seconds: float, probes: list[ProbeResult]) -> Failure | None:
         ctx = self.ctx
-        workload = ctx.burst or ctx.workload
-        budget = replace(ctx.probe_budget, deadline_s=seconds + ctx.probe_budget.request_timeout_s)
-        result = soak_probe(ctx.runtime.check, ctx.gpu, workload, ctx.prompts, seconds).run(server, budget)
+        result = self.load.probe(server, soak(ctx.burst or ctx.workload, seconds), ctx.probe_budget)
         probes.append(result)
         log.info("soak %.0f s: %s — %s", seconds, result.status.value, result.detail)
         if result.status is ProbeStatus.FAILED:
@@ -326,43 +280,28 @@ class CandidateBooter:
     def _measure(self, server: Server, passes: list[PassMeasurement],
                  measurements: list[dict[str, Any]]) -> tuple[Failure | None, int | None]:
         ctx = self.ctx
-        budget = ctx.probe_budget
-        settings = LoadgenSettings(timeouts=Timeouts(first_token_s=budget.request_timeout_s, stall_s=budget.hang_s,
-                                                     run_s=budget.deadline_s))
-        gen = LoadGenerator(server.base_url, ctx.prompts, slots=server.report.max_running_requests,
-                            settings=settings)
-        watcher = MemoryWatcher(ctx.gpu) if ctx.gpu is not None else None
-        if watcher is not None:
-            watcher.start()
+        run = self.load.passes(server, ctx.workload, warmup=ctx.warmup_passes, measured=ctx.measured_passes,
+                               budget=ctx.probe_budget)
+        passes.extend(run.passes)
+        measurements.extend(run.summaries)
         failure: Failure | None = None
-        try:
-            for i in range(ctx.warmup_passes + ctx.measured_passes):
-                try:
-                    m = gen.measure(ctx.workload, i)
-                except MeasurementFailed as exc:
-                    health = ctx.runtime.check(server)
-                    failure = health.failure if health.state is HealthState.DEAD and health.failure else Failure(
-                        FailureKind.UNKNOWN_CRASH, exc.message, exc.remedy, phase="serve")
-                    break
-                warm = i < ctx.warmup_passes
-                passes.append(_pass(m, warm))
-                measurements.append(_summary(m, warm))
-        finally:
-            headroom = watcher.stop() if watcher is not None else None
-        return failure, headroom.min_free_bytes if headroom is not None else None
+        if run.stopped is not None:
+            health = ctx.runtime.check(server)
+            failure = health.failure if health.state is HealthState.DEAD and health.failure else Failure(
+                FailureKind.UNKNOWN_CRASH, run.stopped, run.remedy, phase="serve")
+        return failure, run.min_free_bytes
 
     def _record(self, plan: BootPlan, boot_id: str, number: int, log_path: str | None, started: float,
                 outcome: BootOutcome, report: Any, failure: Failure | None, state: GpuState | None,
                 min_free: int | None, probes: list[ProbeResult], measurements: list[dict[str, Any]],
-                passes: list[PassMeasurement], extra: dict[str, Any], note: str,
-                ended: float | None = None) -> BootRecord:
+                passes: list[PassMeasurement], extra: dict[str, Any], note: str) -> BootRecord:
         measured = [p.output_throughput_tok_s for p in passes if not p.warmup]
         tput = statistics.fmean(measured) if measured and all(math.isfinite(x) and x > 0 for x in measured) else None
         extra = {**extra, "passes": [vars(p).copy() for p in passes]}
         return BootRecord(study=self.ctx.study, boot_id=boot_id, boot_number=number, phase=plan.phase,
                           arm=RecordArm.CANDIDATE if plan.arm is Arm.CANDIDATE else RecordArm.INCUMBENT,
                           candidate=plan.candidate, fingerprint=self.ctx.fingerprint, started_at=started,
-                          ended_at=time.time() if ended is None else ended, outcome=outcome,
+                          ended_at=self.load.now(), outcome=outcome,
                           trial_number=plan.trial_number,
                           technique=plan.technique, report=report, failure=failure,
                           covariates=RecordCovariates.from_gpu_state(state) if state else None,
@@ -423,22 +362,6 @@ def _covariates(state: GpuState | None, started: float, min_free: int | None) ->
     return Covariates(sm_clock_mhz=state.sm_clock_mhz, mem_clock_mhz=state.mem_clock_mhz,
                       temperature_c=state.temperature_c, power_w=state.power_limit_w, started_at=started,
                       free_memory_mib=min_free / 2**20 if min_free is not None else None)
-
-
-def _pass(m: RunMeasurement, warm: bool) -> PassMeasurement:
-    total = max(1, m.requests_total)
-    return PassMeasurement(output_throughput_tok_s=m.output_throughput_tok_s, ttft_p50_s=m.ttft_s.p50,
-                           ttft_p99_s=m.ttft_s.p99, warmup=warm, error_fraction=m.errors.count / total,
-                           duration_s=m.window_s, ttft_p90_s=m.ttft_s.p90, requests_ok=m.requests_ok)
-
-
-def _summary(m: RunMeasurement, warm: bool) -> dict[str, Any]:
-    return {"workload_id": m.workload_id, "pass_index": m.pass_index, "warmup": warm,
-            "output_throughput_tok_s": m.output_throughput_tok_s, "requests_total": m.requests_total,
-            "requests_ok": m.requests_ok, "errors": m.errors.count, "window_s": m.window_s,
-            "simulated_time": m.simulated,
-            "ttft_s": {"p50": m.ttft_s.p50, "p99": m.ttft_s.p99}, "max_concurrency": m.max_concurrency,
-            "slots": m.slots, "above_slots": m.above_slots, "cached_token_ratio": m.cached_token_ratio}
 
 
 def _probe_failure(result: ProbeResult | None, runtime: Runtime, server: Server) -> Failure:

@@ -42,10 +42,11 @@ from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
 from elsa_tune.tuner.gate import GatePolicy
+from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import BootExecutor, BootPlan
+from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
@@ -80,7 +81,7 @@ class Study:
 
     def __init__(self, pre: Preflight, *, view: StudyView | None = None, interrupts: Interrupts | None = None,
                  with_plots: bool = True, search: SearchBackend | None = None, clock: StudyClock | None = None,
-                 executor: BootExecutor | None = None, outputs_each_decision: bool = True) -> None:
+                 load: ServerLoad | None = None, outputs_each_decision: bool = True) -> None:
         self.pre = pre
         self.settings = pre.settings
         self.space = pre.space
@@ -100,7 +101,7 @@ class Study:
         self.resumed = previous is not None
         self.reconcile = self.store.reconcile()
         self.night = Night(pre, store=self.store, budget=self.budget, clock=self.clock, view=self.view,
-                           interrupts=self.interrupts, on_decision=self._write, executor=executor)
+                           interrupts=self.interrupts, on_decision=self._write, load=load)
         self.phases: list[PhaseSpan] = []
         self.status = StudyStatus.RUNNING
 

@@ -23,10 +23,9 @@ from pathlib import Path
 
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.flag_comparison import Outcome, compare_flags
-from elsa_tune.tuner.night import StudyClock
 from elsa_tune.tuner.preflight import run_preflight
 from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.virtual import VirtualBench, virtual_executor
+from elsa_tune.tuner.virtual import VirtualBench, VirtualTestbed
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = str(REPO / "benchmarks" / "workers" / "tiny-space.yaml")
@@ -49,11 +48,10 @@ def run_pair(a: Candidate, b: Candidate, seeds: int) -> tuple[collections.Counte
     for seed in range(seeds):
         settings = Settings(gpu="sim", runtime="sim", virtual=True, sim_profile=PROFILE, space=SPACE, traffic="demo",
                             seed=seed, live=False, study="compare-bench")
-        pre = run_preflight(settings)
-        clock = StudyClock.simulated()
+        bed = VirtualTestbed.of(run_preflight(settings))
         with tempfile.TemporaryDirectory() as folder:
-            result = compare_flags(pre, a, b, files=("a", "b"), run_dir=Path(folder) / "run", clock=clock,
-                                   executor=virtual_executor(pre, clock), seed=seed)
+            result = compare_flags(bed.pre, a, b, files=("a", "b"), run_dir=Path(folder) / "run", clock=bed.clock,
+                                   load=bed.load, seed=seed)
         outcomes[result.outcome] += 1
         boots.append(result.boots)
     return outcomes, boots

@@ -3,7 +3,8 @@
 It is the real process manager (``runtime/process.py``: process group, log tee, ready line + ``/health``,
 classification, stop that waits for the GPU memory) pointed at ``elsa-tune sim serve`` instead of
 ``sglang.launch_server``, with a ``SimulatedGpu`` as its ``GpuView``. Every boot gets its own seed (so boot
-drift differs between boots, as on a real card) and may get injected faults (``faults=`` for every boot, or
+drift differs between boots, as on a real card: the seed the booter wrote into the boot folder, else one more than
+the last) and may get injected faults (``faults=`` for every boot, or
 ``ELSA_SIM_FAULT`` in a candidate's env for one boot).
 """
 
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from elsa_tune.runtime.boot_seed import read_boot_seed
 from elsa_tune.runtime.lease import LeaseBook
 from elsa_tune.runtime.process import SGLangProcess
 from elsa_tune.runtime.protocol import RuntimeTimeouts, Server
@@ -71,12 +73,11 @@ class SimulatedSGLang(SGLangProcess):
         super().__init__(launch, gpu, timeouts=timeouts, extra_env=env, leases=leases)
         self.lease_card_dir = self.card_dir
 
-    def reseed(self, seed: int) -> None:
-        """The next boot's seed (then one more per boot): a resumed study replays a boot's drift exactly."""
-        self._seeds = itertools.count(seed)
-
     def start(self, candidate: Candidate, boot_dir: Path) -> Server:
-        self._seed = next(self._seeds)
+        """Boot with the seed the booter wrote into ``boot_dir`` (``runtime/boot_seed.py``), else the next of ours:
+        a resumed study replays a boot's drift exactly."""
+        seed = read_boot_seed(boot_dir)
+        self._seed = next(self._seeds) if seed is None else seed
         return super().start(candidate, boot_dir)
 
     def argv(self, candidate: Candidate, port: int) -> list[str]:

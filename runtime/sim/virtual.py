@@ -9,32 +9,45 @@ engine to completion on the simulated clock (``truth.truth``); a crash under loa
 boot log and is classified the same way.
 
 Everything is in the simulated system's time: ``VirtualLaunch.boot_s`` is how long the boot takes on the simulated
-card, a ``Truth``'s makespan how long the workload takes there. Results are cached per candidate (and workload):
-a configuration's launch and noiseless serving are deterministic, the noise of each boot is drawn by the caller
-(``noise.boot_drift``). The ``Runtime`` methods refuse: a virtual study boots through the tuner's virtual booter.
+card, a ``Truth``'s makespan how long the workload takes there. A configuration's launch and noiseless serving are
+deterministic and cached per candidate (and workload).
+
+``VirtualSGLang`` is a ``Runtime``: ``start`` boots a candidate in simulated time (it spends the boot's seconds on its
+clock, writes the boot log into the boot folder, raises ``BootFailed`` with the classified failure of a launch that
+never becomes ready, and draws the boot's drift from the seed in the boot folder, ``runtime/boot_seed.py``);
+``check`` says whether a server died while serving; ``stop`` spends the stop's seconds. What a ready server does
+with a workload (``serve_on``: a probe's requests; ``run_pass``: a measured pass with the boot's drift, the run
+noise and a cold first pass, ``noise.py``; ``send_image``: the largest image to the vision encoder) is the
+scheduling engine's truth on the simulated clock; a crash there kills the server, classified from SGLang's lines.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import itertools
+import math
+import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from elsa_tune.errors import RuntimeUnavailable
+from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.boot_report import BootReport
+from elsa_tune.runtime.boot_seed import read_boot_seed
 from elsa_tune.runtime.classify import classify
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
 from elsa_tune.runtime.flags import FlagSet, parse_help
 from elsa_tune.runtime.gpu import GpuMemory, GpuState
-from elsa_tune.runtime.protocol import Exit, Health, Server
+from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
 from elsa_tune.runtime.sglang import SGLANG
 from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.runtime.sim.faults import Crash, watchdog_crash
 from elsa_tune.runtime.sim.launch import facts_from_plan
 from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash, plan_memory
-from elsa_tune.runtime.sim.profile import SimProfile, load_profile
+from elsa_tune.runtime.sim.noise import boot_drift
+from elsa_tune.runtime.sim.profile import NoiseProfile, SimProfile, load_profile
 from elsa_tune.runtime.sim.source import crash_of
 from elsa_tune.runtime.sim.startup import READY_LINE, Boot, ServerLog, uvicorn_started
 from elsa_tune.runtime.sim.truth import Truth, TruthWorkload, truth
@@ -48,6 +61,55 @@ STOP_S = 5.0
 #: SGLang's warm-up generate before the ready line.
 WARMUP_S = 1.0
 GIB = 1024**3
+SERVER_LOG = "server.log"
+
+
+class SimulatedTime(Protocol):
+    """The clock a virtual runtime spends: simulated seconds since the study began (``tuner.night.StudyClock``)."""
+
+    def now(self) -> float: ...
+
+    def advance(self, seconds: float) -> None: ...
+
+
+class VirtualClock:
+    """A ``SimulatedTime`` of its own, for a virtual runtime used outside a study."""
+
+    def __init__(self) -> None:
+        self._seconds = 0.0
+
+    def now(self) -> float:
+        return self._seconds
+
+    def advance(self, seconds: float) -> None:
+        self._seconds += max(0.0, seconds)
+
+
+@dataclass(frozen=True)
+class VirtualPass:
+    """One measured pass on a virtual server: the noiseless truth and this pass's noise.
+
+    ``factor`` multiplies the truth's durations (the boot's drift, the run noise, the wander, a cold first pass);
+    ``tail`` multiplies its tail TTFTs on top; ``seconds`` is what the pass took on the simulated card.
+    """
+
+    truth: Truth
+    factor: float
+    tail: float
+    seconds: float
+
+
+@dataclass
+class _Booted:
+    """A ready virtual server: its candidate, the boot's noise, and the failure it died of (``None``: alive)."""
+
+    candidate: Candidate
+    launch: VirtualLaunch
+    noise: NoiseProfile
+    rng: random.Random
+    drift: float
+    wander: float = 0.0
+    died: Failure | None = None
 
 
 @dataclass(frozen=True)
@@ -91,15 +153,29 @@ class VirtualGpu:
 
 
 class VirtualSGLang:
-    """Virtual boots of ``profile``'s simulated SGLang: launches and noiseless serving, cached per candidate."""
+    """The ``Runtime`` of ``profile``'s simulated SGLang in simulated time; launches and noiseless serving are
+    cached per candidate.
+
+    ``clock`` is the simulated time every boot, request and stop spends (a study passes its own clock); ``epoch``
+    the unix second its zero stands for (a server's ``started_at`` and ``ready_at`` are ``epoch`` plus simulated
+    seconds); ``noise`` replaces the profile's noise for every boot (``None``: the profile's).
+    """
 
     name = "sglang-sim-virtual"
     family = SGLANG
 
-    def __init__(self, profile: SimProfile | str | Path, *, model_path: str | None = None) -> None:
+    def __init__(self, profile: SimProfile | str | Path, *, model_path: str | None = None,
+                 clock: SimulatedTime | None = None, epoch: float | None = None,
+                 noise: NoiseProfile | None = None) -> None:
         self.profile = profile if isinstance(profile, SimProfile) else load_profile(profile)
         self.model_path = model_path or self.profile.model.served_name
+        self.clock: SimulatedTime = clock if clock is not None else VirtualClock()
+        self.epoch = time.time() if epoch is None else epoch
+        self.noise = noise or self.profile.noise
         self.gpu = VirtualGpu(self.profile)
+        self._handles = itertools.count(1)
+        self._seeds = itertools.count(0)
+        self._servers: dict[str, _Booted] = {}
         self._parser = argparse.ArgumentParser(prog="sglang.launch_server", add_help=False)
         sglang_flags.add_sglang_arguments(self._parser, require_model=False)
         self._known = {spec.dest for spec in sglang_flags.sglang_flags()}
@@ -123,17 +199,140 @@ class VirtualSGLang:
         sglang_flags.add_sglang_arguments(parser, require_model=False)
         return parse_help(parser.format_help(), source="simulated SGLang (virtual)")
 
+    def now(self) -> float:
+        """Unix seconds in the simulated system's time."""
+        return self.epoch + self.clock.now()
+
     def start(self, candidate: Candidate, boot_dir: Path) -> Server:
-        raise RuntimeUnavailable("the virtual runtime starts no server process",
-                                 remedy="boot it through the virtual study (elsa-tune --gpu sim --virtual …)")
+        """Boot ``candidate``: spend its boot seconds, write its log, and return the ready server.
+
+        Raises ``BootFailed`` (after the launch and the stop of the dead process are spent) when it never becomes
+        ready. The boot's drift is drawn from the seed in ``boot_dir`` (else the next of this runtime's own).
+        """
+        seed = read_boot_seed(boot_dir)
+        seed = next(self._seeds) if seed is None else seed
+        started = self.clock.now()
+        launch = self.launch(candidate)
+        boot_dir.mkdir(parents=True, exist_ok=True)
+        log_path = boot_dir / SERVER_LOG
+        log_path.write_text(launch.log_text, encoding="utf-8")
+        self.clock.advance(launch.boot_s)
+        if launch.failure is not None or launch.report is None:
+            self.clock.advance(STOP_S)
+            failure = launch.failure or Failure(FailureKind.UNKNOWN_CRASH, "the server never became ready",
+                                                "read the boot's server log")
+            raise BootFailed(failure, log_path=str(log_path))
+        # keyed like the HTTP simulator's ``ServingNoise``: the profile's own noise seed, then the boot's
+        rng = random.Random(f"elsa-virtual:{self.profile.noise.seed * 1_000_003 + seed}")
+        drift = boot_drift(self.noise, rng, started)
+        handle = str(next(self._handles))
+        self._servers[handle] = _Booted(candidate, launch, self.noise, rng, drift)
+        return Server(candidate=candidate, base_url=f"virtual://{self.profile.name}/{handle}", port=0,
+                      boot_dir=boot_dir, log_path=log_path, report=launch.report, started_at=self.epoch + started,
+                      ready_at=self.now(), handle=handle, gpu_uuid=self.gpu.uuid)
 
     def check(self, server: Server) -> Health:
-        raise RuntimeUnavailable("the virtual runtime has no server to check",
-                                 remedy="boot it through the virtual study (elsa-tune --gpu sim --virtual …)")
+        booted = self._servers.get(server.handle)
+        if booted is None:
+            return Health(HealthState.DEAD, "stopped")
+        if booted.died is not None:
+            return Health(HealthState.DEAD, booted.died.summary, booted.died)
+        return Health(HealthState.HEALTHY, "ready")
 
     def stop(self, server: Server) -> Exit:
-        raise RuntimeUnavailable("the virtual runtime has no server to stop",
-                                 remedy="boot it through the virtual study (elsa-tune --gpu sim --virtual …)")
+        """Stop ``server`` (idempotent): spends the stop's seconds; ``failure`` when it had died on its own."""
+        booted = self._servers.pop(server.handle, None)
+        if booted is None:
+            return Exit(returncode=0, killed=False, gpu_memory_released=True, seconds=0.0, detail="already stopped")
+        self.clock.advance(STOP_S)
+        died = booted.died
+        return Exit(returncode=-9 if died else 0, killed=False, gpu_memory_released=True, seconds=STOP_S,
+                    failure=died, detail=died.summary if died else "")
+
+    # ---- a ready server under load -------------------------------------------------------------------------
+
+    def headroom_bytes(self, server: Server) -> int | None:
+        """The card's memory left outside the pools while ``server`` serves (the memory plan's headroom)."""
+        plan = self._booted(server).launch.plan
+        return int(plan.headroom_gb * GIB) if plan is not None else None
+
+    def serve_on(self, server: Server, workload: TruthWorkload, *, hang_wait_s: float = 0.0) -> Truth:
+        """Run ``workload`` on the ready ``server``: spends its makespan times the boot's drift (and ``hang_wait_s``
+        more when it hangs: the client's wait for a token); a crash kills the server."""
+        booted = self._alive(server)
+        served = self.serve(booted.candidate, workload)
+        self.clock.advance(served.makespan_s * booted.drift)
+        if served.crashed:
+            self._die(booted, served, hang_wait_s)
+        return served
+
+    def run_pass(self, server: Server, workload: TruthWorkload, pass_index: int, *,
+                 hang_wait_s: float = 0.0) -> VirtualPass:
+        """Measured pass ``pass_index`` of ``workload`` on ``server``, with the boot's noise; a crash kills it.
+
+        The noise of pass ``i`` (in order from 0): a run factor ``exp(N(0, run_sigma))`` on the boot's drift, a
+        mean-reverting wander, a cold share ``(warm_requests − i·n)/n`` of the first passes slowed by
+        ``first_pass_slowdown``; the tail TTFTs get one more ``exp(N(0, 2·run_sigma))``.
+        """
+        booted = self._alive(server)
+        served = self.serve(booted.candidate, workload)
+        if served.crashed:
+            self.clock.advance(served.makespan_s * booted.drift)
+            self._die(booted, served, hang_wait_s)
+            return VirtualPass(served, booted.drift, 1.0, served.makespan_s * booted.drift)
+        noise, rng = booted.noise, booted.rng
+        n = max(1, served.completed + served.rejected + served.aborted)
+        cold_share = min(1.0, max(0.0, (noise.warm_requests - pass_index * n) / n))
+        factor = booted.drift * math.exp(rng.gauss(0.0, noise.run_sigma)) if noise.run_sigma > 0 else booted.drift
+        booted.wander = 0.5 * booted.wander + noise.run_sigma / 3 * math.sqrt(0.75) * rng.gauss(0.0, 1.0)
+        factor *= math.exp(booted.wander) * (1.0 + noise.first_pass_slowdown * cold_share)
+        tail = math.exp(rng.gauss(0.0, 2 * noise.run_sigma)) if noise.run_sigma > 0 else 1.0
+        seconds = served.makespan_s * factor
+        self.clock.advance(seconds)
+        return VirtualPass(served, factor, tail, seconds)
+
+    def send_image(self, server: Server, image_tokens: int) -> Failure | None:
+        """The vision encoder takes an image of ``image_tokens`` tokens: its temporaries live outside the pools,
+        and an image whose temporaries do not fit the headroom kills the server (``None``: it fit)."""
+        booted = self._alive(server)
+        model = self.profile.model
+        plan = booted.launch.plan
+        if not model.is_vision or plan is None:
+            return None
+        tokens = min(image_tokens, model.image_max_tokens)
+        need = model.image_workspace_gb * tokens / max(1, model.image_max_tokens)
+        if need <= plan.headroom_gb:
+            return None
+        crash = SimCrash(FailureKind.OOM_UNDER_LOAD, "under_load", (
+            "Scheduler hit an exception: Traceback (most recent call last):",
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {need * 1024:.2f} MiB. GPU 0 has "
+            f"{max(0.0, plan.headroom_gb) * 1024:.2f} MiB free (vision encoder, {tokens} image tokens)."))
+        booted.died = self._classify_serving(booted.launch, crash)
+        return booted.died
+
+    @property
+    def vision(self) -> bool:
+        """Whether the simulated model takes images."""
+        return self.profile.model.is_vision
+
+    def _booted(self, server: Server) -> _Booted:
+        booted = self._servers.get(server.handle)
+        if booted is None:
+            raise RuntimeUnavailable(f"virtual server {server.handle} is not running",
+                                     remedy="load only a server this runtime started and has not stopped")
+        return booted
+
+    def _alive(self, server: Server) -> _Booted:
+        booted = self._booted(server)
+        if booted.died is not None:
+            raise RuntimeUnavailable(f"virtual server {server.handle} died: {booted.died.summary}",
+                                     remedy="check a server before loading it again")
+        return booted
+
+    def _die(self, booted: _Booted, served: Truth, hang_wait_s: float) -> None:
+        booted.died = self.serve_failure(booted.candidate, served)
+        if booted.died.kind is FailureKind.HANG:
+            self.clock.advance(hang_wait_s)
 
     # ---- launches --------------------------------------------------------------------------------------
 
@@ -210,16 +409,19 @@ class VirtualSGLang:
 
     def serve_failure(self, candidate: Candidate, served: Truth) -> Failure:
         """The classified failure of a server that died (or hung) while serving: its log, then SGLang's lines."""
-        launch = self.launch(candidate)
         kind = FailureKind(served.crash_kind) if served.crash_kind else FailureKind.UNKNOWN_CRASH
+        return self._classify_serving(self.launch(candidate),
+                                      SimCrash(kind, served.crash_phase or "under_load", served.crash_lines))
+
+    @staticmethod
+    def _classify_serving(launch: VirtualLaunch, crash: SimCrash) -> Failure:
         out = io.StringIO()
         log = ServerLog(out, millis=False)
-        if kind is FailureKind.HANG:
+        if crash.kind is FailureKind.HANG:
             log.crash(watchdog_crash(300.0), serving=True)
             hints = FailureHints(exit_code=-9, became_ready=True, timed_out=True)
         else:
-            log.crash(crash_of(SimCrash(kind, served.crash_phase or "under_load", served.crash_lines)),
-                      serving=True)
+            log.crash(crash_of(crash), serving=True)
             hints = FailureHints(exit_code=-9, became_ready=True)
         return classify(launch.log_text + out.getvalue(), hints)
 

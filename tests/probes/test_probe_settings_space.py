@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from elsa_tune.errors import SpaceError
-from elsa_tune.probes.suite import budget_from_settings
+from elsa_tune.probes.plan import budget_from_settings
 from elsa_tune.search_spaces.loader import parse_space, resolve_space_path
 
 MIB = 1024 * 1024

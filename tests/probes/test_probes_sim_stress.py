@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from elsa_probe_sims import BASE, BUDGET, MIB, SimBoots
 
+from elsa_tune.probes.plan import ProbeKind, boot_probes, budget_from_settings
 from elsa_tune.probes.protocol import ProbeBudget, ProbeStatus
 from elsa_tune.probes.quality import knowledge_file
 from elsa_tune.probes.stress import LoadProbe, LongContextProbe, burst_probe, retractions, soak_probe
-from elsa_tune.probes.suite import ProbeSuite, budget_from_settings, first_failure
 from elsa_tune.probes.vision import VisionProbe
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.protocol import HealthState
@@ -24,6 +24,7 @@ from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ModelSpec, ProbeSettings
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
+from elsa_tune.tuner.load import HttpLoad
 
 TARGET = 20_000
 
@@ -35,12 +36,16 @@ def long_context(boots: SimBoots, *, concurrent: bool = True) -> LongContextProb
 
 def test_a_healthy_candidate_passes_every_probe(boots: SimBoots) -> None:
     server = boots.start(BASE)
-    suite = ProbeSuite.from_space(load_space("qwen3.6-35b-a3b-nvfp4-rtx5090"), boots.runtime.check,
-                                  boots.runtime.gpu, budget=BUDGET, concurrent_output_tokens=256,
-                                  vision_tokens=TARGET)
-    results = suite.run_all(server)
-    assert [r.name for r in results] == ["long_context", "long_context_concurrent", "vision"]
-    assert first_failure(results) is None, [(r.name, r.detail) for r in results]
+    space = load_space("qwen3.6-35b-a3b-nvfp4-rtx5090")
+    specs = boot_probes(context_target=space.model.context_target, slots=server.report.max_running_requests,
+                        burst=None, vision=space.model.vision)
+    assert [s.name for s in specs] == ["long_context", "long_context_concurrent", "vision"]
+    # shorter generations and image request than a study's: the same probes, faster
+    specs = tuple(replace(s, output_tokens=256) if s.kind is ProbeKind.LONG_CONTEXT_CONCURRENT else
+                  replace(s, target_tokens=TARGET) if s.kind is ProbeKind.VISION else s for s in specs)
+    load = HttpLoad(boots.runtime.check, boots.runtime.gpu, PromptSynth(512))
+    results = [load.probe(server, spec, BUDGET) for spec in specs]
+    assert all(r.status is ProbeStatus.PASSED for r in results), [(r.name, r.detail) for r in results]
     long = results[1]
     assert long.metrics["needles_found"] == 3 and long.metrics["concurrent_generations"] == 3
     # the space's 262K target is capped by the pool the server reported (seed 004 trap 2)
@@ -102,30 +107,23 @@ def test_the_headroom_floor_rejects_a_survivor_short_of_memory(boots: SimBoots) 
 def test_a_maximum_size_image_kills_a_config_short_of_headroom(boots: SimBoots) -> None:
     # seed 001: a 29K-token request with a maximum-size image crashed 144 MiB short of memory
     server = boots.start({**BASE, "mem-fraction-static": 0.88})
-    result = VisionProbe(boots.runtime.check, boots.runtime.gpu, vision=True, target_tokens=TARGET).run(server, BUDGET)
+    result = VisionProbe(boots.runtime.check, boots.runtime.gpu, target_tokens=TARGET).run(server, BUDGET)
     assert result.status is ProbeStatus.FAILED
     assert result.failure is not None and result.failure.kind is FailureKind.OOM_UNDER_LOAD
     assert any("vision encoder" in line for line in result.failure.evidence)
 
 
-def test_the_vision_probe_is_skipped_without_a_vision_model(boots: SimBoots) -> None:
-    server = boots.start(BASE)
-    space = load_space("qwen3.8-27b-nvfp4-rtx5090")
-    assert space.model.vision is False
-    suite = ProbeSuite.from_space(space, boots.runtime.check, boots.runtime.gpu, budget=BUDGET)
-    vision = next(p for p in suite.probes if p.name == "vision")
-    result = vision.run(server, BUDGET)
-    assert result.status is ProbeStatus.SKIPPED and result.passed and "no vision model" in result.detail
-
-
-def test_the_suite_stops_once_the_server_is_dead(boots: SimBoots) -> None:
-    server = boots.start(BASE, fault="crash_after_requests=4")
-    suite = ProbeSuite.from_space(load_space("qwen3.6-35b-a3b-nvfp4-rtx5090"), boots.runtime.check,
-                                  boots.runtime.gpu, budget=BUDGET, concurrent_output_tokens=256)
-    results = suite.run_all(server)
-    assert len(results) < len(suite.probes)
-    failed = first_failure(results)
-    assert failed is not None and failed.failure is not None and failed.failure.kind is FailureKind.OOM_UNDER_LOAD
+def test_a_boot_runs_the_probes_that_apply_to_it() -> None:
+    text_model = load_space("qwen3.8-27b-nvfp4-rtx5090")
+    assert text_model.model.vision is False
+    burst = synthetic(4, 200, 16, concurrency=2, block_size=512, tag="plan")
+    names = [s.name for s in boot_probes(context_target=1000, slots=4, burst=burst, vision=False)]
+    assert names == ["long_context", "long_context_concurrent", "burst"]
+    assert [s.name for s in boot_probes(context_target=1000, slots=1, burst=None, vision=True)] == \
+        ["long_context", "vision"]                       # one slot: no room for generations beside the prompt
+    assert [s.name for s in boot_probes(context_target=None, slots=8, burst=None, vision=False)] == []
+    concurrent = boot_probes(context_target=1000, slots=8, burst=None, vision=False)[1]
+    assert concurrent.generations == 7 and concurrent.target_tokens == 1000
 
 
 def test_the_budget_comes_from_the_space_probes_section() -> None:

@@ -42,7 +42,7 @@ def test_a_first_boot_is_probed_measured_recorded_and_reused(ctx: BootContext) -
     record = result.record
     assert record.outcome is BootOutcome.MEASURED and record.failure is None
     assert record.report is not None and record.report.max_total_num_tokens
-    assert [p.name for p in record.probes] == ["long_context"]
+    assert [p.name for p in record.probes] == ["long_context", "long_context_concurrent", "quality"]
     assert record.extra["tag"] == "baseline:0" and "quality_reference" in record.extra
     assert len(result.sample.passes) == 3 and result.sample.passes[0].warmup
     assert record.throughput_tok_s and record.throughput_tok_s > 0

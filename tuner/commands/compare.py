@@ -152,22 +152,22 @@ def _compare(args: argparse.Namespace, pre: Preflight, settings: Settings, a: Ca
     from elsa_tune.durable_file import write_json
     from elsa_tune.tuner.console import setup_logging
     from elsa_tune.tuner.flag_comparison import RECORD_FILE, compare_flags
-    from elsa_tune.tuner.night import StopStudy, StudyClock
+    from elsa_tune.tuner.night import StopStudy
     from elsa_tune.tuner.signals import Interrupts
 
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(run_dir / "compare.log")
-    clock, executor = None, None
+    clock, load = None, None
     if settings.virtual:
-        from elsa_tune.tuner.virtual import virtual_executor
+        from elsa_tune.tuner.virtual import VirtualTestbed
 
-        clock = StudyClock.simulated()
-        executor = virtual_executor(pre, clock)
+        bed = VirtualTestbed.of(pre)
+        pre, clock, load = bed.pre, bed.clock, bed.load
     min_effect = args.min_effect / 100.0 if args.min_effect is not None else None
     try:
         with Interrupts() as interrupts:
             result = compare_flags(pre, a, b, files=(str(args.a), str(args.b)), run_dir=run_dir, clock=clock,
-                                   executor=executor, interrupts=interrupts, looks=settings.looks,
+                                   load=load, interrupts=interrupts, looks=settings.looks,
                                    min_effect=min_effect, seed=settings.seed)
     except StopStudy as stop:
         print(f"elsa-tune: compare interrupted: {stop}; rerun the same command to continue with the recorded boots",

@@ -156,15 +156,14 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         from elsa_tune.tuner.fleet import FleetSearch
 
         search = FleetSearch(gpus, verbose=int(args.verbose))
-    clock, executor = None, None
+    clock, load = None, None
     if settings.virtual:
-        from elsa_tune.tuner.night import StudyClock
-        from elsa_tune.tuner.virtual import virtual_executor
+        from elsa_tune.tuner.virtual import VirtualTestbed
 
-        clock = StudyClock.simulated()
-        executor = virtual_executor(pre, clock)
+        bed = VirtualTestbed.of(pre)
+        pre, clock, load = bed.pre, bed.clock, bed.load
     with StudyView(live=live) as view:
-        outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, executor=executor).run()
+        outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, load=load).run()
     if args.json:
         print(json.dumps({"study": settings.study_name, "status": outcome.status.value,
                           "recommended": {"label": outcome.incumbent.label, "argv": outcome.incumbent.argv(),
