@@ -19,8 +19,9 @@ EXAMPLES = ('elsa-tune check --gpu 0 --space qwen3.8-27b-nvfp4-rtx5090 --model '
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", default=None, metavar="N|UUID|sim",
-                        help="the GPU (NVML index or UUID) or 'sim' for the simulated card, e.g. --gpu 0")
+    parser.add_argument("--gpu", default=None, metavar="N|UUID|sim|cpu",
+                        help="the GPU (NVML index or UUID), 'sim' for the simulated card or 'cpu' for this host's CPU "
+                             "and memory, e.g. --gpu 0")
     parser.add_argument("--space", default=None, metavar="NAME|PATH",
                         help="the search space to validate, e.g. --space qwen3.8-27b-nvfp4-rtx5090")
     parser.add_argument("--traffic", default=None, metavar="FILE|demo",

@@ -41,8 +41,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "best/server-args.yaml of a study is), e.g. --a today.yaml")
     parser.add_argument("--b", required=True, type=Path, metavar="B.yaml",
                         help="the flag set compared with A, same format, e.g. --b elsa-runs/demo/best/server-args.yaml")
-    parser.add_argument("--gpu", default=None, metavar="N|UUID|sim",
-                        help="the GPU both run on (NVML index or UUID), or 'sim' for the simulated card, e.g. --gpu 0")
+    parser.add_argument("--gpu", default=None, metavar="N|UUID|sim|cpu",
+                        help="the GPU both run on (NVML index or UUID), 'sim' for the simulated card or 'cpu' for "
+                             "this host's CPU and memory, e.g. --gpu 0")
     parser.add_argument("--traffic", default=None, metavar="FILE|demo",
                         help="recorded traffic to replay (default demo), e.g. --traffic prod.parquet")
     parser.add_argument("--space", default=None, metavar="NAME|PATH",

@@ -67,7 +67,7 @@ def run_setup(args: argparse.Namespace) -> int:
         card = model.write_model(model.ModelKind(kind), path)
         print(f"model {kind}: {path} ({card.parameters:,} parameters)")
     space = "llamacpp-gpu-1b" if args.gpu_model else "llamacpp-cpu-tiny"
-    gpu = "0" if args.cuda else "cpu"
+    gpu = "0" if args.cuda or args.gpu_model else "cpu"
     print(f"next: elsa-tune --runtime llamacpp --gpu {gpu} --space {space} --traffic demo-chat --budget 15m "
           "--pass-seconds 8")
     return exit_codes.OK

@@ -37,8 +37,9 @@ EXAMPLES = ('elsa-tune --gpu 0 --traffic prod.parquet --space qwen3.8-27b-nvfp4-
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", default=None, metavar="N[,N…]|UUID|sim",
-                        help="the GPU to tune on (NVML index or UUID), or 'sim' for the simulated card; several "
+    parser.add_argument("--gpu", default=None, metavar="N[,N…]|UUID|sim|cpu",
+                        help="the GPU to tune on (NVML index or UUID), 'sim' for the simulated card, or 'cpu' for a "
+                             "server on this host's CPU and memory (--runtime llamacpp); several "
                              "(0,1) run the numeric search on all of them at once, one worker per GPU "
                              "(with --runtime sim: simulated cards 0, 1, …)")
     parser.add_argument("--traffic", default=None, metavar="FILE|demo",
