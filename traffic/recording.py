@@ -194,11 +194,9 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     rng = np.random.default_rng(seed)
     metric, query, lag_note, counts = _arrival_counts(client, grid, matchers)
     notes: list[str] = [f"arrivals from {metric}, {lag_note}"]
-    scrape = _scrape_interval(client, query, float(grid.times[int(np.argmax(counts))]))
-    if scrape is not None and window.step < 0.9 * scrape:
-        notes.append(f"the step ({window.step:g} s) is finer than the scrape interval (~{scrape:.0f} s): arrivals "
-                     f"bunch into the steps that saw a scrape; record with --step {scrape:.0f}s or more")
-        log.warning("%s", notes[-1])
+    step_note = _step_note(client, query, counts, grid)
+    if step_note:
+        notes.append(step_note)
     arrivals, steps = _arrivals(counts * scale, grid, rng, metric, window)
     range_s = f"{round(window.end - window.start)}s"
     prompt = _lengths(client, "prompt", matchers, window, grid, steps, rng)
@@ -271,6 +269,18 @@ def _arrival_counts(client: PrometheusClient, grid: Grid,
             return metric, query, note, counts
     _explain_empty(client, grid, matchers)
     raise AssertionError("unreachable")  # pragma: no cover - _explain_empty always raises
+
+
+def _step_note(client: PrometheusClient, query: str, counts: npt.NDArray[np.float64], grid: Grid) -> str | None:
+    """A warning (logged, and returned for the report) when the step is finer than the scrape interval of the
+    counter ``query``, read around its busiest step; ``None`` when the step is fine."""
+    scrape = _scrape_interval(client, query, float(grid.times[int(np.argmax(counts))]))
+    if scrape is None or grid.step >= 0.9 * scrape:
+        return None
+    note = (f"the step ({grid.step:g} s) is finer than the scrape interval (~{scrape:.0f} s): arrivals bunch into "
+            f"the steps that saw a scrape; record with --step {scrape:.0f}s or more")
+    log.warning("%s", note)
+    return note
 
 
 def _scrape_interval(client: PrometheusClient, query: str, busy: float) -> float | None:
