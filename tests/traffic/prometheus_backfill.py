@@ -201,8 +201,18 @@ def running_prometheus(openmetrics: Path, workdir: Path, *, timeout_s: float = 3
     data.mkdir(parents=True, exist_ok=True)
     subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(openmetrics), str(data)],
                    check=True, capture_output=True, timeout=timeout_s)
+    with serving_prometheus(workdir, "global:\n  scrape_interval: 1h\n", timeout_s=timeout_s) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_prometheus(workdir: Path, config_text: str, *, timeout_s: float = 300.0) -> Iterator[str]:
+    """A Prometheus on a free loopback port with ``config_text`` as its configuration and its TSDB under
+    ``workdir/tsdb``; yields the base URL once ready; kills its process group on exit."""
+    data = workdir / "tsdb"
+    data.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1h\n")
+    config.write_text(config_text)
     port = free_port()
     log = (workdir / "prometheus.log").open("w")
     process = subprocess.Popen(
