@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.prometheus import Grid, PrometheusClient, Series, counter_increments, selector_matchers
@@ -193,12 +194,32 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     rng = np.random.default_rng(seed)
     metric, query, lag_note, counts = _arrival_counts(client, grid, matchers)
     notes: list[str] = [f"arrivals from {metric}, {lag_note}"]
-    scrape = _scrape_interval(client, query, float(grid.times[int(np.argmax(counts))]))
-    if scrape is not None and window.step < 0.9 * scrape:
-        notes.append(f"the step ({window.step:g} s) is finer than the scrape interval (~{scrape:.0f} s): arrivals "
-                     f"bunch into the steps that saw a scrape; record with --step {scrape:.0f}s or more")
-        log.warning("%s", notes[-1])
-    expected = counts * scale
+    step_note = _step_note(client, query, counts, grid)
+    if step_note:
+        notes.append(step_note)
+    arrivals, steps = _arrivals(counts * scale, grid, rng, metric, window)
+    range_s = f"{round(window.end - window.start)}s"
+    prompt = _lengths(client, "prompt", matchers, window, grid, steps, rng)
+    output = _lengths(client, "generation", matchers, window, grid, steps, rng)
+    notes += prompt.notes + output.notes
+    hit = _hit_rate(client, matchers, range_s, window.end)
+    if hit is None:
+        notes.append("no sglang:cached_tokens_total: prefix reuse unknown, so the trace shares no prefixes")
+    trace = _synthesised(client.url, window, arrivals, prompt.values, output.values, hit, block_size, rng,
+                         "synthesised from Prometheus aggregates: arrivals, lengths and prefix reuse match the series, "
+                         "individual requests are samples")
+    report = _report(client, window, grid, matchers, metric, counts, trace, hit, prompt, output, notes)
+    return Recording(trace=_with_provenance(trace, window, seed, scale, report.to_json(),
+                                            f"elsa-tune record --prometheus {client.url}"), report=report)
+
+
+def _arrivals(expected: npt.NDArray[np.float64], grid: Grid, rng: np.random.Generator, metric: str,
+              window: RecordWindow) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Arrival times for ``expected`` requests per grid step, and each request's step (arrivals stay in step order).
+
+    A step's count is ``expected`` rounded at random (up with the probability of its fraction, so the totals are
+    kept on average), its requests placed uniformly inside it; ``TrafficError`` when ``metric`` gave no request,
+    or more than ``MAX_REQUESTS``."""
     draws = np.floor(expected + rng.random(len(expected))).astype(np.int64)
     total = int(draws.sum())
     if total == 0:
@@ -207,29 +228,35 @@ def record(client: PrometheusClient, window: RecordWindow, *, seed: int = 0, sca
     if total > MAX_REQUESTS:
         raise TrafficError(f"the window holds {total:,} requests, more than {MAX_REQUESTS:,}",
                            remedy=f"thin it with --scale {MAX_REQUESTS / total:.2g} or record a shorter window")
-    times = grid.times
-    step_starts = np.repeat(times - grid.step, draws)
+    step_starts = np.repeat(grid.times - grid.step, draws)
     arrivals = np.sort(step_starts + rng.random(total) * grid.step)
-    origin = float(times[0])
-    range_s = f"{round(window.end - window.start)}s"
-    steps = np.repeat(np.arange(len(draws)), draws)  # each request's step (arrivals stay in step order)
-    prompt = _lengths(client, "prompt", matchers, window, grid, steps, rng)
-    output = _lengths(client, "generation", matchers, window, grid, steps, rng)
-    notes += prompt.notes + output.notes
-    hit = _hit_rate(client, matchers, range_s, window.end)
-    if hit is None:
-        notes.append("no sglang:cached_tokens_total: prefix reuse unknown, so the trace shares no prefixes")
-    hashes = shared_prefix_blocks(prompt.values, block_size, hit or 0.0, rng)
-    meta = TraceMetadata(schema_version=SCHEMA_VERSION, source=f"prometheus:{client.url}", block_size=block_size,
-                         start=_iso(origin), end=_iso(window.end), synthesized=True,
-                         notes="synthesised from Prometheus aggregates: arrivals, lengths and prefix reuse match "
-                               "the series, individual requests are samples")
-    trace = Trace.from_columns(meta, arrival_s=arrivals - origin, input_tokens=prompt.values,
-                               output_tokens=output.values, block_hashes=hashes, kind="chat")
-    report = _report(client, window, grid, matchers, metric, counts, trace, hit, prompt, output, notes)
+    return arrivals, np.repeat(np.arange(len(draws)), draws)
+
+
+def _synthesised(url: str, window: RecordWindow, arrivals: npt.NDArray[np.float64], prompts: npt.NDArray[np.int64],
+                 outputs: npt.NDArray[np.int64], hit: float | None, block_size: int, rng: np.random.Generator,
+                 notes: str) -> Trace:
+    """The synthetic trace of a recording: arrivals from the window's first grid point, prompts sharing prefixes
+    at the hit rate (none when it is unknown)."""
+    origin = window.start  # the first grid point
+    hashes = shared_prefix_blocks(prompts, block_size, hit or 0.0, rng)
+    meta = TraceMetadata(schema_version=SCHEMA_VERSION, source=f"prometheus:{url}", block_size=block_size,
+                         start=_iso(origin), end=_iso(window.end), synthesized=True, notes=notes)
+    return Trace.from_columns(meta, arrival_s=arrivals - origin, input_tokens=prompts, output_tokens=outputs,
+                              block_hashes=hashes, kind="chat")
+
+
+def _with_provenance(trace: Trace, window: RecordWindow, seed: int, scale: float, report: str,
+                     provenance: str) -> Trace:
+    """``trace`` with what recorded it in its metadata: the selector, step, seed, scale, report and command."""
     extra = {"selector": window.selector, "step_s": f"{window.step:g}", "seed": str(seed), "scale": f"{scale:g}",
-             "recording": report.to_json(), "provenance": f"elsa-tune record --prometheus {client.url}"}
-    return Recording(trace=Trace(trace.table, meta.with_extra(**extra)), report=report)
+             "recording": report, "provenance": provenance}
+    return Trace(trace.table, trace.metadata.with_extra(**extra))
+
+
+def exponential_lengths(mean: float, n: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+    """``n`` lengths of at least one token, exponential with ``mean``: what a mean alone says of a distribution."""
+    return np.maximum(1, np.ceil(rng.exponential(mean, n))).astype(np.int64)
 
 
 def _arrival_counts(client: PrometheusClient, grid: Grid,
@@ -242,6 +269,18 @@ def _arrival_counts(client: PrometheusClient, grid: Grid,
             return metric, query, note, counts
     _explain_empty(client, grid, matchers)
     raise AssertionError("unreachable")  # pragma: no cover - _explain_empty always raises
+
+
+def _step_note(client: PrometheusClient, query: str, counts: npt.NDArray[np.float64], grid: Grid) -> str | None:
+    """A warning (logged, and returned for the report) when the step is finer than the scrape interval of the
+    counter ``query``, read around its busiest step; ``None`` when the step is fine."""
+    scrape = _scrape_interval(client, query, float(grid.times[int(np.argmax(counts))]))
+    if scrape is None or grid.step >= 0.9 * scrape:
+        return None
+    note = (f"the step ({grid.step:g} s) is finer than the scrape interval (~{scrape:.0f} s): arrivals bunch into "
+            f"the steps that saw a scrape; record with --step {scrape:.0f}s or more")
+    log.warning("%s", note)
+    return note
 
 
 def _scrape_interval(client: PrometheusClient, query: str, busy: float) -> float | None:
@@ -309,8 +348,7 @@ def _lengths(client: PrometheusClient, which: str, matchers: str, window: Record
                            f"sglang:{counter}_tokens_total / sglang:num_requests_total",
                            remedy="check that SGLang runs with --enable-metrics and the selector matches it")
     mean = tokens / finished
-    values = np.maximum(1, np.ceil(rng.exponential(mean, n))).astype(np.int64)
-    return _Lengths(values=values, observed_mean=mean, source="means",
+    return _Lengths(values=exponential_lengths(mean, n, rng), observed_mean=mean, source="means",
                     notes=[f"no {which} histogram: lengths are exponential with the observed mean {mean:.0f}"])
 
 

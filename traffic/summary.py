@@ -260,11 +260,12 @@ def _recording_lines(report: Mapping[str, Any]) -> list[str]:
         return "unknown" if value is None else f"{value:.0%}"
 
     days = ", ".join(f"{day} {count:,}" for day, count in report.get("busiest_days", [])[:3]) or "none"
+    unknown = [f"           unknown: {sentence}" for sentence in report.get("not_recovered", [])]
     return [f"recorded   {report.get('start')} → {report.get('end')} {report.get('selector') or '(all series)'}, "
             f"arrivals from {report.get('arrival_metric')}",
             f"           busiest days {days}; queued {pct('queued_share')} of the time",
             f"           at peak: KV usage {pct('kv_usage_peak')}, Mamba usage {pct('mamba_usage_peak')}; "
-            f"prefix hit rate {pct('prefix_hit_rate_observed')}"]
+            f"prefix hit rate {pct('prefix_hit_rate_observed')}", *unknown]
 
 
 def _duration(seconds: float) -> str:

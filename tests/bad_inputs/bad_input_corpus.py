@@ -269,7 +269,8 @@ def _cases() -> list[Case]:
     add("record -o a folder", *record, "-o", "{d}/folder")
     add("record -o in /proc", *record, "-o", "/proc/x/t.parquet")
     for flag, value in (("--scale", "0"), ("--scale", "nan"), ("--block-size", "0"), ("--timeout", "-1"),
-                        ("--step", "never"), ("--since", "forever")):
+                        ("--step", "never"), ("--since", "forever"), ("--runtime", "vllm"),
+                        ("--mean-input-tokens", "0"), ("--mean-output-tokens", "nan")):
         add(f"record {flag} {value}", *record, flag, value, "-o", "{d}/o.parquet")
     add("record unreachable Prometheus", *record, "-o", "{d}/o.parquet", "--timeout", "2")
     add("record not a URL", "record", "--prometheus", "not a url", "-o", "{d}/o.parquet")

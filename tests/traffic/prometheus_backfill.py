@@ -37,6 +37,11 @@ LATENCY_BOUNDS = (1, 2, 4, 6, 8, 10, 20, 40, float("inf"))
 JOB = 'job="sglang",instance="gpu0:30000"'
 
 
+Family = tuple[str, str, list[tuple[str, np.ndarray[Any, Any]]]]
+"""(name, type, [(labels, one value per scrape)]): a counter's name without ``_total``; labels as written inside
+braces, or a suffix with its own braces (``_bucket{...}``) for a histogram's series."""
+
+
 @dataclass(frozen=True)
 class Truth:
     """What was backfilled: per-scrape arrivals and the aggregates a recording must reproduce."""
@@ -100,7 +105,7 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
     kv = np.round(0.01 + running / SLOTS * 0.16, 2)
     mamba = np.round(running / SLOTS, 2)
 
-    families: list[tuple[str, str, list[tuple[str, np.ndarray[Any, Any]]]]] = []
+    families: list[Family] = []
 
     def counter(name: str, series: list[tuple[str, np.ndarray[Any, Any]]]) -> None:
         families.append((name, "counter", [(labels, _cumulative(v, restart)) for labels, v in series]))
@@ -132,15 +137,7 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
                          ("sglang:token_usage", kv), ("sglang:mamba_usage", mamba)):
         families.append((name, "gauge", [(JOB, values)]))
 
-    stamps = [f"{t:.0f}" for t in times]
-    with path.open("w") as out:
-        for name, kind, series in families:
-            out.write(f"# TYPE {name} {kind}\n")
-            for labels, values in series:
-                head = (name + labels) if labels.startswith("_") else (
-                    f"{name}_total{{{labels}}}" if kind == "counter" else f"{name}{{{labels}}}")
-                out.writelines(f"{head} {v:.17g} {s}\n" for v, s in zip(values.tolist(), stamps, strict=True))
-        out.write("# EOF\n")
+    write_openmetrics(path, families, times)
 
     days_of = [datetime.fromtimestamp(t - scrape_s / 2, UTC).strftime("%Y-%m-%d") for t in times]
     day_counts: dict[str, int] = {}
@@ -158,6 +155,19 @@ def generate(path: Path, *, days: float, end: float, scrape_s: float = 60.0, see
                  burst=(float(times[in_burst].min()), float(times[in_burst].max())),
                  prompt_mean_burst=float(prompts[in_burst[owner]].mean()),
                  prompt_mean_calm=float(prompts[~in_burst[owner]].mean()))
+
+
+def write_openmetrics(path: Path, families: list[Family], times: np.ndarray[Any, Any]) -> None:
+    """``families`` sampled at ``times`` (Unix seconds), as the OpenMetrics text that promtool backfills."""
+    stamps = [f"{t:.0f}" for t in times]
+    with path.open("w") as out:
+        for name, kind, series in families:
+            out.write(f"# TYPE {name} {kind}\n")
+            for labels, values in series:
+                head = (name + labels) if labels.startswith("_") else (
+                    f"{name}_total{{{labels}}}" if kind == "counter" else f"{name}{{{labels}}}")
+                out.writelines(f"{head} {v:.17g} {s}\n" for v, s in zip(values.tolist(), stamps, strict=True))
+        out.write("# EOF\n")
 
 
 def _mean_by_day(times: np.ndarray[Any, Any], owner: np.ndarray[Any, Any], values: np.ndarray[Any, Any],
@@ -191,8 +201,18 @@ def running_prometheus(openmetrics: Path, workdir: Path, *, timeout_s: float = 3
     data.mkdir(parents=True, exist_ok=True)
     subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(openmetrics), str(data)],
                    check=True, capture_output=True, timeout=timeout_s)
+    with serving_prometheus(workdir, "global:\n  scrape_interval: 1h\n", timeout_s=timeout_s) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_prometheus(workdir: Path, config_text: str, *, timeout_s: float = 300.0) -> Iterator[str]:
+    """A Prometheus on a free loopback port with ``config_text`` as its configuration and its TSDB under
+    ``workdir/tsdb``; yields the base URL once ready; kills its process group on exit."""
+    data = workdir / "tsdb"
+    data.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1h\n")
+    config.write_text(config_text)
     port = free_port()
     log = (workdir / "prometheus.log").open("w")
     process = subprocess.Popen(
