@@ -126,9 +126,10 @@ def run_explain(args: argparse.Namespace) -> int:
     report = build_report(text, candidate)
     failure = classify(text) if looks_failed(text) else None
     if failure is None and _says_nothing(report):
-        raise ConfigError(f"nothing in {args.server_log!r} reads as an SGLang server log (no version, pool, "
+        raise ConfigError(f"nothing in {args.server_log!r} reads as an SGLang or llama-server log (no version, pool, "
                           "slot, phase or failure line)",
-                          remedy="pass the log an SGLang server wrote (its stdout/stderr, from the first line)")
+                          remedy="pass the log an SGLang server or llama-server (-lv 4) wrote (its stdout/stderr, from "
+                                 "the first line)")
     if args.json:
         print(json.dumps({"report": report.to_dict(), "failure": failure.to_dict() if failure else None},
                          indent=2, default=str))
@@ -150,9 +151,8 @@ def _explain_with(family: RuntimeFamily, text: str, args: argparse.Namespace) ->
 
 
 def _says_nothing(report: BootReport) -> bool:
-    """No line of the log was recognised: every field of the report is empty."""
-    fields = report.to_dict()
-    return not any(v not in (None, [], {}, (), "") for k, v in fields.items() if k not in ("schema_version",))
+    """No line of the log was recognised: the report is the empty report."""
+    return report.to_dict() == BootReport().to_dict()
 
 
 def _gb(value: float | None) -> str:
