@@ -213,7 +213,7 @@ def server_args_file(report: Report, candidate: Candidate) -> str:
     """``server-args.yaml``: the flat config SGLang's ``--config`` reads (dashed names; ``true`` for a switch)."""
     fp = report.fingerprint
     header = [*_stamp(report, "# "),
-              f"# {_comment(family_of(report).name.value)} server arguments of the winner of elsa-tune study "
+              f"# {family_of(report).deployment.display_name} server arguments of the winner of elsa-tune study "
               f"{_comment(report.study_name)}.",
               f"# Verdict: {_comment(report.summary_line())}",
               f"# Label: {_comment(candidate.label)} (candidate key {candidate.key()})",

@@ -62,12 +62,13 @@ class MetricNames:
 @dataclass(frozen=True)
 class Deployment:
     """How a family's winner is deployed (``best/``): its upstream container image and the launch inside it,
-    how ``server-args.yaml`` is used, and the Compose service's name."""
+    how ``server-args.yaml`` is used, the Compose service's name, and the runtime's name in the files' headers."""
 
     upstream_image: str
     container_launch: tuple[str, ...]
     config_use: str
     service: str
+    display_name: str
 
 
 class RuntimeFamily(Protocol):
