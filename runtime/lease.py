@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from elsa_tune.durable_file import write_atomic
 from elsa_tune.runtime.gpu import GpuView
+from elsa_tune.runtime.host_memory import HOST_UUID_PREFIX
 from elsa_tune.runtime.process_group import ProcessGroup, boot_id, is_running, start_time
 
 log = logging.getLogger(__name__)
@@ -349,6 +350,8 @@ def _wait_gpu_free(pids: Sequence[int], gpu: GpuView | None, lease: ServerLease,
 
         def listed() -> set[int]:
             return view_of_cards.pids(card)
+    elif lease.gpu_uuid and lease.gpu_uuid.startswith(HOST_UUID_PREFIX):
+        return True, "a server on the host's CPU: its memory is the host's, released when its processes are gone"
     elif lease.gpu_uuid:
         from elsa_tune.errors import ElsaTuneError
         from elsa_tune.runtime.nvml import open_gpu

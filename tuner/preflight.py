@@ -123,7 +123,8 @@ class Preflight:
                f"{' '.join(self.launch)}"]
         if s is not None:
             procs = ", ".join(f"{p.name or p.pid} ({(p.used_bytes or 0) / 2**30:.1f} GiB)" for p in s.processes)
-            out += [f"GPU {s.index}: {s.name} ({s.uuid}), {s.memory_total / 2**30:.1f} GiB",
+            where = f"GPU {s.index}" if s.index >= 0 else "host (no GPU)"
+            out += [f"{where}: {s.name} ({s.uuid}), {s.memory_total / 2**30:.1f} GiB",
                     f"  driver {s.driver}, CUDA {s.cuda_driver or '?'}",
                     f"  clocks: SM {s.sm_clock_mhz or '?'} MHz (max {s.max_sm_clock_mhz or '?'}), "
                     f"memory {s.mem_clock_mhz or '?'} MHz",
