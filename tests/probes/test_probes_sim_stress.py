@@ -197,7 +197,7 @@ def test_seed_001_a_maximum_size_image_needs_more_than_the_headroom_floor(tmp_pa
         server = runtime.start(Candidate(flags={**config.flags, "mem-fraction-static": fraction}, env=dict(config.env)),
                                tmp_path / f"boot-{fraction}")
         try:
-            results[fraction] = VisionProbe(runtime.check, runtime.gpu, vision=True).run(server, budget)
+            results[fraction] = VisionProbe(runtime.check, runtime.gpu).run(server, budget)
         finally:
             runtime.stop(server)
     assert results[0.88].status is ProbeStatus.PASSED, results[0.88].detail
