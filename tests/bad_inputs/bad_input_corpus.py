@@ -7,7 +7,9 @@ an exit status of 1–5, and change no file.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -322,3 +324,15 @@ def _cases() -> list[Case]:
 
 
 CASES = _cases()
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file and folder under ``root`` with a digest of its bytes: what a refused command must not change."""
+    seen: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            seen[os.path.relpath(os.path.join(folder, name), root)] = "dir"
+        for name in files:
+            path = os.path.join(folder, name)
+            seen[os.path.relpath(path, root)] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return seen

@@ -8,8 +8,6 @@ input is never changed.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -17,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bad_input_corpus import CASES, Case, write_files
+from bad_input_corpus import CASES, Case, snapshot, write_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,18 +30,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("corpus")
     write_files(root)
     return root
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file and folder under ``root`` with a digest of its bytes: what a refused command must not change."""
-    seen: dict[str, str] = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs:
-            seen[os.path.relpath(os.path.join(folder, name), root)] = "dir"
-        for name in files:
-            path = os.path.join(folder, name)
-            seen[os.path.relpath(path, root)] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return seen
 
 
 def assert_refused(code: int, err: str, out: str, what: str) -> None:

@@ -7,10 +7,8 @@ before a byte of the folder changes. The studies are virtual (the simulated card
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import random
 import shutil
 import signal
@@ -21,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bad_input_corpus import snapshot
 
 from elsa_tune import exit_codes
 from elsa_tune.tuner.cli import main
@@ -44,18 +43,6 @@ def compare_argv(root: Path, out: Path) -> list[str]:
     (root / "b.yaml").write_text(FLAGS.replace("0.6", "0.7"))
     return ["compare", "--gpu", "sim", "--virtual", "--sim-profile", "tiny-test", "--space", str(TINY_SPACE),
             "--a", str(root / "a.yaml"), "--b", str(root / "b.yaml"), "--budget", "20m", "--out", str(out), "-q"]
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file and folder under ``root`` with a digest of its bytes."""
-    seen: dict[str, str] = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs:
-            seen[os.path.relpath(os.path.join(folder, name), root)] = "dir"
-        for name in files:
-            path = os.path.join(folder, name)
-            seen[os.path.relpath(path, root)] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return seen
 
 
 def refused(capsys: pytest.CaptureFixture[str], argv: list[str], *, code: int, cause: str, fix: str) -> str:
