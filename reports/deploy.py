@@ -157,8 +157,9 @@ def image_of(report: Report) -> tuple[str, str]:
         return fp.image_digest, "the image the study measured, pinned by the digest the runtime reported"
     if study is not None and study.image:
         return study.image, "the image the study ran (no digest was reported: pin one before deploying)"
-    upstream = family_of(report).deployment.upstream_image
-    if ":" in upstream.rsplit("/", 1)[-1]:
+    deployment = family_of(report).deployment
+    upstream = deployment.upstream_image
+    if not deployment.tag_per_version:
         return upstream, ("the study ran outside a container: the upstream image of this runtime; pin the tag of "
                           "the build you measured before deploying")
     version = fp.runtime_version if fp is not None and fp.runtime_version else None

@@ -62,13 +62,15 @@ class MetricNames:
 @dataclass(frozen=True)
 class Deployment:
     """How a family's winner is deployed (``best/``): its upstream container image and the launch inside it,
-    how ``server-args.yaml`` is used, the Compose service's name, and the runtime's name in the files' headers."""
+    how ``server-args.yaml`` is used, the Compose service's name, the runtime's name in the files' headers, and
+    whether the image has a tag per runtime version (``v0.5.23``) or one moving tag (``server-cuda``)."""
 
     upstream_image: str
     container_launch: tuple[str, ...]
     config_use: str
     service: str
     display_name: str
+    tag_per_version: bool
 
 
 class RuntimeFamily(Protocol):

@@ -48,7 +48,7 @@ class SGLangFamily:
     deployment = Deployment(
         upstream_image="lmsysorg/sglang", container_launch=("python3", "-m", "sglang.launch_server"),
         config_use="python3 -m sglang.launch_server --config server-args.yaml (flags given after it override it)",
-        service="sglang", display_name="SGLang")
+        service="sglang", display_name="SGLang", tag_per_version=True)
 
     def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
         return tuple(launch)

@@ -67,7 +67,7 @@ class LlamaCppFamily:
         upstream_image="ghcr.io/ggml-org/llama.cpp:server-cuda", container_launch=("/app/llama-server",),
         config_use="llama-server reads no config file: launch.sh is the command; this file is the flag set that "
                    "`elsa-tune compare --a server-args.yaml` reads",
-        service="llama-server", display_name="llama.cpp (llama-server)")
+        service="llama-server", display_name="llama.cpp (llama-server)", tag_per_version=False)
 
     def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
         """The bare ``llama-server`` runs the binary ``$ELSA_LLAMA_SERVER`` names, else the one on ``PATH``, else
