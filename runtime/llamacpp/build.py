@@ -41,6 +41,8 @@ _CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DBUILD_SHAR
                 "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                 "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", f"-DLLAMA_BUILD_COMMIT={COMMIT}",
                 "-DLLAMA_BUILD_NUMBER=0")
+#: Bounds of each step: a 2-core CPU build takes ~15 min, a CUDA one on 16 cores ~4 min.
+_DOWNLOAD_S, _CONFIGURE_S, _BUILD_S = 600.0, 600.0, 7200.0
 _CUDA_FLAGS = ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90-real", "-DGGML_CUDA_NCCL=OFF")
 
 
@@ -113,7 +115,7 @@ def fetch_sdist(into: Path) -> Path:
     if found:
         return found[-1]
     _run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps", SDIST, "-d", str(into)],
-         "download the llama.cpp source")
+         "download the llama.cpp source", timeout_s=_DOWNLOAD_S)
     found = sorted(into.glob("llama_cpp_python-*.tar.gz"))
     if not found:
         raise BuildError(f"pip downloaded no sdist of {SDIST} into {into}")
@@ -162,9 +164,9 @@ def build(*, cuda: bool = False, cache: Path | None = None, source: Path | None 
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     if not (out / "CMakeCache.txt").is_file():
         _run(["cmake", "-S", str(src), "-B", str(out), *generator, *_CMAKE_FLAGS, *(_CUDA_FLAGS if cuda else ())],
-             "configure llama.cpp", echo=log)
+             "configure llama.cpp", echo=log, timeout_s=_CONFIGURE_S)
     _run(["cmake", "--build", str(out), "--target", "llama-server", "-j", str(jobs or os.cpu_count() or 2)],
-         "build llama-server", echo=log)
+         "build llama-server", echo=log, timeout_s=_BUILD_S)
     staged = where.cache / f"{where.name}.staged"
     shutil.rmtree(staged, ignore_errors=True)
     (staged / "bin").mkdir(parents=True)
@@ -175,9 +177,15 @@ def build(*, cuda: bool = False, cache: Path | None = None, source: Path | None 
     return where.binary
 
 
-def _run(argv: list[str], what: str, *, echo: bool = False) -> None:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=None if echo else subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, check=False)
+def _run(argv: list[str], what: str, *, timeout_s: float, echo: bool = False) -> None:
+    """Run one step to its end or its timeout (then it is killed and the build folder kept for the next call)."""
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=None if echo else subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, check=False, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(f"could not {what} within {timeout_s / 60:.0f} min: {' '.join(argv[:6])} …") from exc
+    except OSError as exc:
+        raise BuildError(f"could not {what}: {exc}") from exc
     if done.returncode != 0:
         tail = "\n".join((done.stdout or "").strip().splitlines()[-20:])
         raise BuildError(f"could not {what} (exit {done.returncode}): {' '.join(argv[:6])} …\n{tail}")
