@@ -219,7 +219,7 @@ def _technique_crash(ctx: _Context) -> Failure | None:
     return _failure(ctx, FailureKind.TECHNIQUE_CRASH,
                     f"vLLM raised {match['type']}:{match['msg'][:200]}",
                     "drop the flag this candidate added last: a code path it enabled fails in this vLLM version "
-                    "on this model", ctx.evidence([i] + ctx.find(_ENGINE_DEAD)[:1]))
+                    "on this model", ctx.evidence([i, *ctx.find(_ENGINE_DEAD)[:1]]))
 
 
 def _host_oom_killed(ctx: _Context) -> Failure | None:
