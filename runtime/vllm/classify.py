@@ -210,7 +210,8 @@ def _oom(ctx: _Context) -> Failure | None:
 def _technique_crash(ctx: _Context) -> Failure | None:
     if not ctx.find(_TRACEBACK) and not ctx.find(_ENGINE_DEAD):
         return None
-    crashes = ctx.find(_CRASH)
+    wrappers = set(ctx.find(_ENGINE_DEAD))
+    crashes = [i for i in ctx.find(_CRASH) if i not in wrappers]   # the root cause, not "initialization failed"
     if not crashes:
         return None
     i = crashes[-1]
@@ -280,7 +281,7 @@ def looks_failed(log_text: str) -> bool:
 
 
 _STUDY_STOPPERS: tuple[tuple[re.Pattern[str], type[StudyError], str, str], ...] = (
-    (re.compile(r"No module named '?vllm|vllm: command not found"), RuntimeUnavailable,
+    (re.compile(r"No module named '?vllm'?(?![._\w])|vllm: command not found"), RuntimeUnavailable,
      "the launch command's Python cannot import vLLM",
      "install vllm into that environment (pip install vllm==0.33.0), or point --launch at the environment that "
      "has it"),

@@ -38,7 +38,7 @@ _VERSION = re.compile(r"^\s*(\d+\.\d+[\w.+-]*)\s*$", re.MULTILINE)
 #: Lines only vLLM writes.
 _RECOGNISED = re.compile(r"vLLM (?:API )?server version |non-default args: \{|LLM engine \(v[\w.+-]+\) with config:"
                          r"|KV cache size: [\d,]+ tokens|# (?:GPU|cuda) blocks: \d+|\[kv_cache_utils\.py:\d+\]"
-                         r"|EngineCore_DP\d+ pid=|vllm serve: error:|usage: vllm serve"
+                         r"|EngineCore_DP\d+ pid=|vllm serve: error:|usage: vllm |\[--max-num-seqs MAX_NUM_SEQS\]"
                          r"|Available KV cache memory: ")
 #: The label names of ``vllm:cache_config_info`` the boot report reads.
 _CACHE_INFO = re.compile(r'^vllm:cache_config_info\{(?P<labels>[^}]*)\}', re.MULTILINE)
