@@ -99,6 +99,16 @@ class RuntimeFamily(Protocol):
         ...
 
     @property
+    def help_flag(self) -> str:
+        """The argument that makes the launch command list every flag it accepts (``--help``, ``--help=all``)."""
+        ...
+
+    @property
+    def help_env(self) -> Mapping[str, str]:
+        """Environment variables the help listing needs on any machine (vLLM's device type without a GPU)."""
+        ...
+
+    @property
     def slots_flag(self) -> str:
         """The flag that sets how many requests run at once (``max-running-requests``, ``parallel``)."""
         ...

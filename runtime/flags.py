@@ -83,10 +83,11 @@ def parse_help(text: str, source: str = "") -> FlagSet:
 
 
 def harvest(launch: Sequence[str], *, timeout_s: float = 300.0, env: Mapping[str, str] | None = None,
-            parse: Callable[[str, str], FlagSet] | None = None) -> FlagSet:
-    """Run ``<launch> --help`` (bounded; importing SGLang takes a while) and parse its flags with ``parse`` (an
-    argparse help text by default: SGLang's)."""
-    argv = [*launch, "--help"]
+            parse: Callable[[str, str], FlagSet] | None = None, help_flag: str = "--help") -> FlagSet:
+    """Run ``<launch> <help_flag>`` (bounded; importing SGLang takes a while) and parse its flags with ``parse`` (an
+    argparse help text by default: SGLang's). ``help_flag`` is the family's (vLLM lists every flag only under
+    ``--help=all``); ``env`` replaces the environment when given."""
+    argv = [*launch, help_flag]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
                               env=None if env is None else dict(env), stdin=subprocess.DEVNULL)

@@ -39,6 +39,8 @@ class SGLangFamily:
     model_flag = "model-path"
     slots_flag = "max-running-requests"
     ready_line = startup_log.READY_LINE
+    help_flag = "--help"
+    help_env: Mapping[str, str] = {}
     metrics = MetricNames(
         prefix="sglang:", prompt_tokens="sglang:prompt_tokens_total",
         generation_tokens="sglang:generation_tokens_total", cached_prompt_tokens="sglang:cached_tokens_total",

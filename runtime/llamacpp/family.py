@@ -52,6 +52,8 @@ class LlamaCppFamily:
     model_flag = "model"
     slots_flag = "parallel"
     ready_line = READY_LINE
+    help_flag = "--help"
+    help_env: Mapping[str, str] = {}
     metrics = MetricNames(
         prefix="llamacpp:", prompt_tokens="llamacpp:prompt_tokens_total",
         generation_tokens="llamacpp:tokens_predicted_total",

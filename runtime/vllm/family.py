@@ -53,6 +53,8 @@ class VllmFamily:
     model_flag = "model"
     slots_flag = "max-num-seqs"
     ready_line: str | None = None
+    help_flag = "--help=all"
+    help_env: Mapping[str, str] = vllm_flags.HELP_ENV
     metrics = MetricNames(
         prefix="vllm:", prompt_tokens="vllm:prompt_tokens_total", generation_tokens="vllm:generation_tokens_total",
         cached_prompt_tokens="vllm:prefix_cache_hits_total", requests="vllm:request_success_total",
