@@ -76,6 +76,14 @@ class Deployment:
     tag_per_version: bool
 
 
+@dataclass(frozen=True)
+class ReportSection:
+    """One titled block of ``log explain``'s text: labelled values, in order."""
+
+    title: str
+    rows: tuple[tuple[str, str], ...]
+
+
 class RuntimeFamily(Protocol):
     """One kind of LLM server, as the process and Docker runtimes, preflight and ``log explain`` read it."""
 
@@ -139,6 +147,16 @@ class RuntimeFamily(Protocol):
 
     def parse_help(self, text: str, source: str = "") -> FlagSet:
         """The flags the runtime's own ``--help`` text lists."""
+        ...
+
+    def read_flags(self, text: str) -> Candidate:
+        """The requested flags of a launch command (or of flags alone) in this family's spelling, under the names
+        ``Candidate.flags`` uses; ``ConfigError`` for text that is not one."""
+        ...
+
+    def explain(self, report: BootReport) -> tuple[ReportSection, ...]:
+        """What ``log explain`` shows of a boot report in this family's words, first the report itself (buffers,
+        phases, adjustments, warnings and the failure are shown the same way for every family)."""
         ...
 
     def boot_report(self, log_text: str, candidate: Candidate | None = None,

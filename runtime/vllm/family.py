@@ -24,8 +24,8 @@ import httpx
 from elsa_tune.errors import StudyError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureHints
-from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames
-from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames, ReportSection
+from elsa_tune.runtime.flags import FlagSet, read_command
 from elsa_tune.runtime.vllm import classify as vllm_classify
 from elsa_tune.runtime.vllm import flags as vllm_flags
 from elsa_tune.runtime.vllm import startup_log
@@ -116,6 +116,39 @@ class VllmFamily:
     def parse_help(self, text: str, source: str = "") -> FlagSet:
         return vllm_flags.parse_help(text, source)
 
+    def read_flags(self, text: str) -> Candidate:
+        """``vllm serve MODEL --max-num-seqs 8 -tp 2`` (or flags alone): the model after ``serve`` is ``model``;
+        short spellings and ``_`` names become vLLM's long dashed names (``tp`` → ``tensor-parallel-size``)."""
+        return Candidate(flags=read_command(text, canonical=vllm_flags.canonical, single_dash=True,
+                                            positional_after="serve", positional_flag=self.model_flag),
+                         label="log explain")
+
+    def explain(self, report: BootReport) -> tuple[ReportSection, ...]:
+        """The capacity (KV tokens, the printed maximum concurrency, the KV memory), the scheduler's limits, then
+        the flags vLLM printed as received (``non-default args``)."""
+        concurrency = ("—" if report.max_concurrency is None else
+                       f"{report.max_concurrency:.2f}x at {_n(report.context_len)} tokens per request")
+        slots = (_n(report.max_running_requests) if report.max_running_requests is not None
+                 else "vLLM's default (the log does not print it)")
+        rows = (
+            ("runtime", f"vLLM {_n(report.runtime_version)}"),
+            ("KV cache", f"{_n(report.max_total_num_tokens)} tokens, dtype {_n(report.kv_dtype)}"),
+            ("maximum concurrency", concurrency),
+            ("available KV cache memory", _gib(report.kv_pool_gb)),
+            ("context (max_model_len)", _n(report.context_len)),
+            ("max-num-seqs", slots),
+            ("max-num-batched-tokens", _n(report.chunked_prefill_size)),
+            ("weights", _gib(report.weights_mem_gb)),
+            ("CUDA graphs", _gib(report.cuda_graph_mem_gb)),
+            ("boot time", "—" if report.boot_seconds is None else f"{report.boot_seconds:.2f} s"),
+        )
+        received = tuple((f"--{vllm_flags.canonical(key)}", _received(value))
+                         for key, value in report.server_args.items() if key != "model_tag")
+        sections = [ReportSection("Boot report (vLLM)", rows)]
+        if received:
+            sections.append(ReportSection("Flags vLLM received (non-default args)", received))
+        return tuple(sections)
+
     def boot_report(self, log_text: str, candidate: Candidate | None = None,
                     info: Mapping[str, Any] | None = None) -> BootReport:
         return startup_log.build_report(log_text, candidate, info)
@@ -153,6 +186,18 @@ class VllmFamily:
 
     def recognises(self, log_text: str) -> bool:
         return _RECOGNISED.search(log_text) is not None
+
+
+def _n(value: Any) -> str:
+    return "—" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _gib(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} GiB"
+
+
+def _received(value: Any) -> str:
+    return "(on)" if value is True else "(off)" if value is False else str(value)
 
 
 def cache_config_info(exposition: str) -> dict[str, str]:

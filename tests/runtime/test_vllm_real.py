@@ -90,3 +90,35 @@ def test_vllm_serve_refuses_an_unknown_flag_with_exit_2(python: str, model: str)
     assert done.returncode == 2
     failure = VLLM.classify(done.stdout + done.stderr)
     assert failure.kind.value == "bad_flag" and "--max-num-seqz" in failure.summary
+
+
+SPACE = """schema_version: 1
+name: vllm-tier-space
+model:
+  path: {model}
+  context_target: 4096
+runtime:
+  family: vllm
+  command: [vllm, serve]
+parameters:
+  max-num-seqs: {{type: int, low: 8, high: 64, baseline: 32}}
+  gpu-memory-utilization: {{type: float, low: 0.8, high: 0.95, baseline: 0.9}}
+techniques:
+  fp8-kv: {{kind: memory, rationale: fp8 KV cache, flags: {{kv-cache-dtype: fp8}}}}
+{extra}"""
+
+
+def test_space_check_runs_every_screened_candidate_through_vllm(python: str, model: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from elsa_tune.tuner.cli import main
+
+    good = tmp_path / "good.yaml"
+    good.write_text(SPACE.format(model=model, extra=""))
+    assert main(["space", "check", str(good), "--runtime-python", python]) == 0
+    assert "vLLM's parser and engine config accept all 2" in capsys.readouterr().out
+    trap = tmp_path / "trap.yaml"
+    trap.write_text(SPACE.format(model=model, extra="  tp3: {kind: speed, rationale: TP 3 of 14 heads, "
+                                                    "flags: {tensor-parallel-size: 3}}\n"))
+    assert main(["space", "check", str(trap), "--runtime-python", python]) == 2
+    err = capsys.readouterr().err
+    assert "tp3" in err and "divisible by tensor parallel size (3)" in err and "remedy:" in err
