@@ -45,7 +45,8 @@ class MetricNames:
     requests), ``spec_draft_tokens`` and ``spec_accepted_tokens``. Gauges: ``running``, ``waiting`` and
     ``kv_usage`` (a fraction). ``missing`` says in a sentence what a workload recorded from these series cannot
     recover. ``renamed`` maps a series' name in older versions of the runtime to its name here
-    (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``).
+    (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``). ``prompt_includes_cached`` says whether the
+    prompt counter counts the tokens served from the prefix cache too (vLLM) or only those processed (llama.cpp).
     """
 
     prefix: str
@@ -60,6 +61,7 @@ class MetricNames:
     spec_accepted_tokens: str | None
     missing: str = ""
     renamed: Mapping[str, str] = field(default_factory=dict)
+    prompt_includes_cached: bool = False
 
 
 @dataclass(frozen=True)

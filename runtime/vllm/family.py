@@ -65,6 +65,7 @@ class VllmFamily:
                  "vllm:gpu_prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
                  "vllm:gpu_prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
                  "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds"},
+        prompt_includes_cached=True,
         missing="elsa-tune reads vLLM's token counters and gauges, not its request-length histograms: a workload "
                 "recorded from /metrics recovers token rates, concurrency, prefix reuse and draft acceptance, not the "
                 "prompt or output length distributions")
