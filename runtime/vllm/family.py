@@ -14,6 +14,7 @@ warning); after any other launch (a fork's ``python -m vllm.entrypoints.openai.a
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -81,15 +82,15 @@ class VllmFamily:
 
     def installed_version(self, launch: Sequence[str]) -> str | None:
         """``vllm --version`` of the launch command's program (``vllm serve`` → ``vllm --version``; ``python -m
-        MODULE serve`` → ``python -c 'import vllm; print(vllm.__version__)'``), bounded; ``None`` when it cannot
-        say."""
+        MODULE serve`` → ``python -c 'import vllm; print(vllm.__version__)'``), bounded, with the help's environment
+        (the version is the same on every device); ``None`` when it cannot say."""
         if len(launch) >= 3 and launch[1] == "-m":
             argv = [launch[0], "-c", "import vllm; print(vllm.__version__)"]
         else:
             argv = [launch[0], "--version"]
-        try:
+        try:   # vLLM needs a device type to start at all: on a machine without a GPU, the help's
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
-                                  stdin=subprocess.DEVNULL, env=None)
+                                  stdin=subprocess.DEVNULL, env={**os.environ, **self.help_env})
         except (OSError, subprocess.TimeoutExpired):
             return None
         found = _VERSION.findall(done.stdout)
