@@ -67,8 +67,10 @@ class MetricNames:
 @dataclass(frozen=True)
 class Deployment:
     """How a family's winner is deployed (``best/``): its upstream container image and the launch inside it,
-    how ``server-args.yaml`` is used, the Compose service's name, the runtime's name in the files' headers, and
-    whether the image has a tag per runtime version (``v0.5.23``) or one moving tag (``server-cuda``)."""
+    how ``server-args.yaml`` is used, the Compose service's name, the runtime's name in the files' headers,
+    whether the image has a tag per runtime version (``v0.5.23``) or one moving tag (``server-cuda``), and
+    whether the launch takes the model as its first positional argument (vLLM's ``vllm serve MODEL``; its config
+    file names it by the model flag all the same)."""
 
     upstream_image: str
     container_launch: tuple[str, ...]
@@ -76,6 +78,7 @@ class Deployment:
     service: str
     display_name: str
     tag_per_version: bool
+    model_positional: bool = False
 
 
 @dataclass(frozen=True)

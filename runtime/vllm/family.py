@@ -75,7 +75,7 @@ class VllmFamily:
         upstream_image="vllm/vllm-openai", container_launch=("vllm", "serve"),
         config_use="vllm serve --config server-args.yaml (flags given after it override it; the model is its "
                    "`model:` key)",
-        service="vllm", display_name="vLLM", tag_per_version=True)
+        service="vllm", display_name="vLLM", tag_per_version=True, model_positional=True)
 
     def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
         return tuple(launch)
