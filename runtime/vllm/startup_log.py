@@ -27,6 +27,9 @@ printed, never derived (a hybrid model's is not tokens ÷ context).
 Adjustments (requested against effective, each with the line that proves it): the chunked-prefill token budget
 vLLM chose, ``--enforce-eager`` turning off torch.compile and CUDA graphs, a CUDA-graph mode replaced, capture
 sizes capped, ``--max-model-len auto`` (or a draft model) shrinking the context, and a dtype that fell back.
+Warnings: a KV memory at or below zero, the shared-memory broadcast wait (printed by slow compiles as by hangs),
+a cold torch.compile (``Compiling a graph for …`` with no ``Directly load the compiled graph(s)``: a warm restart
+of the same flags can size a larger pool), and a pool in blocks read with the default block size.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ _DRAFT_LEN = re.compile(r"The draft model's max_model_len \((?P<draft>\d+)\) is 
                         r"reducing max_model_len to (?P<new>\d+)")
 _DTYPE_FALLBACK = re.compile(r"doesn't support (?P<old>[\w.]+)\. Falling back to (?P<new>[\w.]+) for compatibility")
 _DTYPE_CAST = re.compile(r"^Casting (?P<old>[\w.]+) to (?P<new>[\w.]+)\.")
+_COLD_COMPILE = re.compile(r"Compiling a graph for (?:compile range|dynamic shape|general shape)")
+_WARM_COMPILE = re.compile(r"Directly load the compiled graph\(s\) for")
 _SHM_WAIT = re.compile(r"No available shared memory broadcast block found in (?P<s>\d+) seconds")
 _CONFIG_FIELD = re.compile(r"(?:^|, )(?P<key>max_seq_len|kv_cache_dtype|dtype|tensor_parallel_size|enforce_eager"
                            r"|enable_prefix_caching|enable_chunked_prefill)=(?P<value>[^,]*)")
@@ -197,6 +202,10 @@ def parse_log(log_text: str, requested: Mapping[str, Any] | None = None) -> Boot
     if shm:
         warnings.append(f"{len(shm)} 'No available shared memory broadcast block' warning(s): a slow compile or "
                         "quantization prints them too; a hang only if the server then stops answering")
+    if any(_COLD_COMPILE.search(line.text) for line in lines) and not any(
+            _WARM_COMPILE.search(line.text) for line in lines):
+        warnings.append("torch.compile ran cold (no compile cache for these flags; each max_model_len is a new key): "
+                        "a warm restart of the same flags can report a few percent more KV cache")
     kv_dtype = config.get("kv_cache_dtype") or (str(received["kv_cache_dtype"]) if "kv_cache_dtype" in received
                                                  else None)
     runtime_version = (version[1]["v"] or version[1]["logo"] or version[1]["e"]) if version else None

@@ -226,3 +226,13 @@ def test_other_families_do_not_claim_vllm_logs() -> None:
         text = path.read_text()
         for name in (FamilyName.SGLANG, FamilyName.LLAMACPP):
             assert not family(name).recognises(text), (name, path.name)
+
+
+def test_a_cold_compile_is_said_a_warm_one_is_not() -> None:
+    booted = (LOGS / "v1_0330_booted_h200.log").read_text()
+    prefix = "(EngineCore_DP0 pid=40388) INFO 12-04 09:14:40 [backends.py:418] "
+    cold = booted + prefix + "Compiling a graph for compile range (1, 8192) takes 9.21 s\n"
+    assert any("torch.compile ran cold" in w for w in VLLM.boot_report(cold).warnings)
+    warm = booted + prefix + ("Directly load the compiled graph(s) for compile range (1, 8192) from the cache, "
+                              "took 1.2 s\n")
+    assert not VLLM.boot_report(warm).warnings
