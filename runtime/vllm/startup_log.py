@@ -147,7 +147,7 @@ def _phases(lines: Sequence[LogLine]) -> tuple[BootPhase, ...]:
         phases.append(BootPhase("CUDA graph capture", float(graphs[1]["s"]), mem_usage_gb=float(graphs[1]["gib"])))
     init = first(lines, _INIT_ENGINE)
     if init:
-        phases.append(BootPhase("init engine (profile, KV cache, warm-up)", float(init[1]["s"])))
+        phases.append(BootPhase("init engine", float(init[1]["s"])))   # profile, KV cache, warm-up
     return tuple(phases)
 
 
