@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -34,6 +34,7 @@ class FamilyName(enum.Enum):
 
     SGLANG = "sglang"
     LLAMACPP = "llamacpp"
+    VLLM = "vllm"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class MetricNames:
     Counters: ``prompt_tokens``, ``generation_tokens``, ``cached_prompt_tokens``, ``requests`` (finished
     requests), ``spec_draft_tokens`` and ``spec_accepted_tokens``. Gauges: ``running``, ``waiting`` and
     ``kv_usage`` (a fraction). ``missing`` says in a sentence what a workload recorded from these series cannot
-    recover.
+    recover. ``renamed`` maps a series' name in older versions of the runtime to its name here
+    (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``).
     """
 
     prefix: str
@@ -57,6 +59,7 @@ class MetricNames:
     spec_draft_tokens: str | None
     spec_accepted_tokens: str | None
     missing: str = ""
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,9 @@ class RuntimeFamily(Protocol):
         ...
 
     @property
-    def ready_line(self) -> str:
-        """A fragment of the log line the server prints once it serves; readiness also needs ``/health``."""
+    def ready_line(self) -> str | None:
+        """A fragment of the log line the server prints once it serves, or ``None`` when it prints none (vLLM
+        0.33): then readiness is ``/health`` alone. Readiness always needs ``/health``."""
         ...
 
     @property
@@ -155,7 +159,8 @@ class RuntimeFamily(Protocol):
 
 
 def of_runtime_name(runtime: str | None) -> RuntimeFamily:
-    """The family of a fingerprint's runtime name (``sglang``, ``sglang-sim``, ``llamacpp``); SGLang by default."""
+    """The family of a fingerprint's runtime name (``sglang``, ``sglang-sim``, ``llamacpp``, ``vllm``); SGLang by
+    default."""
     for name in FamilyName:
         if runtime is not None and runtime.split("-")[0] == name.value:
             return family(name)
@@ -173,6 +178,10 @@ def family(name: FamilyName | str) -> RuntimeFamily:
         from elsa_tune.runtime.llamacpp.family import LLAMACPP
 
         return LLAMACPP
+    if key is FamilyName.VLLM:
+        from elsa_tune.runtime.vllm.family import VLLM
+
+        return VLLM
     from elsa_tune.runtime.sglang import SGLANG
 
     return SGLANG
