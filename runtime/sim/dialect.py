@@ -237,7 +237,7 @@ class VllmDialect:
         except EngineConfigError as exc:
             plan = plan_memory(profile, {}, env)
             return Reading(flags=flags, knobs={}, server_args=dict(given), plan=plan, model=model,
-                           served_name=served_name, host=host, port=port, refused=f"ValueError: {exc}",
+                           served_name=served_name, host=host, port=port, refused=exc.text,
                            non_default=non_default)
         knobs = dict(config.knobs)
         plan = plan_memory(profile, knobs, env)
@@ -246,7 +246,14 @@ class VllmDialect:
             knobs["context-length"] = fitted
             plan = plan_memory(profile, knobs, env)
         refusal = None
-        if plan.boots and plan.kv_gb > 0 and plan.kv_tokens < plan.context_len and not config.auto_len:
+        free = profile.card.memory_gb - profile.card.context_overhead_gb
+        requested = config.gpu_memory_utilization * profile.card.memory_gb
+        if config.kv_cache_memory_bytes is None and requested > free:
+            refusal = SimCrash(FailureKind.GPU_BUSY, "boot", (
+                f"ValueError: Free memory on device cuda:0 ({free:.2f}/{profile.card.memory_gb:.2f} GiB) on startup "
+                f"is less than desired GPU memory utilization ({config.gpu_memory_utilization}, {requested:.2f} GiB). "
+                "Decrease GPU memory utilization or reduce GPU memory used by other processes.",))
+        elif plan.boots and plan.kv_gb > 0 and plan.kv_tokens < plan.context_len and not config.auto_len:
             needed = plan.context_len * plan.kv_bytes_per_token / GIB
             estimated = plan.kv_tokens // config.block_size * config.block_size
             refusal = SimCrash(FailureKind.NO_ROOM_FOR_KV, "boot", (

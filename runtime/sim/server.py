@@ -38,9 +38,9 @@ from elsa_tune.runtime.sim.http import (
     write_event,
 )
 from elsa_tune.runtime.sim.metrics import SglangMetrics
-from elsa_tune.runtime.sim.vllm_metrics import VllmMetrics
 from elsa_tune.runtime.sim.serving import Job, JobRejected, JobSpec, Serving
 from elsa_tune.runtime.sim.tokens import Completion, block_hashes, chat_token_ids, text_token_ids
+from elsa_tune.runtime.sim.vllm_metrics import VllmMetrics
 
 log = logging.getLogger(__name__)
 

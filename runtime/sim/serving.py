@@ -46,11 +46,11 @@ from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.engine import StepResult
 from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash, watchdog_crash
 from elsa_tune.runtime.sim.metrics import SglangMetrics
-from elsa_tune.runtime.sim.vllm_metrics import VllmMetrics
 from elsa_tune.runtime.sim.noise import ServingNoise
 from elsa_tune.runtime.sim.plain_speed import PlainSpeed
 from elsa_tune.runtime.sim.startup import ServerLog
 from elsa_tune.runtime.sim.tokens import Completion
+from elsa_tune.runtime.sim.vllm_metrics import VllmMetrics
 
 log = logging.getLogger(__name__)
 
@@ -268,8 +268,8 @@ class Pacing:
 class Serving:
     """Runs the loop as an asyncio task. ``on_crash`` is called (then the process dies) for a fatal fault."""
 
-    def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics | VllmMetrics, server_log: ServerLog,
-                 faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
+    def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics | VllmMetrics,
+                 server_log: ServerLog, faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
                  on_crash: Callable[[Crash], None], watchdog_timeout_s: float = 300.0, draft_tokens: int = 0) -> None:
         self.source = source
         self.noise = noise

@@ -88,10 +88,16 @@ def exception_lines(crash: Crash) -> tuple[str, ...]:
     """The exception of ``crash`` as vLLM raises it: the lines a crash of the engine's plan already carries in
     vLLM's words are kept; a kind whose lines were written for another runtime gets vLLM's text."""
     lines = tuple(line for line in crash.exception_lines if not line.startswith("Scheduler hit an exception"))
-    if any("CUDA out of memory" in line or "ValueError:" in line or "KV cache" in line for line in lines):
+    if any(line.startswith(_VLLM_OWN) for line in lines):
         return lines
     text = _KIND_TEXT.get(crash.kind)
     return (text,) if text is not None else lines
+
+
+#: Exception texts that read the same in vLLM (torch's own), or that the vLLM dialect wrote itself.
+_VLLM_OWN = ("torch.OutOfMemoryError: CUDA out of memory", "ValueError: To serve at least one request",
+             "RuntimeError: CUDA error: out of memory", "ValueError: No available memory for the cache blocks",
+             "ValueError: Free memory on device")
 
 
 _OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "

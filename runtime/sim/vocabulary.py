@@ -58,7 +58,22 @@ _CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_P
 
 
 class EngineConfigError(ValueError):
-    """A flag combination vLLM's engine-config builder refuses (its ``ValueError`` text, before any engine)."""
+    """A flag combination vLLM's engine-config builder refuses before any engine: ``exception`` is the class vLLM
+    raises (``ValueError``, or pydantic's ``ValidationError`` for a field its config class validates)."""
+
+    def __init__(self, message: str, exception: str = "ValueError") -> None:
+        super().__init__(message)
+        self.exception = exception
+
+    @property
+    def text(self) -> str:
+        """The last lines of vLLM's traceback: ``<exception>: <message>``."""
+        return f"{self.exception}: {self}"
+
+
+_PYDANTIC = "pydantic_core._pydantic_core.ValidationError"
+_KNOWN_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                    "nvfp4_ds_mla", "nvfp4", "int8_per_token_head", "fp8_per_token_head")
 
 
 @dataclass(frozen=True)
@@ -147,12 +162,19 @@ def resolve(profile: SimProfile, given: Mapping[str, Any]) -> VllmConfig:
                              f"Chunked prefill is enabled with max_num_batched_tokens={batched}."))
     utilization = float(given.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION)
     if not 0 < utilization <= 1:
-        raise EngineConfigError(f"GPU memory utilization must be within (0, 1]. Got {utilization}.")
+        bound = "less than or equal to 1" if utilization > 1 else "greater than 0"
+        kind = "less_than_equal" if utilization > 1 else "greater_than"
+        raise EngineConfigError(f"1 validation error for CacheConfig\ngpu_memory_utilization\n  Input should be "
+                                f"{bound} [type={kind}, input_value={utilization}, input_type=float]", _PYDANTIC)
     kv_bytes = _int(given.get("kv_cache_memory_bytes"))
     asked_dtype = str(given.get("kv_cache_dtype") or "auto")
+    if asked_dtype not in _KNOWN_KV_DTYPES:
+        raise EngineConfigError(f"1 validation error for CacheConfig\ncache_dtype\n  Value error, Invalid "
+                                f"kv_cache_dtype: {asked_dtype!r}. Valid values are: {list(_KNOWN_KV_DTYPES)} "
+                                f"[type=value_error, input_value={asked_dtype!r}, input_type=str]", _PYDANTIC)
     if asked_dtype not in _KV_DTYPES or _KV_DTYPES[asked_dtype] not in model.kv_bytes_per_token:
-        choices = ", ".join(repr(d) for d in _KV_DTYPES if _KV_DTYPES[d] in model.kv_bytes_per_token)
-        raise EngineConfigError(f"Invalid value {asked_dtype!r} for kv_cache_dtype. Valid options are {choices}.")
+        raise EngineConfigError(f"kv_cache_dtype {asked_dtype!r} is not supported for this model on this device "
+                                f"(the simulated model has KV sizes for {sorted(model.kv_bytes_per_token)})")
     kv_dtype = _KV_DTYPES[asked_dtype]
     block = _int(given.get("block_size")) or DEFAULT_BLOCK_SIZE
     prefix = given.get("enable_prefix_caching")
@@ -270,7 +292,7 @@ def _mapping(value: Any, name: str) -> dict[str, Any]:
 def _int(value: Any) -> int | None:
     if value is None or value is False or value == "":
         return None
-    return int(math.floor(float(value)))
+    return math.floor(float(value))
 
 
 @dataclass(frozen=True)
