@@ -79,6 +79,13 @@ class SimulatedServer(ServerProcess):
         super().__init__(runtime_family, launch, gpu, timeouts=timeouts, extra_env=env, leases=leases)
         self.lease_card_dir = self.card_dir
 
+    @property
+    def version(self) -> str:
+        """The runtime version the simulated server reports (the profile's SGLang, or vLLM 0.33.0)."""
+        from elsa_tune.runtime.sim.dialect import dialect
+
+        return dialect(self.family.name.value).endpoints(self.profile).version
+
     def start(self, candidate: Candidate, boot_dir: Path) -> Server:
         """Boot with the seed the booter wrote into ``boot_dir`` (``runtime/boot_seed.py``), else the next of ours:
         a resumed study replays a boot's drift exactly."""

@@ -50,6 +50,17 @@ class VllmFlag:
         """The primary flag name without dashes, the form ``Candidate.flags`` uses."""
         return self.names[0][2:]
 
+    @property
+    def takes_value(self) -> bool:
+        return self.kind not in ("bool", "true")
+
+
+def flag_shapes() -> dict[str, VllmFlag]:
+    """Every ``vllm serve`` option name without dashes (aliases and negations included) → its flag, the form
+    ``SearchSpace.validate_flags`` takes."""
+    return {name.lstrip("-"): flag for flag in _FLAGS for name in (*flag.names, *flag.negatives)
+            if name.startswith("--")}
+
 
 def vllm_flags() -> tuple[VllmFlag, ...]:
     return _FLAGS

@@ -109,6 +109,11 @@ def _check(args: argparse.Namespace) -> int:
         flag_set = runtime_flags.harvest(launch)
         source = f"the --help of {shlex.join(launch)}"
         space.validate_flags(flag_set.all_names())
+    elif space.runtime.family.value == "vllm":
+        from elsa_tune.runtime.sim import vllm_flags
+
+        source = f"the bundled vLLM {vllm_flags.VLLM_VERSION} flag table"
+        space.validate_flags(vllm_flags.flag_shapes())
     else:
         specs = sglang_flags.sglang_flags()
         source = f"the bundled SGLang {sglang_flags.SGLANG_VERSION} flag table"
