@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -171,7 +172,7 @@ def harvest(python: str, timeout_s: float = 300.0) -> tuple[VllmFlag, ...]:
     """Read the flag table from an installed vLLM by building its real parser in ``python``."""
     try:
         done = subprocess.run([python, "-c", _HARVEST], capture_output=True, text=True, timeout=timeout_s,
-                              check=False, env={"VLLM_TARGET_DEVICE": "cpu", "PATH": "/usr/bin:/bin"})
+                              check=False, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeUnavailable(f"cannot run {python} to read vLLM's flags: {exc}",
                                  remedy="point at the python of a venv where vllm is installed") from exc
@@ -179,7 +180,9 @@ def harvest(python: str, timeout_s: float = 300.0) -> tuple[VllmFlag, ...]:
         tail = "\n".join(done.stderr.splitlines()[-5:])
         raise RuntimeUnavailable(f"{python} could not build vLLM's parser:\n{tail}",
                                  remedy="check that vllm imports in that environment (VLLM_TARGET_DEVICE=cpu)")
-    return tuple(_flag(tuple(row)) for row in json.loads(done.stdout)["rows"])
+    return tuple(_flag(("|".join(names), "|".join(negatives) or None, dest, kind, nargs,
+                        "|".join(choices) if choices else None, default))
+                 for names, negatives, dest, kind, nargs, choices, default in json.loads(done.stdout)["rows"])
 
 
 def render_table(flags: Sequence[VllmFlag]) -> str:
