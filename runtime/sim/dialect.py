@@ -241,10 +241,11 @@ class VllmDialect:
                            non_default=non_default)
         knobs = dict(config.knobs)
         plan = plan_memory(profile, knobs, env)
-        if profile.model.is_hybrid and plan.slots_per_request > 0:
-            # vLLM keeps the linear-attention state of the running sequences in its KV budget, where SGLang sizes
-            # a separate pool by a ratio: the state pool holds max_num_seqs requests' slots, the rest is KV
-            knobs["max-mamba-cache-size"] = config.max_num_seqs * plan.slots_per_request
+        needed = config.max_num_seqs * plan.slots_per_request
+        if profile.model.is_hybrid and plan.boots and 0 < needed < plan.mamba_slots:
+            # vLLM keeps the linear-attention states of the running sequences in its KV budget, where SGLang sizes
+            # a separate pool by a ratio: a pool larger than max_num_seqs requests' states is KV cache in vLLM
+            knobs["max-mamba-cache-size"] = needed
             plan = plan_memory(profile, knobs, env)
         if config.auto_len and plan.boots and plan.kv_tokens < plan.context_len:
             fitted = max(config.block_size, plan.kv_tokens // config.block_size * config.block_size)

@@ -72,8 +72,10 @@ class VllmServerLog(ServerLog):
                       level="ERROR", where="core_client.py:625")
             return
         lines = exception_lines(crash)
+        own = [frame for frame in crash.frames if "/vllm/" in frame or "/torch/" in frame]
+        frames = own or _KIND_FRAMES.get(crash.kind, ())
         head = "EngineCore encountered a fatal error." if serving else "EngineCore failed to start."
-        self.line("\n".join([head, "Traceback (most recent call last):", *crash.frames, *lines]),
+        self.line("\n".join([head, "Traceback (most recent call last):", *frames, *lines]),
                   proc=ENGINE, level="ERROR", where="core.py:1586")
         if serving:
             self.line("AsyncLLM output_handler failed.", level="ERROR", where="async_llm.py:701")
@@ -112,6 +114,26 @@ _KIND_TEXT: dict[FailureKind, str] = {
                                        "`gpu_memory_utilization` when initializing the engine."),
     FailureKind.CUDA_GRAPH_FAILED: "RuntimeError: CUDA error: out of memory",
     FailureKind.OOM_UNDER_LOAD: _OOM.format(total="31.36 GiB"),
+}
+
+
+_SITE = "/usr/local/lib/python3.12/site-packages"
+_KIND_FRAMES: dict[FailureKind, tuple[str, ...]] = {
+    FailureKind.CUDA_GRAPH_FAILED: (
+        f'  File "{_SITE}/vllm/v1/worker/gpu_model_runner.py", line 6592, in capture_model',
+        f'  File "{_SITE}/vllm/compilation/cuda_graph.py", line 241, in __call__',
+        "    with torch.cuda.graph(cudagraph, pool=self.graph_pool, stream=current_stream()):",
+        f'  File "{_SITE}/torch/cuda/graphs.py", line 186, in __exit__',
+        "    self.cuda_graph.capture_end()",
+        f'  File "{_SITE}/torch/cuda/graphs.py", line 88, in capture_end',
+        "    super().capture_end()"),
+    FailureKind.WEIGHTS_OOM: (
+        f'  File "{_SITE}/vllm/v1/worker/gpu_model_runner.py", line 5060, in load_model',
+        f'  File "{_SITE}/vllm/model_executor/model_loader/base_loader.py", line 49, in load_model',
+        "    model = initialize_model(vllm_config=vllm_config, model_config=model_config)"),
+    FailureKind.NO_ROOM_FOR_KV: (
+        f'  File "{_SITE}/vllm/v1/engine/core.py", line 262, in _initialize_kv_caches',
+        f'  File "{_SITE}/vllm/v1/core/kv_cache_planning.py", line 58, in _check_enough_kv_cache_memory'),
 }
 
 

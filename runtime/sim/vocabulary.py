@@ -26,8 +26,9 @@ vLLM                                   engine knob
                                        prices running without torch.compile and CUDA graphs)
 ``--block-size``                       ``page-size``
 ``--max-model-len`` (``auto``: -1)     ``context-length`` (``auto``: the longest the KV cache holds)
-(a hybrid model's state)               ``max-mamba-cache-size``: ``max-num-seqs`` requests' state slots (vLLM
-                                       keeps the running sequences' states in its KV budget; ``dialect.py``)
+(a hybrid model's state)               ``max-mamba-cache-size``: at most ``max-num-seqs`` requests' state slots
+                                       (vLLM keeps the running sequences' states in its KV budget; a larger
+                                       share is KV cache there; ``dialect.py``)
 =====================================  =======================================================================
 
 Defaults are vLLM's for the OpenAI server on the card's memory (``EngineArgs.get_batch_defaults``): 2048 batched
