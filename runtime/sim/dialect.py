@@ -99,6 +99,11 @@ class Dialect(Protocol):
 
     def add_arguments(self, parser: argparse.ArgumentParser, *, require_model: bool = True) -> None: ...
 
+    def flag_shapes(self) -> dict[str, Any]:
+        """Every flag name the simulated runtime takes (aliases included, no dashes) → its shape (``takes_value``,
+        ``kind``, ``choices``), for checking a space or a flag file before any boot."""
+        ...
+
     def given(self, namespace: argparse.Namespace | Mapping[str, Any]) -> dict[str, Any]:
         """The runtime's arguments that were given, by their parser destination."""
         ...
@@ -146,6 +151,9 @@ class SGLangDialect:
 
     def add_arguments(self, parser: argparse.ArgumentParser, *, require_model: bool = True) -> None:
         sglang_flags.add_sglang_arguments(parser, require_model=require_model)
+
+    def flag_shapes(self) -> dict[str, Any]:
+        return {name[2:]: spec for spec in sglang_flags.sglang_flags() for name in spec.names}
 
     def given(self, namespace: argparse.Namespace | Mapping[str, Any]) -> dict[str, Any]:
         values = vars(namespace) if isinstance(namespace, argparse.Namespace) else dict(namespace)
@@ -221,6 +229,9 @@ class VllmDialect:
 
     def add_arguments(self, parser: argparse.ArgumentParser, *, require_model: bool = True) -> None:
         vllm_flags.add_vllm_arguments(parser)
+
+    def flag_shapes(self) -> dict[str, Any]:
+        return dict(vllm_flags.flag_shapes())
 
     def given(self, namespace: argparse.Namespace | Mapping[str, Any]) -> dict[str, Any]:
         return vllm_flags.given_args(namespace)
