@@ -334,8 +334,7 @@ def _rounded(report: Report, deployed: Candidate) -> list[str]:
 def _stamp(report: Report, prefix: str, suffix: str = "") -> list[str]:
     if not is_simulated(report):
         return []
-    display = family_of(report).deployment.display_name
-    return [f"{prefix}{SIMULATED}: these numbers come from elsa-tune's simulated {display}, not from a GPU.{suffix}"]
+    return [f"{prefix}{SIMULATED}: these numbers come from elsa-tune's simulated runtime, not from a GPU.{suffix}"]
 
 
 def _model_path(report: Report, candidate: Candidate) -> str | None:

@@ -141,11 +141,15 @@ def _check(args: argparse.Namespace) -> int:
                                          env={**os.environ, **runtime_family.help_env})
         source = f"the {runtime_family.help_flag} of {shlex.join(launch)}"
         space.validate_flags(flag_set.shapes())
+    elif runtime_family.name is FamilyName.VLLM:
+        from elsa_tune.runtime.sim import vllm_flags as bundled_vllm
+
+        source = f"the bundled vLLM {bundled_vllm.VLLM_VERSION} flag table"
+        space.validate_flags(bundled_vllm.flag_shapes())
     elif runtime_family.name is not FamilyName.SGLANG:
-        raise ConfigError(f"space {space.name!r} is for {runtime_family.name.value}; the bundled flag table is "
-                          "SGLang's",
-                          remedy="pass --runtime-python PY, the Python of an environment with the runtime installed "
-                                 "(vLLM: ~/.cache/elsa-tune/vllm-0.33.0/bin/python)")
+        raise ConfigError(f"space {space.name!r} is for {runtime_family.name.value}; elsa-tune bundles the flag "
+                          "tables of SGLang and vLLM only",
+                          remedy="check it with `elsa-tune check` (which reads the runtime's own --help)")
     else:
         specs = sglang_flags.sglang_flags()
         source = f"the bundled SGLang {sglang_flags.SGLANG_VERSION} flag table"

@@ -56,7 +56,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="require an existing study in --out and continue it (rerunning also resumes)")
     parser.add_argument("--runtime", default=None, choices=(*RUNTIMES, *FAMILIES),
                         help="how the runtime is launched (default process; --gpu sim implies sim), or a runtime "
-                             "family run as a process (sglang, llamacpp, vllm; default: the space's runtime.family)")
+                             "family run as a process or simulated with --gpu sim (sglang, llamacpp, vllm; default: "
+                             "the space's runtime.family)")
     parser.add_argument("--launch", default=None, metavar="CMD",
                         help="the runtime's launch command, e.g. "
                              "\"/opt/sglang-venv/bin/python -m sglang.launch_server\"")
