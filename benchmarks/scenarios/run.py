@@ -41,7 +41,7 @@ if str(HERE) not in sys.path:
 from comparators import METHODS, run_protocol  # noqa: E402
 from oracle import Oracle  # noqa: E402
 from scenario import generate  # noqa: E402
-from score import score_protocol, score_study  # noqa: E402
+from score import rates, score_protocol, score_study  # noqa: E402
 
 from elsa_tune.errors import ElsaTuneError  # noqa: E402
 from elsa_tune.tuner.budget import parse_duration  # noqa: E402
@@ -183,6 +183,8 @@ def summary(runs: Sequence[dict[str, Any]], methods: Sequence[str]) -> str:
                      f"{statistics.median(r['boots'] for r in rs):.0f} | "
                      f"{statistics.median(r['sim_seconds'] for r in rs) / 3600:.1f} | "
                      f"{statistics.median(r['cpu_seconds'] for r in rs):.1f} |")
+    lines.append("")
+    lines.extend(rates(runs).lines())
     infeasible = [r for r in runs if r["recommended_share"] == 0 and not str(r["status"]).startswith("crashed")]
     if infeasible:      # a recommendation whose truth breaks a guardrail, misses the context or crashes
         lines.append(f"\n{len(infeasible)} of {len(runs)} studies recommend a configuration the truth finds "

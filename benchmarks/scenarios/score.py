@@ -27,7 +27,7 @@ from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
-from elsa_tune.search_spaces.space import SearchSpace, TechniqueKind
+from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Judged:
     kept: str
     truth: TechniqueTruth
     incumbent_matched: bool
+    kind: str = TechniqueKind.SPEED.value
 
     @property
     def right(self) -> bool:
@@ -49,7 +50,7 @@ class Judged:
         return {"technique": self.technique, "category": self.category, "kept": self.kept,
                 "expected": [c.value for c in t.expected], "right": self.right,
                 "true_ratio": t.ratio, "true_kv_ratio": t.kv_ratio, "quality_damage": list(t.quality_damage),
-                "crashed": t.crashed, "incumbent_matched": self.incumbent_matched}
+                "crashed": t.crashed, "incumbent_matched": self.incumbent_matched, "kind": self.kind}
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,57 @@ class Score:
         return {"recommended_share": self.share, "regret": 1.0 - self.share, "recommended_label": self.label,
                 "false_keeps": self.false_keeps, "damage_keeps": self.damage_keeps,
                 "harmful_total": self.harmful_total, "right_categories": self.right, "judged": len(self.judged)}
+
+
+#: a no-op: a technique whose true throughput and pool are both within this of the incumbent's
+NO_OP_BAND = 0.005
+#: the categories a kept technique is filed under (``kept for memory``: kept for the pool it buys)
+KEPT_CATEGORIES = frozenset({ReasonCategory.KEPT.value, "kept for memory"})
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Decision rates over many studies' judged decisions (the ``decisions`` rows of the benchmark's JSON).
+
+    ``no_ops``: decisions on techniques that truly change neither throughput nor pool by more than
+    ``NO_OP_BAND`` (and neither crash nor damage answers); ``no_ops_slower`` of them filed "slower",
+    ``no_ops_kept`` kept. ``memory_gains``: memory techniques whose truth makes keeping them right (a pool gain at no
+    real speed cost); ``memory_gains_filed`` of them filed as kept.
+    """
+
+    no_ops: int
+    no_ops_slower: int
+    no_ops_kept: int
+    memory_gains: int
+    memory_gains_filed: int
+
+    def lines(self) -> list[str]:
+        def rate(k: int, n: int) -> str:
+            return f"{k} / {n} ({k / n:.1%})" if n else "0 / 0"
+        return [f"- no-ops (true effect within ±{NO_OP_BAND:.1%}) filed \"slower\": "
+                f"{rate(self.no_ops_slower, self.no_ops)}; kept: {rate(self.no_ops_kept, self.no_ops)}",
+                f"- memory-gain techniques filed as kept: {rate(self.memory_gains_filed, self.memory_gains)}"]
+
+
+def is_no_op(d: dict[str, Any]) -> bool:
+    """Whether a judged decision row (``Judged.to_dict``) is on a technique that truly changes nothing."""
+    ratio, kv = d.get("true_ratio"), d.get("true_kv_ratio")
+    return (not d.get("crashed") and not d.get("quality_damage") and ratio is not None
+            and abs(ratio - 1.0) <= NO_OP_BAND and (kv is None or abs(kv - 1.0) <= NO_OP_BAND))
+
+
+def is_memory_gain(d: dict[str, Any]) -> bool:
+    """Whether a judged decision row is a memory technique that truly buys pool at no real cost."""
+    return d.get("kind") == TechniqueKind.MEMORY.value and ReasonCategory.KEPT.value in d.get("expected", ())
+
+
+def rates(runs: Sequence[dict[str, Any]]) -> Rates:
+    rows = [d for r in runs for d in r.get("decisions", ())]
+    no_ops = [d for d in rows if is_no_op(d)]
+    memory = [d for d in rows if is_memory_gain(d)]
+    return Rates(len(no_ops), sum(d["category"] == ReasonCategory.SLOWER.value for d in no_ops),
+                 sum(d["kept"] == Kept.YES.value for d in no_ops), len(memory),
+                 sum(d["category"] in KEPT_CATEGORIES for d in memory))
 
 
 def share_of(oracle: Oracle, recommended: Candidate, best: float) -> float:
@@ -102,7 +154,8 @@ def score_study(oracle: Oracle, recommended: Candidate, decisions: Sequence[Deci
         truth = oracle.technique_truth(record.technique, oracle.space.candidate(dict(values), list(techniques)),
                                        with_it)
         category = record.category.value if record.category is not None else None
-        judged.append(Judged(record.technique, category, record.kept.value, truth, matched))
+        judged.append(Judged(record.technique, category, record.kept.value, truth, matched,
+                             space.technique(record.technique).kind.value))
         if record.kept is Kept.YES:
             kept_so_far.extend(t for t in (*partners, record.technique) if t not in kept_so_far)
     return _score(oracle, recommended, judged, best)
@@ -130,7 +183,8 @@ def score_protocol(oracle: Oracle, values: dict[str, Value], techniques: Sequenc
         rest = [x for x in techniques if x != t]
         without = oracle.space.candidate(dict(values), rest)
         with_it = oracle.space.candidate(dict(values), list(techniques))
-        judged.append(Judged(t, None, Kept.YES.value, oracle.technique_truth(t, without, with_it), True))
+        judged.append(Judged(t, None, Kept.YES.value, oracle.technique_truth(t, without, with_it), True,
+                             oracle.space.technique(t).kind.value))
     return _score(oracle, oracle.space.candidate(dict(values), list(techniques)), judged, best)
 
 
