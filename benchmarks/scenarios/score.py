@@ -7,7 +7,11 @@
   decision's incumbent key), kept or not;
 - ``false_keeps``: techniques kept although their true effect is ≤ 0 (speed: not faster; memory: no larger pool
   or slower than the margin) or they damage answers; ``damage_keeps``: kept techniques with any quality damage;
-  ``harmful_total``: the techniques decided whose true effect is ≤ 0 (the false-keep rate's denominator).
+  ``harmful_total``: the techniques decided whose true effect is ≤ 0 (the false-keep rate's denominator);
+- ``noops`` / ``noops_slower``: techniques whose true effect is within ±0.5% (speed and pool, no crash, no damage)
+  and those of them recorded "slower"; ``memory_gains`` / ``memory_gains_filed``: memory techniques whose truth is a
+  pool gain at no real cost (``TechniqueTruth.harmless_keep``) and those of them recorded as kept (any
+  ``ReasonCategory`` whose name begins with ``KEPT``, so a kept-for-memory category counts).
 
 For a comparator the "decisions" are the techniques in its recommendation, each judged by its marginal truth in
 that configuration (the recommendation with and without it).
@@ -29,6 +33,11 @@ from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
 
+#: a technique whose true speed and pool ratios are within this of 1 does nothing
+NOOP_BAND = 0.005
+#: the categories that file a technique as kept (a kept-for-memory category, once it exists, among them)
+KEPT_CATEGORIES = frozenset(c.value for c in ReasonCategory if c.name.startswith("KEPT"))
+
 
 @dataclass(frozen=True)
 class Judged:
@@ -39,18 +48,32 @@ class Judged:
     kept: str
     truth: TechniqueTruth
     incumbent_matched: bool
-    kind: str = TechniqueKind.SPEED.value
+    kind: TechniqueKind = TechniqueKind.SPEED
 
     @property
     def right(self) -> bool:
         return self.category is not None and self.category in {c.value for c in self.truth.expected}
+
+    @property
+    def noop(self) -> bool:
+        """Whether the technique truly changes nothing: speed and pool within ±``NOOP_BAND``, no crash, no damage."""
+        t = self.truth
+        return (not t.crashed and not t.quality_damage and t.ratio is not None and abs(t.ratio - 1.0) <= NOOP_BAND
+                and (t.kv_ratio is None or abs(t.kv_ratio - 1.0) <= NOOP_BAND))
+
+    @property
+    def memory_gain(self) -> bool:
+        """Whether it is a memory technique whose truth is a pool gain at no real cost (keeping it is right)."""
+        return self.kind is TechniqueKind.MEMORY and self.truth.true_effect_positive(self.kind) \
+            and self.truth.harmless_keep
 
     def to_dict(self) -> dict[str, Any]:
         t = self.truth
         return {"technique": self.technique, "category": self.category, "kept": self.kept,
                 "expected": [c.value for c in t.expected], "right": self.right,
                 "true_ratio": t.ratio, "true_kv_ratio": t.kv_ratio, "quality_damage": list(t.quality_damage),
-                "crashed": t.crashed, "incumbent_matched": self.incumbent_matched, "kind": self.kind}
+                "crashed": t.crashed, "incumbent_matched": self.incumbent_matched, "kind": self.kind.value,
+                "noop": self.noop, "memory_gain": self.memory_gain}
 
 
 @dataclass(frozen=True)
@@ -66,61 +89,28 @@ class Score:
     def right(self) -> int:
         return sum(j.right for j in self.judged)
 
+    @property
+    def noops(self) -> int:
+        return sum(j.noop for j in self.judged)
+
+    @property
+    def noops_slower(self) -> int:
+        return sum(j.noop and j.category == ReasonCategory.SLOWER.value for j in self.judged)
+
+    @property
+    def memory_gains(self) -> int:
+        return sum(j.memory_gain for j in self.judged)
+
+    @property
+    def memory_gains_filed(self) -> int:
+        return sum(j.memory_gain and j.category in KEPT_CATEGORIES for j in self.judged)
+
     def to_dict(self) -> dict[str, Any]:
         return {"recommended_share": self.share, "regret": 1.0 - self.share, "recommended_label": self.label,
                 "false_keeps": self.false_keeps, "damage_keeps": self.damage_keeps,
-                "harmful_total": self.harmful_total, "right_categories": self.right, "judged": len(self.judged)}
-
-
-#: a no-op: a technique whose true throughput and pool are both within this of the incumbent's
-NO_OP_BAND = 0.005
-#: the categories a kept technique is filed under (``kept for memory``: kept for the pool it buys)
-KEPT_CATEGORIES = frozenset({ReasonCategory.KEPT.value, "kept for memory"})
-
-
-@dataclass(frozen=True)
-class Rates:
-    """Decision rates over many studies' judged decisions (the ``decisions`` rows of the benchmark's JSON).
-
-    ``no_ops``: decisions on techniques that truly change neither throughput nor pool by more than
-    ``NO_OP_BAND`` (and neither crash nor damage answers); ``no_ops_slower`` of them filed "slower",
-    ``no_ops_kept`` kept. ``memory_gains``: memory techniques whose truth makes keeping them right (a pool gain at no
-    real speed cost); ``memory_gains_filed`` of them filed as kept.
-    """
-
-    no_ops: int
-    no_ops_slower: int
-    no_ops_kept: int
-    memory_gains: int
-    memory_gains_filed: int
-
-    def lines(self) -> list[str]:
-        def rate(k: int, n: int) -> str:
-            return f"{k} / {n} ({k / n:.1%})" if n else "0 / 0"
-        return [f"- no-ops (true effect within ±{NO_OP_BAND:.1%}) filed \"slower\": "
-                f"{rate(self.no_ops_slower, self.no_ops)}; kept: {rate(self.no_ops_kept, self.no_ops)}",
-                f"- memory-gain techniques filed as kept: {rate(self.memory_gains_filed, self.memory_gains)}"]
-
-
-def is_no_op(d: dict[str, Any]) -> bool:
-    """Whether a judged decision row (``Judged.to_dict``) is on a technique that truly changes nothing."""
-    ratio, kv = d.get("true_ratio"), d.get("true_kv_ratio")
-    return (not d.get("crashed") and not d.get("quality_damage") and ratio is not None
-            and abs(ratio - 1.0) <= NO_OP_BAND and (kv is None or abs(kv - 1.0) <= NO_OP_BAND))
-
-
-def is_memory_gain(d: dict[str, Any]) -> bool:
-    """Whether a judged decision row is a memory technique that truly buys pool at no real cost."""
-    return d.get("kind") == TechniqueKind.MEMORY.value and ReasonCategory.KEPT.value in d.get("expected", ())
-
-
-def rates(runs: Sequence[dict[str, Any]]) -> Rates:
-    rows = [d for r in runs for d in r.get("decisions", ())]
-    no_ops = [d for d in rows if is_no_op(d)]
-    memory = [d for d in rows if is_memory_gain(d)]
-    return Rates(len(no_ops), sum(d["category"] == ReasonCategory.SLOWER.value for d in no_ops),
-                 sum(d["kept"] == Kept.YES.value for d in no_ops), len(memory),
-                 sum(d["category"] in KEPT_CATEGORIES for d in memory))
+                "harmful_total": self.harmful_total, "right_categories": self.right, "judged": len(self.judged),
+                "noops": self.noops, "noops_slower": self.noops_slower, "memory_gains": self.memory_gains,
+                "memory_gains_filed": self.memory_gains_filed}
 
 
 def share_of(oracle: Oracle, recommended: Candidate, best: float) -> float:
@@ -155,7 +145,7 @@ def score_study(oracle: Oracle, recommended: Candidate, decisions: Sequence[Deci
                                        with_it)
         category = record.category.value if record.category is not None else None
         judged.append(Judged(record.technique, category, record.kept.value, truth, matched,
-                             space.technique(record.technique).kind.value))
+                             space.technique(record.technique).kind))
         if record.kept is Kept.YES:
             kept_so_far.extend(t for t in (*partners, record.technique) if t not in kept_so_far)
     return _score(oracle, recommended, judged, best)
@@ -184,7 +174,7 @@ def score_protocol(oracle: Oracle, values: dict[str, Value], techniques: Sequenc
         without = oracle.space.candidate(dict(values), rest)
         with_it = oracle.space.candidate(dict(values), list(techniques))
         judged.append(Judged(t, None, Kept.YES.value, oracle.technique_truth(t, without, with_it), True,
-                             oracle.space.technique(t).kind.value))
+                             oracle.space.technique(t).kind))
     return _score(oracle, oracle.space.candidate(dict(values), list(techniques)), judged, best)
 
 
