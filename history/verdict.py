@@ -9,8 +9,9 @@ from typing import Any
 
 from elsa_tune.search_spaces.space import ReasonCategory
 
-#: 3: ``GuardrailResult.p_value`` (records of schema 2 read with it unset)
-SCHEMA_VERSION = 3
+#: 3: ``GuardrailResult.p_value`` (records of schema 2 read with it unset); 4: ``kv_pool_incumbent``,
+#: ``kv_pool_candidate`` and ``speed_margin`` of a memory technique's test (records of schema 3 read with them unset)
+SCHEMA_VERSION = 4
 
 
 class Decision(enum.Enum):
@@ -64,7 +65,9 @@ class Verdict:
     ``effect`` is the throughput ratio candidate/incumbent (1.05 = 5% faster) estimated on per-boot
     means of log throughput; ``ci_low``/``ci_high`` bound it. ``mde`` is the smallest effect the
     protocol could have detected with the boots it spent, as ratio − 1 (0.05 = 5%, unlike ``effect``),
-    stated whenever the result is not KEEP.
+    stated whenever the result is not KEEP. A memory technique's test (``kind="memory"``) records what it buys:
+    ``kv_pool_incumbent`` and ``kv_pool_candidate`` (the arms' median KV capacity, tokens) and ``speed_margin``,
+    the slowdown its speed was tested within (0.02 = −2%).
     """
 
     decision: Decision
@@ -84,6 +87,9 @@ class Verdict:
     extra: Mapping[str, Any] = field(default_factory=dict)
     #: why, in the seeds' few words; set by whoever decides (the gate, a screening shortcut, the night's control)
     category: ReasonCategory | None = None
+    kv_pool_incumbent: int | None = None
+    kv_pool_candidate: int | None = None
+    speed_margin: float | None = None
 
     @property
     def outlier_boots(self) -> tuple[OutlierBoot, ...]:

@@ -319,6 +319,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     if look > len(policy.looks):
         return _extension(samples_a, samples_b, policy, bounds, ctx)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
+    ctx.samples = (sa, sb)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
     ctx.extra["excluded_boots"] = excluded
     ctx.extra["unsteady_boots"] = sum(s.unsteady for s in sa + sb)
@@ -362,7 +363,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                     if policy.kind == "memory" else f"{gain:+.1%} throughput")
             return ctx.verdict(Decision.KEEP, f"{what} (p = {comparison.p_one_sided:.4f} ≤ {boundary_p:.4f} "
                                               f"at look {look})", final=True, p_value=p_adj, mde=None,
-                               category=ReasonCategory.KEPT)
+                               category=_kept(policy))
         if last and policy.guard_extension and _extendable(pending):
             return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crossed the boundary at the cap but guardrail "
                                                       f"{pending[0].name} is not yet shown non-inferior "
@@ -414,6 +415,7 @@ class _Context:
     comparison: Comparison | None = None
     guardrails: tuple[GuardrailResult, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    samples: tuple[Sequence[BootSummary], Sequence[BootSummary]] = ((), ())
 
     def verdict(self, decision: Decision, reason: str, *, final: bool, category: ReasonCategory,
                 p_value: float | None = None, mde: float | None = None,
@@ -432,7 +434,8 @@ class _Context:
                        ci_low=low, ci_high=high, p_value=p_value, boots_incumbent=self.n_a,
                        boots_candidate=self.n_b, mde=mde,
                        guardrails=self.guardrails if guardrails is None else guardrails, kind=self.policy.kind,
-                       stopped_at_look=self.look, extra=details, category=category)
+                       stopped_at_look=self.look, extra=details, category=category,
+                       **_memory_facts(self.policy, self.samples))
 
 
 def _boot(sampler: BootSampler, arm: Arm, block: int, position: int) -> BootSample:
@@ -492,6 +495,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     if not at_cap.extra.get("crossed_at_cap"):
         return at_cap          # nothing to extend: the cap's verdict stands (``run_ab`` never gets here)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
+    ctx.samples = (sa, sb)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
     ctx.extra.update({"excluded_boots": excluded, "unsteady_boots": sum(s.unsteady for s in sa + sb),
                       "cap_p": at_cap.extra.get("nominal_p"), "cap_boundary_p": at_cap.extra.get("boundary_p"),
@@ -525,7 +529,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
         shown = "; ".join(f"{g.name} {g.detail}" for g in guards if g.name in _STATISTICAL_GUARDS)
         return ctx.verdict(Decision.KEEP, f"{what} ({crossed}; guardrails shown non-inferior after {more} more "
                                           f"blocks: {shown})", final=True, p_value=at_cap.p_value, mde=None,
-                           category=ReasonCategory.KEPT)
+                           category=_kept(policy))
     why = (f"guardrail {pending[0].name} was still not shown non-inferior ({pending[0].detail})" if pending
            else f"the gain over all boots fell to {gain:+.1%}")
     return ctx.verdict(Decision.INCONCLUSIVE, f"the gain crossed at the cap ({crossed}) but after {more} more blocks "
@@ -632,6 +636,21 @@ def _tail_note(summaries: Sequence[BootSummary]) -> str:
     few = f"{counts[0]}–{counts[-1]}" if counts and counts[0] != counts[-1] else (str(counts[0]) if counts else "few")
     return (f"; judged at p{round(100 * min(s.tail_quantile for s in low))}: {few} requests per boot cannot "
             "estimate a p99")
+
+
+def _kept(policy: GatePolicy) -> ReasonCategory:
+    """A keep is filed "kept", a memory technique's "kept for memory" (kept for the pool it buys)."""
+    return ReasonCategory.KEPT_FOR_MEMORY if policy.kind == "memory" else ReasonCategory.KEPT
+
+
+def _memory_facts(policy: GatePolicy, samples: tuple[Sequence[BootSummary], Sequence[BootSummary]]
+                  ) -> dict[str, Any]:
+    """What a memory technique's verdict records of what it buys: both arms' median KV capacity and the margin."""
+    if policy.kind != "memory":
+        return {}
+    pools = [[s.kv_pool_tokens for s in arm if s.kv_pool_tokens] for arm in samples]
+    a, b = (int(pystats.median(p)) if p else None for p in pools)
+    return {"kv_pool_incumbent": a, "kv_pool_candidate": b, "speed_margin": policy.non_inferiority_margin}
 
 
 def _memory_check(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy) -> GuardrailResult:
