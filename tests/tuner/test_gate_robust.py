@@ -122,7 +122,7 @@ def _futile(a: list[float], b: list[float]) -> Verdict:
     policy = GatePolicy(looks=(len(a),), replicates=4000, guardrails=GuardrailPolicy(ttft_p50_margin=None,
                                                                                       ttft_p99_margin=None))
     verdict = decide(_boots(Arm.INCUMBENT, a), _boots(Arm.CANDIDATE, b), policy, 1)
-    assert verdict.decision is Decision.REJECT and verdict.extra.get("futile")
+    assert verdict.decision is Decision.REJECT and verdict.futile
     return verdict
 
 
