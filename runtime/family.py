@@ -45,7 +45,8 @@ class MetricNames:
     requests), ``spec_draft_tokens`` and ``spec_accepted_tokens``. Gauges: ``running``, ``waiting`` and
     ``kv_usage`` (a fraction). ``missing`` says in a sentence what a workload recorded from these series cannot
     recover. ``renamed`` maps a series' name in older versions of the runtime to its name here
-    (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``).
+    (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``). ``prompt_includes_cached`` says whether the
+    prompt counter counts the tokens served from the prefix cache too (vLLM) or only those processed (llama.cpp).
     """
 
     prefix: str
@@ -60,13 +61,16 @@ class MetricNames:
     spec_accepted_tokens: str | None
     missing: str = ""
     renamed: Mapping[str, str] = field(default_factory=dict)
+    prompt_includes_cached: bool = False
 
 
 @dataclass(frozen=True)
 class Deployment:
     """How a family's winner is deployed (``best/``): its upstream container image and the launch inside it,
-    how ``server-args.yaml`` is used, the Compose service's name, the runtime's name in the files' headers, and
-    whether the image has a tag per runtime version (``v0.5.23``) or one moving tag (``server-cuda``)."""
+    how ``server-args.yaml`` is used, the Compose service's name, the runtime's name in the files' headers,
+    whether the image has a tag per runtime version (``v0.5.23``) or one moving tag (``server-cuda``), and
+    whether the launch takes the model as its first positional argument (vLLM's ``vllm serve MODEL``; its config
+    file names it by the model flag all the same)."""
 
     upstream_image: str
     container_launch: tuple[str, ...]
@@ -74,6 +78,15 @@ class Deployment:
     service: str
     display_name: str
     tag_per_version: bool
+    model_positional: bool = False
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """One titled block of ``log explain``'s text: labelled values, in order."""
+
+    title: str
+    rows: tuple[tuple[str, str], ...]
 
 
 class RuntimeFamily(Protocol):
@@ -96,6 +109,16 @@ class RuntimeFamily(Protocol):
     def ready_line(self) -> str | None:
         """A fragment of the log line the server prints once it serves, or ``None`` when it prints none (vLLM
         0.33): then readiness is ``/health`` alone. Readiness always needs ``/health``."""
+        ...
+
+    @property
+    def help_flag(self) -> str:
+        """The argument that makes the launch command list every flag it accepts (``--help``, ``--help=all``)."""
+        ...
+
+    @property
+    def help_env(self) -> Mapping[str, str]:
+        """Environment variables the help listing needs on any machine (vLLM's device type without a GPU)."""
         ...
 
     @property
@@ -129,6 +152,16 @@ class RuntimeFamily(Protocol):
 
     def parse_help(self, text: str, source: str = "") -> FlagSet:
         """The flags the runtime's own ``--help`` text lists."""
+        ...
+
+    def read_flags(self, text: str) -> Candidate:
+        """The requested flags of a launch command (or of flags alone) in this family's spelling, under the names
+        ``Candidate.flags`` uses; ``ConfigError`` for text that is not one."""
+        ...
+
+    def explain(self, report: BootReport) -> tuple[ReportSection, ...]:
+        """What ``log explain`` shows of a boot report in this family's words, first the report itself (buffers,
+        phases, adjustments, warnings and the failure are shown the same way for every family)."""
         ...
 
     def boot_report(self, log_text: str, candidate: Candidate | None = None,

@@ -111,16 +111,17 @@ def _bad_flag(ctx: _Context) -> Failure | None:
         detail = f": {match['detail'].strip()}" if match["detail"] else ""
         return _failure(ctx, FailureKind.BAD_FLAG, f"vllm serve refused {what}{detail}",
                         f"remove or rename {named or 'the flag'}: this vLLM version does not accept it as given "
-                        "(check the space with `elsa-tune space check --runtime vllm --runtime-python PY` before "
-                        "the study)", ctx.evidence([i]))
+                        "(check the space with `elsa-tune space check SPACE --runtime-python PY` before the "
+                        "study)", ctx.evidence([i]))
     for i in ctx.find(_VALIDATION):
-        detail = [ln.text for ln in ctx.lines[i + 1:i + 4] if ln.text and not ln.level]
-        return _failure(ctx, FailureKind.BAD_FLAG, f"vLLM's engine config refused a value "
-                        f"({ctx.lines[i].text.strip()[:160]})",
-                        "give the flag named below the error a value vLLM accepts (its message says which: a "
+        after = [j for j in range(i + 1, min(i + 4, len(ctx.lines))) if ctx.lines[j].text]
+        reason = next((ctx.lines[j].text for j in after if "error" in ctx.lines[j].text.lower()),
+                      ctx.lines[i].text.strip())
+        return _failure(ctx, FailureKind.BAD_FLAG, f"vLLM's engine config refused a value: {reason[:240]}",
+                        "give the flag the message names a value vLLM accepts (a "
                         "--kv-cache-dtype it knows, --gpu-memory-utilization at most 1, a --max-model-len within "
                         "the model's limit, a --tensor-parallel-size that divides the heads)",
-                        ctx.evidence([i]) + tuple(detail[:2]))
+                        ctx.evidence([i, *after[:2]]))
     return None
 
 
@@ -210,7 +211,8 @@ def _oom(ctx: _Context) -> Failure | None:
 def _technique_crash(ctx: _Context) -> Failure | None:
     if not ctx.find(_TRACEBACK) and not ctx.find(_ENGINE_DEAD):
         return None
-    crashes = ctx.find(_CRASH)
+    wrappers = set(ctx.find(_ENGINE_DEAD))
+    crashes = [i for i in ctx.find(_CRASH) if i not in wrappers]   # the root cause, not "initialization failed"
     if not crashes:
         return None
     i = crashes[-1]
@@ -280,7 +282,7 @@ def looks_failed(log_text: str) -> bool:
 
 
 _STUDY_STOPPERS: tuple[tuple[re.Pattern[str], type[StudyError], str, str], ...] = (
-    (re.compile(r"No module named '?vllm|vllm: command not found"), RuntimeUnavailable,
+    (re.compile(r"No module named '?vllm'?(?![._\w])|vllm: command not found"), RuntimeUnavailable,
      "the launch command's Python cannot import vLLM",
      "install vllm into that environment (pip install vllm==0.33.0), or point --launch at the environment that "
      "has it"),

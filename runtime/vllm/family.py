@@ -14,6 +14,7 @@ warning); after any other launch (a fork's ``python -m vllm.entrypoints.openai.a
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -24,8 +25,8 @@ import httpx
 from elsa_tune.errors import StudyError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureHints
-from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames
-from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames, ReportSection
+from elsa_tune.runtime.flags import FlagSet, read_command
 from elsa_tune.runtime.vllm import classify as vllm_classify
 from elsa_tune.runtime.vllm import flags as vllm_flags
 from elsa_tune.runtime.vllm import startup_log
@@ -38,7 +39,7 @@ _VERSION = re.compile(r"^\s*(\d+\.\d+[\w.+-]*)\s*$", re.MULTILINE)
 #: Lines only vLLM writes.
 _RECOGNISED = re.compile(r"vLLM (?:API )?server version |non-default args: \{|LLM engine \(v[\w.+-]+\) with config:"
                          r"|KV cache size: [\d,]+ tokens|# (?:GPU|cuda) blocks: \d+|\[kv_cache_utils\.py:\d+\]"
-                         r"|EngineCore_DP\d+ pid=|vllm serve: error:|usage: vllm serve"
+                         r"|EngineCore_DP\d+ pid=|vllm serve: error:|usage: vllm |\[--max-num-seqs MAX_NUM_SEQS\]"
                          r"|Available KV cache memory: ")
 #: The label names of ``vllm:cache_config_info`` the boot report reads.
 _CACHE_INFO = re.compile(r'^vllm:cache_config_info\{(?P<labels>[^}]*)\}', re.MULTILINE)
@@ -53,6 +54,8 @@ class VllmFamily:
     model_flag = "model"
     slots_flag = "max-num-seqs"
     ready_line: str | None = None
+    help_flag = "--help=all"
+    help_env: Mapping[str, str] = vllm_flags.HELP_ENV
     metrics = MetricNames(
         prefix="vllm:", prompt_tokens="vllm:prompt_tokens_total", generation_tokens="vllm:generation_tokens_total",
         cached_prompt_tokens="vllm:prefix_cache_hits_total", requests="vllm:request_success_total",
@@ -63,6 +66,7 @@ class VllmFamily:
                  "vllm:gpu_prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
                  "vllm:gpu_prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
                  "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds"},
+        prompt_includes_cached=True,
         missing="elsa-tune reads vLLM's token counters and gauges, not its request-length histograms: a workload "
                 "recorded from /metrics recovers token rates, concurrency, prefix reuse and draft acceptance, not the "
                 "prompt or output length distributions")
@@ -71,22 +75,22 @@ class VllmFamily:
         upstream_image="vllm/vllm-openai", container_launch=("vllm", "serve"),
         config_use="vllm serve --config server-args.yaml (flags given after it override it; the model is its "
                    "`model:` key)",
-        service="vllm", display_name="vLLM", tag_per_version=True)
+        service="vllm", display_name="vLLM", tag_per_version=True, model_positional=True)
 
     def resolve_launch(self, launch: Sequence[str]) -> tuple[str, ...]:
         return tuple(launch)
 
     def installed_version(self, launch: Sequence[str]) -> str | None:
         """``vllm --version`` of the launch command's program (``vllm serve`` → ``vllm --version``; ``python -m
-        MODULE serve`` → ``python -c 'import vllm; print(vllm.__version__)'``), bounded; ``None`` when it cannot
-        say."""
+        MODULE serve`` → ``python -c 'import vllm; print(vllm.__version__)'``), bounded, with the help's environment
+        (the version is the same on every device); ``None`` when it cannot say."""
         if len(launch) >= 3 and launch[1] == "-m":
             argv = [launch[0], "-c", "import vllm; print(vllm.__version__)"]
         else:
             argv = [launch[0], "--version"]
-        try:
+        try:   # vLLM needs a device type to start at all: on a machine without a GPU, the help's
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
-                                  stdin=subprocess.DEVNULL, env=None)
+                                  stdin=subprocess.DEVNULL, env={**os.environ, **self.help_env})
         except (OSError, subprocess.TimeoutExpired):
             return None
         found = _VERSION.findall(done.stdout)
@@ -113,6 +117,39 @@ class VllmFamily:
 
     def parse_help(self, text: str, source: str = "") -> FlagSet:
         return vllm_flags.parse_help(text, source)
+
+    def read_flags(self, text: str) -> Candidate:
+        """``vllm serve MODEL --max-num-seqs 8 -tp 2`` (or flags alone): the model after ``serve`` is ``model``;
+        short spellings and ``_`` names become vLLM's long dashed names (``tp`` → ``tensor-parallel-size``)."""
+        return Candidate(flags=read_command(text, canonical=vllm_flags.canonical, single_dash=True,
+                                            positional_after="serve", positional_flag=self.model_flag),
+                         label="log explain")
+
+    def explain(self, report: BootReport) -> tuple[ReportSection, ...]:
+        """The capacity (KV tokens, the printed maximum concurrency, the KV memory), the scheduler's limits, then
+        the flags vLLM printed as received (``non-default args``)."""
+        concurrency = ("—" if report.max_concurrency is None else
+                       f"{report.max_concurrency:.2f}x at {_n(report.context_len)} tokens per request")
+        slots = (_n(report.max_running_requests) if report.max_running_requests is not None
+                 else "vLLM's default (the log does not print it)")
+        rows = (
+            ("runtime", f"vLLM {_n(report.runtime_version)}"),
+            ("KV cache", f"{_n(report.max_total_num_tokens)} tokens, dtype {_n(report.kv_dtype)}"),
+            ("maximum concurrency", concurrency),
+            ("available KV cache memory", _gib(report.kv_pool_gb)),
+            ("context (max_model_len)", _n(report.context_len)),
+            ("max-num-seqs", slots),
+            ("max-num-batched-tokens", _n(report.chunked_prefill_size)),
+            ("weights", _gib(report.weights_mem_gb)),
+            ("CUDA graphs", _gib(report.cuda_graph_mem_gb)),
+            ("boot time", "—" if report.boot_seconds is None else f"{report.boot_seconds:.2f} s"),
+        )
+        received = tuple((f"--{vllm_flags.canonical(key)}", _received(value))
+                         for key, value in report.server_args.items() if key != "model_tag")
+        sections = [ReportSection("Boot report (vLLM)", rows)]
+        if received:
+            sections.append(ReportSection("Flags vLLM received (non-default args)", received))
+        return tuple(sections)
 
     def boot_report(self, log_text: str, candidate: Candidate | None = None,
                     info: Mapping[str, Any] | None = None) -> BootReport:
@@ -151,6 +188,18 @@ class VllmFamily:
 
     def recognises(self, log_text: str) -> bool:
         return _RECOGNISED.search(log_text) is not None
+
+
+def _n(value: Any) -> str:
+    return "—" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _gib(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} GiB"
+
+
+def _received(value: Any) -> str:
+    return "(on)" if value is True else "(off)" if value is False else str(value)
 
 
 def cache_config_info(exposition: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ The lines it reads (vLLM's own format strings; the brackets are the ``BootReport
                                                                      [runtime_version]   (0.33)
     vLLM API server version 0.10.1                                   [runtime_version]   (older)
     non-default args: {'model_tag': '/models/m', 'max_num_seqs': 64}  [server_args, max_running_requests]
+    args: Namespace(model='/models/m', block_size=16, …)              [server_args]  (V0: every argument)
     Initializing a V1 LLM engine (v0.33.0) with config: model=…, max_seq_len=65536, kv_cache_dtype=auto, …
                                                                      [runtime_version, context_len, kv_dtype]
     Chunked prefill is enabled with max_num_batched_tokens=8192.     [chunked_prefill_size]
@@ -26,6 +27,9 @@ printed, never derived (a hybrid model's is not tokens ÷ context).
 Adjustments (requested against effective, each with the line that proves it): the chunked-prefill token budget
 vLLM chose, ``--enforce-eager`` turning off torch.compile and CUDA graphs, a CUDA-graph mode replaced, capture
 sizes capped, ``--max-model-len auto`` (or a draft model) shrinking the context, and a dtype that fell back.
+Warnings: a KV memory at or below zero, the shared-memory broadcast wait (printed by slow compiles as by hangs),
+a cold torch.compile (``Compiling a graph for …`` with no ``Directly load the compiled graph(s)``: a warm restart
+of the same flags can size a larger pool), and a pool in blocks read with the default block size.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ _VERSION = re.compile(r"vLLM (?:API )?server version (?P<v>[\w.+-]+)|█\s+versi
                       r"Initializing an? (?:V1 )?LLM engine \(v(?P<e>[\w.+-]+)\) with config")
 _ENGINE_CONFIG = re.compile(r"LLM engine \(v[\w.+-]+\) with config: (?P<config>.*)$")
 _NON_DEFAULT = re.compile(r"non-default args: (?P<dict>\{.*\})\s*$")
+_NAMESPACE = re.compile(r"^args: (?P<ns>Namespace\(.*\))\s*$")
 _KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU|NPU|GPU \+ host) KV cache size: (?P<tokens>[\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
 _BLOCKS = re.compile(r"# (?:GPU|gpu|cuda|CUDA) blocks: (?P<blocks>\d+)")
@@ -69,8 +74,10 @@ _CAPTURE_SIZES = re.compile(r"cudagraph_capture_sizes specified in compilation_c
 _AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from (?P<old>\d+) to (?P<new>\d+)")
 _DRAFT_LEN = re.compile(r"The draft model's max_model_len \((?P<draft>\d+)\) is smaller than the target.*"
                         r"reducing max_model_len to (?P<new>\d+)")
-_DTYPE_FALLBACK = re.compile(r"doesn't support (?P<old>\w+)\. Falling back to (?P<new>\w+)")
+_DTYPE_FALLBACK = re.compile(r"doesn't support (?P<old>[\w.]+)\. Falling back to (?P<new>[\w.]+) for compatibility")
 _DTYPE_CAST = re.compile(r"^Casting (?P<old>[\w.]+) to (?P<new>[\w.]+)\.")
+_COLD_COMPILE = re.compile(r"Compiling a graph for (?:compile range|dynamic shape|general shape)")
+_WARM_COMPILE = re.compile(r"Directly load the compiled graph\(s\) for")
 _SHM_WAIT = re.compile(r"No available shared memory broadcast block found in (?P<s>\d+) seconds")
 _CONFIG_FIELD = re.compile(r"(?:^|, )(?P<key>max_seq_len|kv_cache_dtype|dtype|tensor_parallel_size|enforce_eager"
                            r"|enable_prefix_caching|enable_chunked_prefill)=(?P<value>[^,]*)")
@@ -101,6 +108,25 @@ def _literal(text: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
+def _namespace(text: str) -> dict[str, Any]:
+    """The literal keyword values of a printed ``Namespace(k=v, …)`` (V0's ``args:`` line); others are skipped."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return {}
+    if not isinstance(tree.body, ast.Call):
+        return {}
+    found: dict[str, Any] = {}
+    for keyword in tree.body.keywords:
+        if keyword.arg is None:
+            continue
+        try:
+            found[keyword.arg] = ast.literal_eval(keyword.value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    return found
+
+
 def _engine_config(lines: Sequence[LogLine]) -> dict[str, str]:
     found = first(lines, _ENGINE_CONFIG)
     if found is None:
@@ -121,7 +147,7 @@ def _phases(lines: Sequence[LogLine]) -> tuple[BootPhase, ...]:
         phases.append(BootPhase("CUDA graph capture", float(graphs[1]["s"]), mem_usage_gb=float(graphs[1]["gib"])))
     init = first(lines, _INIT_ENGINE)
     if init:
-        phases.append(BootPhase("init engine (profile, KV cache, warm-up)", float(init[1]["s"])))
+        phases.append(BootPhase("init engine", float(init[1]["s"])))   # profile, KV cache, warm-up
     return tuple(phases)
 
 
@@ -140,6 +166,9 @@ def parse_log(log_text: str, requested: Mapping[str, Any] | None = None) -> Boot
     version = first(lines, _VERSION)
     received_found = first(lines, _NON_DEFAULT)
     received = _literal(received_found[1]["dict"]) if received_found else {}
+    namespace = first(lines, _NAMESPACE) if received_found is None else None
+    if namespace is not None:
+        received = _namespace(namespace[1]["ns"])
     config = _engine_config(lines)
     warnings: list[str] = []
 
@@ -173,6 +202,10 @@ def parse_log(log_text: str, requested: Mapping[str, Any] | None = None) -> Boot
     if shm:
         warnings.append(f"{len(shm)} 'No available shared memory broadcast block' warning(s): a slow compile or "
                         "quantization prints them too; a hang only if the server then stops answering")
+    if any(_COLD_COMPILE.search(line.text) for line in lines) and not any(
+            _WARM_COMPILE.search(line.text) for line in lines):
+        warnings.append("torch.compile ran cold (no compile cache for these flags; each max_model_len is a new key): "
+                        "a warm restart of the same flags can report a few percent more KV cache")
     kv_dtype = config.get("kv_cache_dtype") or (str(received["kv_cache_dtype"]) if "kv_cache_dtype" in received
                                                  else None)
     runtime_version = (version[1]["v"] or version[1]["logo"] or version[1]["e"]) if version else None
@@ -185,7 +218,7 @@ def parse_log(log_text: str, requested: Mapping[str, Any] | None = None) -> Boot
         max_concurrency=float(concurrency[1]["x"]) if concurrency else None,
         boot_seconds=float(init[1]["s"]) if init else None, phases=_phases(lines),
         server_args=received, warnings=tuple(warnings),
-        speculative=bool(received.get("speculative_config")) if received_found else None)
+        speculative=bool(received.get("speculative_config")) if received else None)
 
 
 def merge_server_info(report: BootReport, info: Mapping[str, Any]) -> BootReport:
@@ -213,8 +246,14 @@ def merge_server_info(report: BootReport, info: Mapping[str, Any]) -> BootReport
 
 
 def find_adjustments(log_text: str, requested: Mapping[str, Any]) -> tuple[Adjustment, ...]:
-    """Each flag whose effective value the log proves differs from ``requested`` (or that vLLM set itself)."""
+    """Each flag whose effective value the log proves differs from ``requested`` (or that vLLM set itself).
+
+    Without ``requested`` (no candidate), the flags vLLM printed as received (``non-default args``) stand in.
+    """
     lines = split_lines(log_text)
+    if not requested:
+        received = first(lines, _NON_DEFAULT)
+        requested = {canonical(k): v for k, v in _literal(received[1]["dict"]).items()} if received else {}
     found: list[Adjustment] = []
     chunked = last(lines, _CHUNKED)
     if chunked:

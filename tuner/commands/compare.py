@@ -18,6 +18,7 @@ from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import positive_float, positive_int
+from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.search_spaces.candidate import Candidate
@@ -53,7 +54,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "probe limits judge B (default generic-sglang), e.g. --space qwen3.8-27b-nvfp4-rtx5090")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="the model, when neither file names its model-path, e.g. --model /models/qwen")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"),
+    parser.add_argument("--runtime", default=None, choices=(*RUNTIMES, *FAMILIES),
                         help="how the runtime is launched (default process; --gpu sim implies sim), "
                              "e.g. --runtime docker")
     parser.add_argument("--launch", default=None, metavar="CMD",
