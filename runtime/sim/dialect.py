@@ -271,11 +271,11 @@ class VllmDialect:
                 f"is less than desired GPU memory utilization ({config.gpu_memory_utilization}, {requested:.2f} GiB). "
                 "Decrease GPU memory utilization or reduce GPU memory used by other processes.",))
         elif plan.boots and plan.kv_gb > 0 and plan.kv_tokens < plan.context_len and not config.auto_len:
-            needed = plan.context_len * plan.kv_bytes_per_token / GIB
+            needed_gb = plan.context_len * plan.kv_bytes_per_token / GIB
             estimated = plan.kv_tokens // config.block_size * config.block_size
             refusal = SimCrash(FailureKind.NO_ROOM_FOR_KV, "boot", (
                 f"ValueError: To serve at least one request with the model's max seq len ({plan.context_len}), "
-                f"({needed:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({needed_gb:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
                 f"({plan.kv_gb:.2f} GiB). Based on the available memory, the estimated maximum model length is "
                 f"{estimated}. Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU "
                 "backend) or decreasing `max_model_len` when initializing the engine. See https://docs.vllm.ai/en/"
