@@ -93,6 +93,11 @@ class Dialect(Protocol):
         """Whether the server sends itself a generation before it is ready (SGLang's warm-up)."""
         ...
 
+    @property
+    def boot_exit_code(self) -> int | None:
+        """The exit status of a server whose engine dies while booting (``None``: it SIGKILLs itself, -9)."""
+        ...
+
     def family(self) -> RuntimeFamily: ...
 
     def parser(self, prog: str | None = None, *, add_help: bool = True) -> argparse.ArgumentParser: ...
@@ -140,6 +145,7 @@ class SGLangDialect:
     name = "sglang"
     model_flag = "model-path"
     warms_up = True
+    boot_exit_code: int | None = None   # kill_process_tree: SIGKILL
 
     def family(self) -> RuntimeFamily:
         return family_of("sglang")
@@ -220,6 +226,7 @@ class VllmDialect:
     name = "vllm"
     model_flag = "model"
     warms_up = False
+    boot_exit_code: int | None = 1     # the API server raises "Engine core initialization failed" and exits 1
 
     def family(self) -> RuntimeFamily:
         return family_of("vllm")
@@ -314,10 +321,11 @@ class VllmDialect:
     def refuse(self, log: ServerLog, reading: Reading) -> None:
         assert isinstance(log, VllmServerLog)
         log.line(f"non-default args: {dict(reading.non_default)!r}", where="startup.py:96")
-        log.raw("Traceback (most recent call last):")
-        log.raw('  File "/usr/local/lib/python3.12/site-packages/vllm/engine/arg_utils.py", line 1986, in '
-                "create_engine_config")
-        log.raw(str(reading.refused))
+        log.uvicorn("Traceback (most recent call last):")
+        log.uvicorn('  File "/usr/local/lib/python3.12/site-packages/vllm/engine/arg_utils.py", line 1986, in '
+                    "create_engine_config")
+        for line in str(reading.refused).split("\n"):
+            log.uvicorn(line)
 
     def started(self, log: ServerLog, walk: BootWalk, host: str, port: int) -> None:
         assert isinstance(walk, VllmBoot)
