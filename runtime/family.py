@@ -2,10 +2,12 @@
 
 A ``RuntimeFamily`` owns everything a study needs to know about one kind of server and nothing about how it
 is run (a process, a container, a simulated card): its default launch command and the flags it reserves
-(host, port), how its own ``--help`` lists flags, the log line that says it is ready, how its startup log
-becomes a ``BootReport``, how a failure in its log becomes a classified ``Failure`` (and which failures stop
-the whole study), what its info endpoints serve, and the Prometheus series its ``/metrics`` exports. The
-process and Docker runtimes take a family; nothing else in the tuner asks which one it was given.
+(host, port), how its own help lists flags (``--help``; vLLM's ``--help=all``) and reads a launch command, the
+log line that says it is ready (or none: vLLM 0.33 is ready when ``/health`` answers), how its startup log
+becomes a ``BootReport`` and how ``log explain`` shows one, how a failure in its log becomes a classified
+``Failure`` (and which failures stop the whole study), what its info endpoints serve, the Prometheus series its
+``/metrics`` exports, and how its winner is deployed. The process and Docker runtimes take a family; nothing
+else in the tuner asks which one it was given.
 
 ``family(name)`` returns the implementation of a ``FamilyName``; ``detect(log_text)`` the family whose log a
 text is. ``tests/runtime/test_family_contract.py`` is the suite every family passes.

@@ -15,8 +15,9 @@ the lines that prove it and a remedy naming the vLLM flag to change:
 * a CUDA out-of-memory error, placed by the boot phase it hit: while creating the weights → ``WEIGHTS_OOM``, in
   the profiling run → ``PROFILE_OOM``, in CUDA-graph capture (including ``CUDA error: out of memory`` at
   ``capture_end``) → ``CUDA_GRAPH_FAILED``, after the server was ready → ``OOM_UNDER_LOAD``;
-* an exception from a code path a flag enabled → ``TECHNIQUE_CRASH``; SIGKILL without a traceback →
-  ``HOST_OOM_KILLED``; timeouts → ``BOOT_TIMEOUT`` or ``HANG``.
+* SIGKILL without a traceback, or an engine core that died of signal 9 (``Failed core proc(s): {…: -9}``) →
+  ``HOST_OOM_KILLED``; an exception from a code path a flag enabled → ``TECHNIQUE_CRASH``; timeouts →
+  ``BOOT_TIMEOUT`` or ``HANG``.
 
 ``No available shared memory broadcast block found in 60 seconds`` is printed by healthy slow compiles as by
 real hangs: it is never a failure by itself, only evidence beside a timeout.
@@ -66,7 +67,7 @@ _CRASH = re.compile(r"^(?:\w+\.)*(?P<type>AttributeError|NotImplementedError|Ass
                     r"|IndexError|ImportError|ModuleNotFoundError|RuntimeError|ValueError)\b:?(?P<msg>.*)")
 _ENGINE_DEAD = re.compile(r"Engine core initialization failed|EngineDeadError|EngineCore encountered a fatal error"
                           r"|EngineCore failed to start")
-_KILLED = re.compile(r"Killed process \d+|oom-kill|Out of memory: Killed")
+_KILLED = re.compile(r"Killed process \d+|oom-kill|Out of memory: Killed|Failed core proc\(s\): \{[^}]*: -9\}")
 _SHM_WAIT = re.compile(r"No available shared memory broadcast block found in \d+ seconds")
 
 
@@ -256,6 +257,8 @@ def _hang(ctx: _Context) -> Failure | None:
 
 _RULES: tuple[_Rule, ...] = (_bad_flag, _port_in_use, _gpu_busy, _no_room_for_kv, _oom, _host_oom_killed,
                              _technique_crash, _boot_timeout, _hang)
+#: An engine core killed by a signal (``Failed core proc(s): {'EngineCore_DP0': -9}``) leaves the API server's
+#: traceback behind it: ``_host_oom_killed`` is tried before ``_technique_crash``.
 #: Rules that need no hints: what ``looks_failed`` reads.
 _LOG_RULES: tuple[_Rule, ...] = (_bad_flag, _port_in_use, _gpu_busy, _no_room_for_kv, _oom, _technique_crash)
 

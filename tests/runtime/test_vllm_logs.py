@@ -236,3 +236,12 @@ def test_a_cold_compile_is_said_a_warm_one_is_not() -> None:
     warm = booted + prefix + ("Directly load the compiled graph(s) for compile range (1, 8192) from the cache, "
                               "took 1.2 s\n")
     assert not VLLM.boot_report(warm).warnings
+
+
+def test_an_engine_core_killed_by_signal_9_is_the_host_oom_killer() -> None:
+    text = ("(EngineCore_DP0 pid=2) INFO 12-03 10:00:12 [gpu_model_runner.py:4961] Starting to load model /m...\n"
+            "(APIServer pid=1) Traceback (most recent call last):\n"
+            "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {'EngineCore_DP0': -9}\n")
+    failure = VLLM.classify(text, FailureHints(exit_code=1))
+    assert failure.kind is FailureKind.HOST_OOM_KILLED and "-9" in failure.evidence[0]
