@@ -93,6 +93,11 @@ class Dialect(Protocol):
         """Whether the server sends itself a generation before it is ready (SGLang's warm-up)."""
         ...
 
+    @property
+    def boot_exit_code(self) -> int | None:
+        """The exit status of a server whose engine dies while booting (``None``: it SIGKILLs itself, -9)."""
+        ...
+
     def family(self) -> RuntimeFamily: ...
 
     def parser(self, prog: str | None = None, *, add_help: bool = True) -> argparse.ArgumentParser: ...
@@ -140,6 +145,7 @@ class SGLangDialect:
     name = "sglang"
     model_flag = "model-path"
     warms_up = True
+    boot_exit_code: int | None = None   # kill_process_tree: SIGKILL
 
     def family(self) -> RuntimeFamily:
         return family_of("sglang")
@@ -220,6 +226,7 @@ class VllmDialect:
     name = "vllm"
     model_flag = "model"
     warms_up = False
+    boot_exit_code: int | None = 1     # the API server raises "Engine core initialization failed" and exits 1
 
     def family(self) -> RuntimeFamily:
         return family_of("vllm")
@@ -271,11 +278,11 @@ class VllmDialect:
                 f"is less than desired GPU memory utilization ({config.gpu_memory_utilization}, {requested:.2f} GiB). "
                 "Decrease GPU memory utilization or reduce GPU memory used by other processes.",))
         elif plan.boots and plan.kv_gb > 0 and plan.kv_tokens < plan.context_len and not config.auto_len:
-            needed = plan.context_len * plan.kv_bytes_per_token / GIB
+            needed_gb = plan.context_len * plan.kv_bytes_per_token / GIB
             estimated = plan.kv_tokens // config.block_size * config.block_size
             refusal = SimCrash(FailureKind.NO_ROOM_FOR_KV, "boot", (
                 f"ValueError: To serve at least one request with the model's max seq len ({plan.context_len}), "
-                f"({needed:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({needed_gb:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
                 f"({plan.kv_gb:.2f} GiB). Based on the available memory, the estimated maximum model length is "
                 f"{estimated}. Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU "
                 "backend) or decreasing `max_model_len` when initializing the engine. See https://docs.vllm.ai/en/"
@@ -314,10 +321,11 @@ class VllmDialect:
     def refuse(self, log: ServerLog, reading: Reading) -> None:
         assert isinstance(log, VllmServerLog)
         log.line(f"non-default args: {dict(reading.non_default)!r}", where="startup.py:96")
-        log.raw("Traceback (most recent call last):")
-        log.raw('  File "/usr/local/lib/python3.12/site-packages/vllm/engine/arg_utils.py", line 1986, in '
-                "create_engine_config")
-        log.raw(str(reading.refused))
+        log.uvicorn("Traceback (most recent call last):")
+        log.uvicorn('  File "/usr/local/lib/python3.12/site-packages/vllm/engine/arg_utils.py", line 1986, in '
+                    "create_engine_config")
+        for line in str(reading.refused).split("\n"):
+            log.uvicorn(line)
 
     def started(self, log: ServerLog, walk: BootWalk, host: str, port: int) -> None:
         assert isinstance(walk, VllmBoot)

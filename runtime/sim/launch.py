@@ -107,6 +107,9 @@ def serve(options: SimOptions) -> int:
     walk = speaks.boot(out, profile, reading, sleep, crash_at, lambda gb: lease.set_used(int(gb * GIB)))
     try:
         crash = walk.run()
+        if crash and speaks.boot_exit_code is not None:
+            out.crash(crash, serving=False)
+            return speaks.boot_exit_code
         if crash:
             die(crash, serving=False)
         host, port = reading.host, reading.port

@@ -370,7 +370,8 @@ class VirtualServer:
         seconds = PROCESS_START_S + sum(walk.seconds.values())
         if crash is not None:
             log.crash(crash, serving=False)
-            failure = self.family.classify(out.getvalue(), FailureHints(exit_code=crash.exit_code, became_ready=False))
+            code = crash.exit_code if speaks.boot_exit_code is None else speaks.boot_exit_code
+            failure = self.family.classify(out.getvalue(), FailureHints(exit_code=code, became_ready=False))
             return VirtualLaunch(key, out.getvalue(), seconds, None, failure, plan)
         speaks.started(log, walk, reading.host, reading.port)
         if first_generation is not None:

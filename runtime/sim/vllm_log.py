@@ -46,6 +46,7 @@ class VllmServerLog(ServerLog):
         self.line(message)
 
     def uvicorn(self, text: str) -> None:
+        """A line the API server writes without the logger's format (uvicorn's, a traceback's)."""
         self.raw(f"({API} pid={self.pid}) {text}")
 
     def batch(self, kind: str, values: Sequence[tuple[str, Any]]) -> None:
@@ -82,8 +83,8 @@ class VllmServerLog(ServerLog):
             self.line("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
                       "(above) for the root cause.", level="ERROR", where="async_llm.py:701")
         else:
-            self.raw(f"RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
-                     f"{{'EngineCore_DP0': {crash.exit_code}}}")
+            self.uvicorn("RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+                         "proc(s): {'EngineCore_DP0': 1}")
 
 
 def exception_lines(crash: Crash) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
-"""Studies end to end on the simulated vLLM 0.33.0 (tiny profile): a ``--virtual`` study (default tier), a study
-that boots real simulated ``vllm serve`` processes and ``elsa-tune compare`` of two vLLM flag files (``slow``: minutes
-of wall clock; a single live boot is in ``tests/runtime/test_sim_vllm.py``). Each boot's log is vLLM's V1
+"""Studies end to end on the simulated vLLM 0.33.0 (tiny profile): a ``--virtual`` study and ``elsa-tune compare``
+of two vLLM flag files through the installed entry point (default tier), and a study that boots real simulated
+``vllm serve`` processes (``slow``: minutes of wall clock; a single live boot is in
+``tests/runtime/test_sim_vllm.py``). Each boot's log is vLLM's V1
 log, read by the vLLM family; the winner is written as a vLLM ``--config`` YAML. Every number is simulated."""
 
 from __future__ import annotations
@@ -82,20 +83,19 @@ def test_a_vllm_study_on_live_simulated_servers(run_study: RunStudy, small_trace
                for b in history.boots if b.outcome is not BootOutcome.BOOT_FAILED)
 
 
-@pytest.mark.slow
 def test_compare_two_vllm_flag_files(tmp_path: Path, small_trace: Path) -> None:
     (tmp_path / "a.yaml").write_text(A_FLAGS)
     (tmp_path / "b.yaml").write_text(A_FLAGS + "kv-cache-dtype: fp8\n")
     env = {**os.environ, "ELSA_SIM_CARD_DIR": str(tmp_path / "cards")}
     proc = subprocess.run([sys.executable, "-m", "elsa_tune", "compare", "--a", "a.yaml", "--b", "b.yaml",
                            "--gpu", "sim", "--sim-profile", "tiny-test", "--space", VLLM_SPACE, "--traffic",
-                           str(small_trace), "--out", "fp8", "--baseline-boots", "3", "--sim-speedup", "40",
-                           "--looks", "2", "--json", "-q"],
+                           str(small_trace), "--out", "fp8", "--baseline-boots", "3", "--virtual", "--json",
+                           "-q"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env, check=False)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert proc.returncode == result["exit_code"] and result["outcome"] != "B failed", proc.stderr[-3000:]
-    assert result["simulated"] is True and result["context"]["runtime"] == "vllm-sim"
+    assert result["simulated"] is True and result["context"]["runtime"] == "vllm-sim-virtual"
     history = RunDir(tmp_path / "fp8").load()
     assert all(b.phase is Phase.COMPARE and b.outcome is BootOutcome.MEASURED for b in history.boots)
     pools = {b.candidate.flags.get("kv-cache-dtype"): b.report.kv_pool_tokens for b in history.boots if b.report}

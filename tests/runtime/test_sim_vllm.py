@@ -222,6 +222,9 @@ def test_a_live_boot_failure_is_classified_by_the_vllm_family(tmp_path: Path) ->
     with pytest.raises(BootFailed) as caught:
         runtime.start(Candidate(flags={"max-model-len": 32768, "gpu-memory-utilization": 0.6}), tmp_path / "boot")
     assert caught.value.failure.kind is FailureKind.NO_ROOM_FOR_KV
+    assert caught.value.failure.exit_code == 1     # vLLM's API server exits 1; SGLang's tree is SIGKILLed (-9)
+    log = (tmp_path / "boot" / "server.log").read_text()
+    assert "EngineCore failed to start." in log and "Engine core initialization failed" in log
 
 
 def test_the_sglang_dialect_is_unchanged() -> None:

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime.sim import flags as sglang_flags
@@ -36,7 +36,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                                 parser_class=_family_parser_class(type(parser)))
     serve = sub.add_parser("serve", help="run a simulated SGLang server (SGLang's flags + --sim-*), or a simulated "
                                          "vLLM server with --family vllm (vLLM's flags + --sim-*)")
-    serve.family_switch = True
+    cast(Any, serve).family_switch = True   # the FamilyParser attribute: only `serve` switches family
     _sim_options(serve)
     serve.add_argument("--family", choices=("sglang", "vllm"), default="sglang",
                        help="the runtime family the server speaks (give it first: the flags after it are that "
