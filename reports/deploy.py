@@ -159,7 +159,7 @@ def image_of(report: Report) -> tuple[str, str]:
     """The container image to deploy and a comment on how it was chosen.
 
     The digest the runtime reported wins (the exact bytes measured), then the image the study was told to run,
-    then the upstream image of the measured SGLang version.
+    then the upstream image of the measured runtime version.
     """
     fp, study = report.fingerprint, report.study
     if fp is not None and fp.image_digest and "@sha256:" in fp.image_digest:
@@ -172,10 +172,11 @@ def image_of(report: Report) -> tuple[str, str]:
         return upstream, ("the study ran outside a container: the upstream image of this runtime; pin the tag of "
                           "the build you measured before deploying")
     version = fp.runtime_version if fp is not None and fp.runtime_version else None
+    name = deployment.display_name
     if version:
         return (f"{upstream}:v{version}", "the study ran outside a container: the upstream image of the "
-                "measured SGLang version; use your own build if the study ran a patched one")
-    return (f"{upstream}:latest", "the runtime reported no version: pin the image of the SGLang you "
+                f"measured {name} version; use your own build if the study ran a patched one")
+    return (f"{upstream}:latest", f"the runtime reported no version: pin the image of the {name} you "
             "measured before deploying")
 
 

@@ -71,6 +71,8 @@ _GRAPH_MODE = re.compile(r"[Oo]verriding cudagraph_mode (?:from )?(?P<old>\w+)?\
 _CAPTURE_MAX = re.compile(r"Truncating max_cudagraph_capture_size to (?P<n>\d+)")
 _CAPTURE_SIZES = re.compile(r"cudagraph_capture_sizes specified in compilation_config (?P<old>\[.*?\]) is "
                             r"overridden by config (?P<new>\[.*?\])")
+_GRAPH_FLAGS = ("cuda-graph-sizes", "max-cudagraph-capture-size", "cudagraph-capture-sizes")
+_AUTO_LENGTHS = ("auto", "-1")
 _AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from (?P<old>\d+) to (?P<new>\d+)")
 _DRAFT_LEN = re.compile(r"The draft model's max_model_len \((?P<draft>\d+)\) is smaller than the target.*"
                         r"reducing max_model_len to (?P<new>\d+)")
@@ -206,6 +208,10 @@ def parse_log(log_text: str, requested: Mapping[str, Any] | None = None) -> Boot
             _WARM_COMPILE.search(line.text) for line in lines):
         warnings.append("torch.compile ran cold (no compile cache for these flags; each max_model_len is a new key): "
                         "a warm restart of the same flags can report a few percent more KV cache")
+    eager = first(lines, _EAGER)
+    if eager:
+        warnings.append("--enforce-eager: torch.compile and CUDA graphs are off, so decode runs eagerly (slower; the "
+                        f"graphs' memory goes to the KV cache): {eager[0].raw.strip()}")
     kv_dtype = config.get("kv_cache_dtype") or (str(received["kv_cache_dtype"]) if "kv_cache_dtype" in received
                                                  else None)
     runtime_version = (version[1]["v"] or version[1]["logo"] or version[1]["e"]) if version else None
@@ -266,9 +272,12 @@ def find_adjustments(log_text: str, requested: Mapping[str, Any]) -> tuple[Adjus
                                     "vLLM changed the requested chunked-prefill budget"))
     eager = first(lines, _EAGER)
     if eager:
-        found.append(Adjustment("enforce-eager", requested.get("enforce-eager", True),
-                                "torch.compile, CUDA graphs and JIT warm-up off", eager[0].raw,
-                                "--enforce-eager downgrades the optimization level: no CUDA graphs are captured"))
+        # --enforce-eager itself is applied as asked (its cost is speed, which the gate measures); what it
+        # silently cancels is any CUDA-graph setting the same command line asks for.
+        for flag in _GRAPH_FLAGS:
+            if flag in requested:
+                found.append(Adjustment(flag, requested[flag], "no CUDA graphs (--enforce-eager)", eager[0].raw,
+                                        "--enforce-eager turns CUDA graphs off, so this graph setting does nothing"))
     for line in lines:
         mode = _GRAPH_MODE.search(line.text)
         if mode:
@@ -285,7 +294,9 @@ def find_adjustments(log_text: str, requested: Mapping[str, Any]) -> tuple[Adjus
         found.append(Adjustment("compilation-config", sizes[1]["old"], sizes[1]["new"], sizes[0].raw,
                                 "the requested capture sizes were cut to the ones vLLM can use"))
     fitted = last(lines, _AUTO_FIT)
-    if fitted:
+    if fitted and str(requested.get("max-model-len", "")).strip().lower() not in _AUTO_LENGTHS:
+        # "auto" (or -1) asks vLLM to fit the context to the KV cache: the number it resolves to is the boot
+        # report's context, judged against the space's context target, not an adjustment of the request.
         found.append(Adjustment("max-model-len", requested.get("max-model-len", int(fitted[1]["old"])),
                                 int(fitted[1]["new"]), fitted[0].raw,
                                 "max_model_len auto shrank the context to what the KV cache holds"))

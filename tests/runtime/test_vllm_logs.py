@@ -159,16 +159,29 @@ def test_v0_lines_have_no_bracket_before_the_location() -> None:
 
 
 def test_silent_adjustments_carry_the_line_that_proves_them() -> None:
-    eager = {a.flag: a for a in VLLM.boot_report((LOGS / "v1_0330_adjustments_eager_autofit.log").read_text())
-             .adjustments}
-    assert eager["max-model-len"].requested == -1 and eager["max-model-len"].effective == 9_216
-    assert "Auto-fit max_model_len: reduced from 131072 to 9216" in eager["max-model-len"].evidence
-    assert "Enforce eager set" in eager["enforce-eager"].evidence
+    report = VLLM.boot_report((LOGS / "v1_0330_adjustments_eager_autofit.log").read_text())
+    eager = {a.flag: a for a in report.adjustments}
+    # --max-model-len -1 (auto) asked vLLM to fit the context: the fit is the report's context, not a clamp;
+    # --enforce-eager is applied as asked: a warning says what it turned off, no adjustment files it "clamped".
+    assert "max-model-len" not in eager and report.context_len == 9_216
+    assert "enforce-eager" not in eager and any("Enforce eager set" in w for w in report.warnings)
     assert eager["dtype"].requested == "bfloat16" and eager["dtype"].effective == "torch.float16"
     assert eager["max-num-batched-tokens"].requested is None and eager["max-num-batched-tokens"].effective == 2048
     graphs = VLLM.boot_report((LOGS / "v1_0330_adjustments_cudagraph.log").read_text()).adjustments
     effective = [a.effective for a in graphs if a.flag == "compilation-config"]
     assert effective == ["cudagraph_mode=PIECEWISE", "max_cudagraph_capture_size=16", "[1, 2, 4, 8, 16]"]
+
+
+def test_a_numeric_max_model_len_vllm_shrank_is_an_adjustment_and_eager_cancels_requested_graph_sizes() -> None:
+    text = (LOGS / "v1_0330_adjustments_eager_autofit.log").read_text()
+    fitted = {a.flag: a for a in VLLM.boot_report(
+        text, Candidate(flags={"max-model-len": 131072, "max-cudagraph-capture-size": 8, "enforce-eager": True}))
+        .adjustments}
+    assert fitted["max-model-len"].requested == 131072 and fitted["max-model-len"].effective == 9_216
+    assert "Auto-fit max_model_len: reduced from 131072 to 9216" in fitted["max-model-len"].evidence
+    assert fitted["max-cudagraph-capture-size"].requested == 8 and "Enforce eager set" in \
+        fitted["max-cudagraph-capture-size"].evidence
+    assert "enforce-eager" not in fitted
 
 
 def test_a_requested_budget_vllm_kept_is_no_adjustment() -> None:
