@@ -1,8 +1,9 @@
 """One-sentence reasons: how a verdict, a failure or a silent clamp reads in the ledger and the report.
 
-The sentences follow the field notes: "−20% at short prompts, −30% at 63K", "crashes: 'HybridLinearKVPool'
-object has no attribute 'layer_num'", "accepted and silently ignored: server_args shows False",
-"no demonstrated benefit: +1.2% [−4%, +7%] over 12 boots". A missing number is said, never shown as 0.
+The sentences read like a hand-kept "measured and rejected" table: "−20% at short prompts, −30% at 63K",
+"crashes: 'HybridLinearKVPool' object has no attribute 'layer_num'", "accepted and silently ignored:
+server_args shows False", "no demonstrated benefit: +1.2% [−4%, +7%] over 12 boots". A missing number is said,
+never shown as 0.
 
 ``reason_category`` files a decision under one of the tables' few words (crash, oom, hang, ignored, context drop,
 memory loss, wrong answers, slower, no gain, kept, kept for memory) from typed facts: a failure's kind, a silent

@@ -231,7 +231,7 @@ class Verdict:
     schema_version: int = SCHEMA_VERSION
     #: opaque descriptive detail (the run's order and looks, where it ran); never read by a decision
     extra: Mapping[str, Any] = field(default_factory=dict)
-    #: why, in the seeds' few words; set by whoever decides (the gate, a screening shortcut, the night's control)
+    #: why, in a few words; set by whoever decides (the gate, a screening shortcut, the night's control)
     category: ReasonCategory | None = None
     final: bool = False
     failure: Failure | None = None

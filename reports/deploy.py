@@ -9,7 +9,7 @@
   (``python -m sglang.launch_server --config server-args.yaml``, ``vllm serve --config server-args.yaml`` with the
   model under ``model:``); study, label, verdict and environment are comments.
 * ``client.json`` / ``client.md``: the numbers clients must be told — the REAL ``max_total_num_tokens`` and
-  effective running slots from the winner's boots, not the declared ``--context-length`` (seed 004).
+  effective running slots from the winner's boots, not the declared ``--context-length`` (it reserves nothing).
 
 Float flags are written with :func:`deployable` (four significant digits, what a person types and SGLang parses
 to the same number the study measured within 0.05%); the measured value is kept in a comment when they differ.

@@ -130,7 +130,8 @@ class ClientNumbers:
     """What clients must be told, from the winner's boots (the smallest seen when boots differ).
 
     ``declared_context_length`` is what ``--context-length`` asked for; ``max_request_tokens`` is what
-    really fits: ``min(context_len, max_total_num_tokens)`` (seed 004 trap 2). ``None`` means not measured.
+    really fits: ``min(context_len, max_total_num_tokens)`` (``--context-length``
+    reserves nothing). ``None`` means not measured.
     """
 
     max_total_num_tokens: int | None

@@ -437,7 +437,7 @@ def build_report(log_text: str, candidate: Candidate | None = None,
 
 
 def _derived_warnings(report: BootReport, candidate: Candidate | None) -> list[str]:
-    """Consequences the runtime does not log but the numbers show (seed 004's traps)."""
+    """Consequences the runtime does not log but the numbers show (clamped requests, a pool short of the context)."""
     warnings = []
     if (report.context_len is not None and report.max_total_num_tokens is not None
             and report.max_total_num_tokens < report.context_len):

@@ -35,7 +35,7 @@ class TechniqueKind(StrEnum):
 
 
 class ReasonCategory(StrEnum):
-    """Why a technique was (not) kept, in the few words of the seeds' "measured and rejected" tables.
+    """Why a technique was (not) kept, in the few words of a "measured and rejected" table.
 
     A study's decision maps to one (``history/reasons.py``); a prior names the ones that agree with it.
     """
@@ -55,7 +55,7 @@ class ReasonCategory(StrEnum):
 
 @dataclass(frozen=True)
 class PriorVerdict:
-    """What an earlier study (e.g. a seed's field notes) concluded about a technique on this stack.
+    """What an earlier study (or a published report) concluded about a technique on this stack.
 
     ``categories`` are the ``ReasonCategory`` values that agree with the prior's reason (empty: not declared).
     """

@@ -49,7 +49,7 @@ from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)
 
-#: Failures worth a second and third attempt before they are the answer (seed 004: NGRAM "3 attempts, 3 OOM").
+#: Failures worth a second and third attempt before they are the answer (an OOM can be a fluke; three are not).
 _RETRIED = (FailureKind.OOM_UNDER_LOAD, FailureKind.HANG)
 #: Decisions that say the technique lacked memory: worth one more try once a memory technique is kept.
 _FOR_WANT_OF_MEMORY = (ReasonCategory.CONTEXT_DROP, ReasonCategory.OOM)
@@ -542,9 +542,9 @@ class Screening:
     def no_memory_gain(self, technique: Technique, result: BootResult) -> Verdict | None:
         """A memory technique whose KV pool is no larger than the incumbent's: rejected without an A/B.
 
-        A memory technique is there to buy KV pool (seed 004: int8 Mamba checkpoints, "−20% KV pool, no gain");
-        the pool is a property of the configuration, so one boot shows it. Without a recorded pool on either
-        side there is nothing to compare and the A/B decides.
+        A memory technique is there to buy KV pool (one that shrinks it, like int8 Mamba checkpoints, has
+        nothing to offer); the pool is a property of the configuration, so one boot shows it. Without a recorded
+        pool on either side there is nothing to compare and the A/B decides.
         """
         if technique.kind is not TechniqueKind.MEMORY:
             return None

@@ -79,10 +79,10 @@ class ServedModel:
     version: str = "0.5.23"
     regimes: frozenset[str] = frozenset()     # content regimes the profile's draft acceptance knows
     cache_hit_damage: float = 0.0
-    host_hit_damage: float = 0.0              # answers restored from the host tier (answers.py, seed 002)
+    host_hit_damage: float = 0.0              # answers restored from the host tier (answers.py)
     answerer: Answerer | None = None          # what the model says (answers.py); None: tokens.py's default
     image_max_tokens: int = 0                 # tokens of the largest image; 0: the model has no vision
-    image_workspace_gb: float = 0.0           # vision-encoder temporaries of the largest image (seed 001)
+    image_workspace_gb: float = 0.0           # vision-encoder temporaries of the largest image
     headroom_gb: float = float("inf")         # memory outside the pools once serving (MemoryPlan.headroom_gb)
     owner: str = "sglang"                     # ``owned_by`` of /v1/models
     routes: frozenset[str] | None = None      # the endpoints the runtime serves (None: SGLang's, all of them)
@@ -236,7 +236,8 @@ class SimHttpServer:
 
     def _admit_images(self, images: Sequence[int]) -> None:
         """Images need the vision encoder's temporaries outside the pools; a largest-size image that does not
-        fit kills the scheduler like seed 001's crash (a 29K-token request with a maximum-size image)."""
+        fit kills the scheduler (a maximum-size image in a ~29K-token request can need 144 MiB more than
+        the pools leave)."""
         md = self.model
         if not md.image_max_tokens:
             raise HttpError(400, "The model does not support image input.")

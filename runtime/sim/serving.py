@@ -222,7 +222,7 @@ class Job:
     follows: bool = False             # it is such a request
     unsent: int = 0                   # tokens generated but not yet handed to the stream (STREAM_FLUSH_S)
     flushed_at: float = 0.0
-    cache_hit_damage: float = 0.0     # share of answers spoiled when served from a prefix-cache hit (seed 002)
+    cache_hit_damage: float = 0.0     # share of answers spoiled when served from a prefix-cache hit
     damage_salt: str = ""
     host_hit_damage: float = 0.0      # share spoiled when part of the prefix comes back from the host tier
     host_restorable_tokens: int = 0   # leading prompt tokens the host tier holds (answers.HostTier)

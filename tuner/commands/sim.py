@@ -4,7 +4,7 @@
 does) plus the sim's ``--sim-*`` knobs, and runs one simulated server process until SIGTERM. With
 ``--family vllm`` (first, before the runtime's flags) it takes ``vllm serve``'s flags instead (vLLM 0.33.0's
 table, ``runtime/sim/vllm_flags.py``; an unknown flag exits 2 with ``vllm: error: unrecognized arguments``) and
-speaks vLLM: its boot log, endpoints and metric names. It is a simulation calibrated to published field notes,
+speaks vLLM: its boot log, endpoints and metric names. It is a simulation calibrated to published measurements,
 never a measurement of real hardware.
 """
 
