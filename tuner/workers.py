@@ -423,7 +423,7 @@ class Worker:
                              budget_s=self.config.budget_s, status=status, noise=noise,
                              traffic=self.pre.settings.traffic, context_target=self.context_target,
                              note=f"worker {self.name} of the shared study {self.config.study} (GPU {self.config.gpu})",
-                             extra={"worker": self.stats.to_dict(), "storage": _redacted(self.config.storage_url)})
+                             worker=self.stats.to_dict(), extra={"storage": _redacted(self.config.storage_url)})
         self.store.write_study(record)
         summary = shared_summary(self.store, self.claims, self.config.study)
         summary["written_by"] = self.name

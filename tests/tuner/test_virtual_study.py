@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -90,8 +89,8 @@ def test_the_cli_runs_a_virtual_what_if(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0
     printed = capsys.readouterr().out
     assert "simulated hours" in printed and "not a measurement of real hardware" in printed
-    study = json.loads((out / "study.json").read_text())
-    assert study["extra"]["settings"]["virtual"] is True
+    study = RunDir(out).read_study()
+    assert study is not None and study.settings["virtual"] is True
 
 
 VISION_PROFILE = "rtx5090-qwen3.6-35b-a3b-nvfp4"
