@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.boot_seed import read_boot_seed
 from elsa_tune.runtime.classify import classify
@@ -42,7 +43,6 @@ from elsa_tune.runtime.flags import FlagSet, parse_help
 from elsa_tune.runtime.gpu import GpuMemory, GpuState
 from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
 from elsa_tune.runtime.sglang import SGLANG
-from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.runtime.sim.faults import Crash, watchdog_crash
 from elsa_tune.runtime.sim.launch import facts_from_plan
 from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash, plan_memory

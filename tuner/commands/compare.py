@@ -211,7 +211,7 @@ def _check_against_runtime(pre: Preflight, *files: FlagFile) -> None:
 
     known: dict[str, FlagType | None]
     if pre.settings.simulated:
-        from elsa_tune.runtime.sim.flags import sglang_flags
+        from elsa_tune.runtime.sglang_flags import sglang_flags
 
         known = {name[2:]: spec for spec in sglang_flags() for name in spec.names}
     elif pre.flags is not None:

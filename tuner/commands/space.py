@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime import flags as runtime_flags
-from elsa_tune.runtime.sim import flags as sglang_flags
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.search_spaces.loader import list_shipped_spaces, load_space
 from elsa_tune.search_spaces.space import FlagShape, SearchSpace
 
