@@ -25,6 +25,7 @@ from elsa_tune.history.verdict import Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import Workload
+from elsa_tune.tuner.booter import ABSampler, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
@@ -33,7 +34,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 

@@ -27,10 +27,10 @@ from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.tuner.booter import BootPlan, BootResult
 from elsa_tune.tuner.gate import ABResult
 from elsa_tune.tuner.memory_model import Observation
 from elsa_tune.tuner.night import Incumbent, arm_mean
-from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, proposal_key
 from elsa_tune.tuner.search_context import SearchContext

@@ -38,7 +38,9 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.booter import BootPlan
 from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
 from elsa_tune.tuner.gate import GatePolicy
@@ -46,13 +48,11 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.statistics import InsufficientData
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ import pytest
 
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.tuner.boot_sample import BootSample, Covariates
+from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.dimensioning import dimension, dimension_passes
 from elsa_tune.tuner.noise_model import NoiseModelSampler
 from elsa_tune.tuner.schedule import Arm
-from elsa_tune.tuner.statistics import InsufficientData
 
 
 def matrix(n: int, m: int, *, sigma_boot: float, sigma_run: float, warm: tuple[float, ...] = (0.873,),

@@ -14,9 +14,9 @@ from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.booter import BootPlan, CandidateBooter
 from elsa_tune.tuner.cli import main
 from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.sampler import BootPlan, CandidateBooter
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.virtual import VirtualBench, VirtualTestbed, run_virtual_study
 
