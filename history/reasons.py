@@ -5,9 +5,10 @@ object has no attribute 'layer_num'", "accepted and silently ignored: server_arg
 "no demonstrated benefit: +1.2% [−4%, +7%] over 12 boots". A missing number is said, never shown as 0.
 
 ``reason_category`` files a decision under one of the tables' few words (crash, oom, hang, ignored, context drop,
-memory loss, wrong answers, slower, no gain, kept) from typed facts: a failure's kind, a silent ignore, or the
-category the decider set on its verdict. "Slower" is said only where the evidence shows it (an interval below no
-change, a guardrail confidently worse, a screening boot far below the incumbent); otherwise "no gain".
+memory loss, wrong answers, slower, no gain, kept, kept for memory) from typed facts: a failure's kind, a silent
+ignore, or the category the decider set on its verdict. "Slower" is said only where the evidence shows it (an
+interval below no change, a guardrail confidently worse, a screening boot far below the incumbent); otherwise "no
+gain".
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, PolicyKind, Verdict
 from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
@@ -83,6 +84,18 @@ def _outlier_note(verdict: Verdict) -> str:
         f" (1 boot down-weighted as an outlier: {what})"
 
 
+def pool_text(verdict: Verdict) -> str:
+    """"pool 300,144 → 600,288 tokens (×2.0)" for a memory technique's test; "" when it recorded no pools."""
+    a, b = verdict.kv_pool_incumbent, verdict.kv_pool_candidate
+    if not a or not b:
+        return ""
+    return f"pool {a:,} → {b:,} tokens (×{b / a:.1f})"
+
+
+def _margin_text(verdict: Verdict) -> str:
+    return pct(1.0 - verdict.speed_margin) if verdict.speed_margin is not None else "its margin"
+
+
 def reason_from_verdict(verdict: Verdict) -> str:
     """The ledger/report sentence for an A/B verdict, read from its decision, category and typed facts."""
     failed = [g for g in verdict.guardrails if g.passed is False]
@@ -102,10 +115,14 @@ def reason_from_verdict(verdict: Verdict) -> str:
         if guard is not None:
             return (f"{effect_text(verdict)}, but {guard.name} not shown within {pct(guard.margin)}: "
                     f"{pct(guard.ratio)} {interval(guard.ci_low, guard.ci_high)}")
-        text = f"no demonstrated benefit: {effect_text(verdict)}"
+        pool = pool_text(verdict) if verdict.kind is PolicyKind.MEMORY else ""
+        text = (f"{pool}, speed {effect_text(verdict)}, not shown within the margin {_margin_text(verdict)}"
+                if pool else f"no demonstrated benefit: {effect_text(verdict)}")
         if verdict.mde is not None:
             text += f"; smallest detectable effect {pct(mde_ratio(verdict.mde))}"
         return text
+    if verdict.decision is Decision.KEEP and verdict.kind is PolicyKind.MEMORY and pool_text(verdict):
+        return f"{pool_text(verdict)}, speed {effect_text(verdict)}, within the margin {_margin_text(verdict)}"
     if verdict.decision is Decision.REJECT and failed and (verdict.effect is None or verdict.effect >= 1.0) \
             and not verdict.futile:        # a futility stop's guardrails were only not yet shown
         g = failed[0]
@@ -180,7 +197,7 @@ def reason_category(verdict: Verdict | None, failure: Failure | None = None,
 def _legacy_category(verdict: Verdict) -> ReasonCategory:
     """The category of a verdict written without one (schema 1), from its decision and its typed facts."""
     if verdict.decision is Decision.KEEP:
-        return ReasonCategory.KEPT
+        return ReasonCategory.KEPT_FOR_MEMORY if verdict.kind is PolicyKind.MEMORY else ReasonCategory.KEPT
     if verdict.failure is not None and verdict.decision is Decision.REJECT:
         return failure_category(verdict.failure)
     pool = verdict.pool

@@ -18,7 +18,9 @@ from elsa_tune.search_spaces.space import ReasonCategory
 #: ``night_control``, ``stages``, ...), ``kind`` is a ``PolicyKind``; records of schema ≤ 3 are read with their
 #: ``extra`` keys moved into those fields (``Verdict.from_dict``). 3: ``GuardrailResult.p_value`` (records of
 #: schema 2 read with it unset).
-SCHEMA_VERSION = 4
+#: 5: ``kv_pool_incumbent``, ``kv_pool_candidate`` and ``speed_margin`` of a memory technique's test (records of
+#: schema 4 read with them unset).
+SCHEMA_VERSION = 5
 
 
 class Decision(enum.Enum):
@@ -208,7 +210,9 @@ class Verdict:
     ``not_tested`` (the night's control left no level to test at), ``slow_boot_z`` (a screening boot this many σ
     below the incumbent), ``pool`` (KV pool facts of a screening shortcut), ``outlier_boots``, ``statistics`` (the
     test), ``at_cap`` (the cap's decision an extension continued), ``night_control`` and ``stages`` (a retest),
-    ``by_workload`` (per-workload effect ratios where reported).
+    ``by_workload`` (per-workload effect ratios where reported). A memory technique's test records what it buys:
+    ``kv_pool_incumbent`` and ``kv_pool_candidate`` (the arms' median KV capacity) and ``speed_margin``, the
+    slowdown its speed was tested within (0.02 = −2%).
     """
 
     decision: Decision
@@ -245,6 +249,9 @@ class Verdict:
     night_control: NightControl | None = None
     stages: Stages | None = None
     by_workload: Mapping[str, float] = field(default_factory=dict)
+    kv_pool_incumbent: int | None = None
+    kv_pool_candidate: int | None = None
+    speed_margin: float | None = None
 
     @property
     def futile(self) -> bool:
@@ -270,6 +277,8 @@ class Verdict:
             "night_control": self.night_control.to_dict() if self.night_control is not None else None,
             "stages": self.stages.to_dict() if self.stages is not None else None,
             "by_workload": dict(self.by_workload), "extra": dict(self.extra),
+            "kv_pool_incumbent": self.kv_pool_incumbent, "kv_pool_candidate": self.kv_pool_candidate,
+            "speed_margin": self.speed_margin,
         }
 
     @classmethod
@@ -303,6 +312,8 @@ class Verdict:
             night_control=NightControl.from_dict(control) if isinstance(control, Mapping) else None,
             stages=Stages.from_dict(stages) if isinstance(stages, Mapping) else None,
             by_workload={str(k): float(v) for k, v in (data.get("by_workload") or {}).items()},
+            kv_pool_incumbent=data.get("kv_pool_incumbent"), kv_pool_candidate=data.get("kv_pool_candidate"),
+            speed_margin=data.get("speed_margin"),
         )
 
 

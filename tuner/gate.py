@@ -328,6 +328,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     if look > len(policy.looks):
         return _extension(samples_a, samples_b, policy, bounds, ctx)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
+    ctx.samples = (sa, sb)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
     ctx.excluded_boots, ctx.unsteady_boots = excluded, sum(s.unsteady for s in sa + sb)
 
@@ -370,7 +371,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                     if policy.kind == "memory" else f"{gain:+.1%} throughput")
             return ctx.verdict(Decision.KEEP, f"{what} (p = {comparison.p_one_sided:.4f} ≤ {boundary_p:.4f} "
                                               f"at look {look})", final=True, p_value=p_adj, mde=None,
-                               category=ReasonCategory.KEPT)
+                               category=_kept(policy))
         if last and policy.guard_extension and _extendable(pending):
             return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crossed the boundary at the cap but guardrail "
                                                       f"{pending[0].name} is not yet shown non-inferior "
@@ -391,8 +392,11 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
 
     futile, rule = _futility(comparison, policy, look)
     if rule is not None:
+        plain = comparison if policy.robust is None else compare(
+            ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio, null_delta=policy.null_delta,
+            winsor=policy.winsor, robust=None)
         return ctx.verdict(Decision.REJECT, futile, final=True, p_value=p_adj, mde=mde,
-                           futility=rule, category=_futile_category(comparison, policy))
+                           futility=rule, category=_futile_category(comparison, plain, boundary_p))
     if last:
         low, high = comparison.ratio_bounds(policy.alpha)
         return ctx.verdict(Decision.INCONCLUSIVE,
@@ -424,6 +428,7 @@ class _Context:
     t_critical: float | None = None
     outlier_boots: tuple[OutlierBoot, ...] = ()
     at_cap: CapLook = field(default_factory=lambda: CapLook(p=None, boundary_p=None, effect=None))
+    samples: tuple[Sequence[BootSummary], Sequence[BootSummary]] = ((), ())
 
     def verdict(self, decision: Decision, reason: str, *, final: bool, category: ReasonCategory,
                 p_value: float | None = None, mde: float | None = None,
@@ -450,7 +455,7 @@ class _Context:
                        category=category, final=final, failure=failure, quality_failed=quality_failed,
                        failed_guardrail=failed_guardrail, pending_guardrail=pending_guardrail,
                        crossed_at_cap=crossed_at_cap, futility=futility, outlier_boots=self.outlier_boots,
-                       statistics=stats, at_cap=at_cap)
+                       statistics=stats, at_cap=at_cap, **_memory_facts(self.policy, self.samples))
 
 
 #: what a gate verdict's interval is not (stored in its ``extra`` beside the interval)
@@ -514,6 +519,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     if not at_cap.crossed_at_cap:
         return at_cap          # nothing to extend: the cap's verdict stands (``run_ab`` never gets here)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
+    ctx.samples = (sa, sb)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
     ctx.excluded_boots, ctx.unsteady_boots = excluded, sum(s.unsteady for s in sa + sb)
     cap_stats = at_cap.statistics
@@ -549,7 +555,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
         shown = "; ".join(f"{g.name} {g.detail}" for g in guards if g.name in _STATISTICAL_GUARDS)
         return ctx.verdict(Decision.KEEP, f"{what} ({crossed}; guardrails shown non-inferior after {more} more "
                                           f"blocks: {shown})", final=True, p_value=at_cap.p_value, mde=None,
-                           category=ReasonCategory.KEPT)
+                           category=_kept(policy))
     why = (f"guardrail {pending[0].name} was still not shown non-inferior ({pending[0].detail})" if pending
            else f"the gain over all boots fell to {gain:+.1%}")
     return ctx.verdict(Decision.INCONCLUSIVE, f"the gain crossed at the cap ({crossed}) but after {more} more blocks "
@@ -658,6 +664,21 @@ def _tail_note(summaries: Sequence[BootSummary]) -> str:
             "estimate a p99")
 
 
+def _kept(policy: GatePolicy) -> ReasonCategory:
+    """A keep is filed "kept", a memory technique's "kept for memory" (kept for the pool it buys)."""
+    return ReasonCategory.KEPT_FOR_MEMORY if policy.kind == "memory" else ReasonCategory.KEPT
+
+
+def _memory_facts(policy: GatePolicy, samples: tuple[Sequence[BootSummary], Sequence[BootSummary]]
+                  ) -> dict[str, Any]:
+    """What a memory technique's verdict records of what it buys: both arms' median KV capacity and the margin."""
+    if policy.kind != "memory":
+        return {}
+    pools = [[s.kv_pool_tokens for s in arm if s.kv_pool_tokens] for arm in samples]
+    a, b = (int(statistics.median(p)) if p else None for p in pools)
+    return {"kv_pool_incumbent": a, "kv_pool_candidate": b, "speed_margin": policy.non_inferiority_margin}
+
+
 def _memory_check(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy) -> GuardrailResult:
     return _kv_ratio(sa, sb, 1.0 + policy.memory_min_gain, name="memory_gain", need_gain=True)
 
@@ -684,10 +705,17 @@ def _guard_category(guard: GuardrailResult) -> ReasonCategory:
     return ReasonCategory.MEMORY_LOSS if guard.name in ("kv_pool_tokens", "memory_gain") else ReasonCategory.SLOWER
 
 
-def _futile_category(c: Comparison, policy: GatePolicy) -> ReasonCategory:
-    """A futility stop is "slower" only when the interval shows it (its upper bound below no change), else "no gain"."""
-    _, high = c.bounds(policy.alpha)
-    return ReasonCategory.SLOWER if high < min(0.0, c.null_delta) else ReasonCategory.NO_GAIN
+def _futile_category(c: Comparison, plain: Comparison, level: float) -> ReasonCategory:
+    """A futility stop is "slower" only under the same control as a keep, else "no gain".
+
+    "Slower" needs the upper bound at ``level`` (the efficacy boundary's nominal one-sided level at this look, the
+    level a keep must reach there) below no change (below the margin for a non-inferiority test), in the robust
+    comparison and in the plain one (``plain``, every boot at full weight) alike: the outlier rule down-weights slow
+    boots on either arm, and a slow incumbent boot left out makes a candidate look slower than its boots show.
+    """
+    ceiling = min(0.0, c.null_delta)
+    slower = all(comparison.bounds(level)[1] < ceiling for comparison in (c, plain))
+    return ReasonCategory.SLOWER if slower else ReasonCategory.NO_GAIN
 
 
 def _futility(c: Comparison, policy: GatePolicy, look: int) -> tuple[str, Futility | None]:
