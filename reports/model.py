@@ -451,7 +451,7 @@ def worker_trials(run_dir: Path) -> tuple[list[TrialRecord], dict[int, str]]:
     workers: list[tuple[str, str, History]] = []
     for folder in sorted(p for p in run_dir.iterdir() if p.is_dir() and (p / "study.json").is_file()):
         history = RunDir(folder).load()
-        worker = history.study.extra.get("worker") if history.study else None
+        worker = history.study.worker if history.study else None
         if isinstance(worker, Mapping) and worker.get("gpu") is not None:
             workers.append((folder.name, str(worker["gpu"]), history))
     boots = {(name, b.boot_id): (gpu, b.trial_number) for name, gpu, h in workers for b in h.boots

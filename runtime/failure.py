@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -71,4 +71,5 @@ class FailureHints:
     elapsed_s: float | None = None
     became_ready: bool = False
     timed_out: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: the launcher found the port taken (a log without the runtime's own bind error still files as PORT_IN_USE)
+    port_in_use: bool = False

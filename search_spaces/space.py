@@ -269,10 +269,6 @@ class SearchSpace:
         """A copy that serves the model at ``path`` (a local directory or a hub name)."""
         return dataclasses.replace(self, model=dataclasses.replace(self.model, path=str(path)))
 
-    def with_runtime_command(self, command: Sequence[str]) -> SearchSpace:
-        """A copy launched by ``command`` (e.g. ``[venv_python, "-m", "sglang.launch_server"]``)."""
-        return dataclasses.replace(self, runtime=dataclasses.replace(self.runtime, command=tuple(command), image=None))
-
     def flag_uses(self) -> list[FlagUse]:
         """Every flag the space can put on a command line, where, and with which literal values."""
         uses = [FlagUse(self.model_flag, (self.model.path,) if self.model.path else (), None, "model.path")]

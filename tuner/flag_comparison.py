@@ -37,7 +37,9 @@ from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.boot_sample import BootSample
+from elsa_tune.tuner.booter import BootPlan
 from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import dimension
 from elsa_tune.tuner.gate import GatePolicy
@@ -45,11 +47,9 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.statistics import InsufficientData
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics as pystats
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -56,10 +56,10 @@ from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
 from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
+from elsa_tune.tuner.comparison import BIWEIGHT_C, Comparison, InsufficientData, compare, mde_for, non_inferiority
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.multiplicity import combined_p
 from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
-from elsa_tune.tuner.statistics import BIWEIGHT_C, Comparison, InsufficientData, compare, mde_for, non_inferiority
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class GatePolicy:
     least show. ``kind="memory"`` keeps when speed is non-inferior within ``non_inferiority_margin``
     and the KV pool grows by ``memory_min_gain``. σ's are on the log scale and only shape the Monte
     Carlo calibration and the planned MDE; the test itself uses the observed variance. ``robust`` is the biweight
-    constant of the robust comparison (``statistics.biweight``, from 4 boots per arm; ``None``: the plain t): a boot
+    constant of the robust comparison (``comparison.biweight``, from 4 boots per arm; ``None``: the plain t): a boot
     its host slowed counts less or not at all, and the verdict names it (``Verdict.outlier_boots``). ``winsor``
     (off by default, the rule before) clips each arm to its median ± that many robust σ. The boundaries are
     calibrated on the same statistic. ``level`` (``None``: ``alpha``) is the overall one-sided false-keep level the
@@ -199,7 +199,7 @@ class GatePolicy:
     def _pocock(self, blocks: tuple[int, ...], alpha: float) -> tuple[float, ...]:
         """One nominal level for the looks in ``blocks`` holding the chance of passing at any of them to ``alpha``.
 
-        Calibrated on the plain t, the statistic of the guardrails' own test (``statistics.non_inferiority``).
+        Calibrated on the plain t, the statistic of the guardrails' own test (``comparison.non_inferiority``).
         """
         design = Design(looks=blocks, alpha=alpha, shape="pocock", analysis=self.analysis,
                         sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
@@ -438,7 +438,7 @@ class _Context:
                 futility: Futility | None = None) -> Verdict:
         c = self.comparison
         low, high = c.ratio_bounds(self.policy.alpha) if c is not None else (None, None)
-        statistics = GateStatistics(
+        stats = GateStatistics(
             look_blocks=self.policy.blocks_at(self.look), ci_level=1 - 2 * self.policy.alpha,
             excluded_boots=self.excluded_boots, unsteady_boots=self.unsteady_boots, nominal_p=self.nominal_p,
             boundary_p=self.boundary_p, t_critical=self.t_critical,
@@ -455,7 +455,7 @@ class _Context:
                        category=category, final=final, failure=failure, quality_failed=quality_failed,
                        failed_guardrail=failed_guardrail, pending_guardrail=pending_guardrail,
                        crossed_at_cap=crossed_at_cap, futility=futility, outlier_boots=self.outlier_boots,
-                       statistics=statistics, at_cap=at_cap, **_memory_facts(self.policy, self.samples))
+                       statistics=stats, at_cap=at_cap, **_memory_facts(self.policy, self.samples))
 
 
 #: what a gate verdict's interval is not (stored in its ``extra`` beside the interval)
@@ -591,13 +591,13 @@ def _outlier_boots(c: Comparison, sa: Sequence[BootSummary], sb: Sequence[BootSu
     used_a, used_b = _used(sa, sb, paired=paired)
     if paired:
         diffs = [b.log_throughput - a.log_throughput for a, b in zip(used_a, used_b, strict=True)]
-        mid = pystats.median(diffs)
+        mid = statistics.median(diffs)
         return tuple(OutlierBoot(arm="pair", block=used_b[i].block, weight=c.weights_b[i],
                                  off_median=math.expm1(diffs[i] - mid)) for i in c.outliers_b)
     out: list[OutlierBoot] = []
     for arm, used, weights, positions in (("incumbent", used_a, c.weights_a, c.outliers_a),
                                           ("candidate", used_b, c.weights_b, c.outliers_b)):
-        mid = pystats.median(s.log_throughput for s in used)
+        mid = statistics.median(s.log_throughput for s in used)
         out += [OutlierBoot(arm=arm, block=used[i].block, weight=weights[i],
                             off_median=math.expm1(used[i].log_throughput - mid)) for i in positions]
     return tuple(sorted(out, key=lambda o: (o.block, o.arm)))
@@ -675,7 +675,7 @@ def _memory_facts(policy: GatePolicy, samples: tuple[Sequence[BootSummary], Sequ
     if policy.kind != "memory":
         return {}
     pools = [[s.kv_pool_tokens for s in arm if s.kv_pool_tokens] for arm in samples]
-    a, b = (int(pystats.median(p)) if p else None for p in pools)
+    a, b = (int(statistics.median(p)) if p else None for p in pools)
     return {"kv_pool_incumbent": a, "kv_pool_candidate": b, "speed_margin": policy.non_inferiority_margin}
 
 
@@ -691,7 +691,7 @@ def _kv_ratio(sa: Sequence[BootSummary], sb: Sequence[BootSummary], threshold: f
     if not a or not b or len(a) < len(sa) or len(b) < len(sb):
         return GuardrailResult(name=name, passed=None, ratio=None, ci_low=None, ci_high=None, margin=threshold,
                                detail="KV pool tokens missing from some boots")
-    ratio = pystats.median(b) / pystats.median(a)
+    ratio = statistics.median(b) / statistics.median(a)
     low, high = min(b) / max(a), max(b) / min(a)
     passed = ratio >= threshold
     what = "needs at least" if need_gain else "may not fall below"

@@ -40,7 +40,7 @@ from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.traffic.prompts import PromptSynth, RandomTokens, TokenSpace
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
-from elsa_tune.tuner.sampler import BootContext
+from elsa_tune.tuner.booter import BootContext
 from elsa_tune.tuner.settings import CPU, Settings
 
 log = logging.getLogger(__name__)

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {t.name} | — | {why} | {(t.prior.verdict + ': ' + t.prior.reason) if t.prior else ''} |")
 
     study = json.loads((out / "study.json").read_text())
-    settings = Settings(**{k: v for k, v in study["extra"]["settings"].items()
+    settings = Settings(**{k: v for k, v in (study.get("settings") or study["extra"]["settings"]).items()
                            if k in Settings.__dataclass_fields__ and k not in ("out", "log_file", "looks")})
     trace = load_traffic("demo")
     measured, _ = workloads(trace, settings, measured_concurrency(space))

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TextIO
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.family import RuntimeFamily
 from elsa_tune.runtime.family import family as family_of
-from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.runtime.sim import vllm_flags
 from elsa_tune.runtime.sim.faults import Crash
 from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash, plan_memory

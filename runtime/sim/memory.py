@@ -20,7 +20,7 @@ from typing import Any
 
 from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import FailureKind
-from elsa_tune.runtime.sim.flags import flag_by_name, resolve_defaults
+from elsa_tune.runtime.sglang_flags import flag_by_name, resolve_defaults
 from elsa_tune.runtime.sim.profile import GIB, SimProfile
 from elsa_tune.search_spaces.candidate import FlagValue
 

@@ -77,3 +77,49 @@ def test_kinds_and_futility_rules_are_closed_sets() -> None:
         except ValueError:
             continue
         raise AssertionError(f"read a verdict outside the closed sets: {bad['kind']}")
+
+
+OLD = json.loads((Path(__file__).parent / "data" / "schema1-boot-study.json").read_text())
+
+
+def test_an_old_boot_record_reads_its_tag_slot_passes_and_reference_into_fields() -> None:
+    from elsa_tune.history.records import SCHEMA_VERSION as BOOT_SCHEMA
+    from elsa_tune.history.records import BootRecord
+
+    old = OLD["boot"]
+    assert old["schema_version"] == 1
+    record = BootRecord.from_dict(old)
+    assert record.schema_version == BOOT_SCHEMA == 2
+    assert record.tag == old["extra"]["tag"] and record.block == old["extra"]["block"]
+    assert record.position == old["extra"]["position"]
+    assert [dict(p) for p in record.gate_passes] == old["extra"]["passes"]
+    assert record.quality_reference == old["extra"]["quality_reference"]
+    assert not record.extra            # every key it had became a field (``gate_arm`` repeated ``arm``)
+    assert BootRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+
+
+def test_an_old_boot_record_gives_the_gate_the_sample_it_recorded() -> None:
+    """A resumed study rebuilds the gate's view of a boot from the record: the passes and quality it stored."""
+    from elsa_tune.history.records import BootRecord
+    from elsa_tune.tuner.booter import BootPlan, _sample_of
+
+    record = BootRecord.from_dict(OLD["boot"])
+    sample = _sample_of(record, BootPlan(tag=str(record.tag), candidate=record.candidate, phase=record.phase))
+    assert len(sample.passes) == len(OLD["boot"]["extra"]["passes"]) > 0
+    assert sample.quality_passed is True           # it recorded the quality reference
+
+
+def test_an_old_study_record_reads_its_settings_digest_notes_and_confirmation_into_fields() -> None:
+    from elsa_tune.history.study_record import SCHEMA_VERSION as STUDY_SCHEMA
+    from elsa_tune.history.study_record import ConfirmationStatus, StudyRecord
+
+    old = OLD["study"]
+    assert old["schema_version"] == 1
+    study = StudyRecord.from_dict(old)
+    assert study.schema_version == STUDY_SCHEMA == 2
+    assert study.confirmation is not None and study.confirmation.status is ConfirmationStatus.CONFIRMED
+    assert study.confirmation.detail == old["extra"]["confirmation"]["detail"]
+    assert study.settings == old["extra"]["settings"] and study.space_digest == old["extra"]["space_digest"]
+    assert list(study.notes) == old["extra"]["notes"] and study.worker is None
+    assert set(study.extra) == {"budget", "memory_model", "policy", "reconcile"}   # opaque detail only
+    assert StudyRecord.from_dict(json.loads(json.dumps(study.to_dict()))) == study

@@ -14,13 +14,13 @@ from elsa_tune.history.reasons import pct
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.search_spaces.space import TechniqueKind
+from elsa_tune.tuner.booter import BootPlan
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
 from elsa_tune.tuner.night import Night, PhaseOver, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
@@ -151,7 +151,7 @@ def test_a_resumed_search_replays_the_promotion_a_finished_trial_made(tmp_path: 
     assert done.decisions and done.decisions[0].technique != "search trial 0"
     number = done.decisions[0].technique.removeprefix("search trial ")
     booted = {b.boot_id for b in first.store.load().boots}
-    ab = [b for b in first.store.load().boots if str(b.extra.get("tag", "")).startswith(f"search:{number}:ab:")]
+    ab = [b for b in first.store.load().boots if (b.tag or "").startswith(f"search:{number}:ab:")]
     assert len(ab) >= 4
 
     resumed = night()                        # the restart: the finished trials are not asked again
@@ -178,10 +178,10 @@ def test_a_winner_never_probed_here_is_probed_before_its_confirmation(tmp_path: 
     assert night.booter.quality.get(winner.key()) is None
     assert study._probe_winner(winner)
     assert night.booter.quality[winner.key()] is True
-    probed = [b for b in study.store.load().boots if b.extra.get("tag") == "confirmation:probe"]
+    probed = [b for b in study.store.load().boots if b.tag == "confirmation:probe"]
     assert len(probed) == 1 and probed[0].probes and probed[0].candidate.key() == winner.key()
     assert study._probe_winner(winner)                        # probed once: not booted again
-    assert len([b for b in study.store.load().boots if b.extra.get("tag") == "confirmation:probe"]) == 1
+    assert len([b for b in study.store.load().boots if b.tag == "confirmation:probe"]) == 1
 
 
 def test_a_resumed_night_knows_what_its_probed_boots_found(tmp_path: Path) -> None:
@@ -236,7 +236,7 @@ def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_pat
     stages = decisions[0].verdict.stages if decisions[0].verdict else None
     assert stages is not None and stages.first_p == 0.02
     assert stages.combined_p == pytest.approx(combined_p(0.02, stages.second_p))
-    tags = [str(b.extra.get("tag")) for b in night.store.load().boots]
+    tags = [str(b.tag) for b in night.store.load().boots]
     assert "screening:fused-qk-norm-rope:retest:probe1" in tags
     assert any(t.startswith("screening:fused-qk-norm-rope:retest:ab:") for t in tags)
     entry = night.store.ledger.latest_for(pre.fingerprint)["fused-qk-norm-rope"]
@@ -420,5 +420,5 @@ def test_a_test_whose_level_the_gate_cannot_calibrate_is_recorded_not_run(tmp_pa
     assert decision is not None and decision.kept is Kept.INCONCLUSIVE and decision.ab_result is None
     assert decision.verdict is not None and decision.verdict.reason.startswith("not tested: a keep would need p ≤ ")
     assert decision.result == decision.verdict.reason
-    assert not any(str(b.extra.get("tag")).startswith("screening:fused-qk-norm-rope:ab:")
+    assert not any(str(b.tag).startswith("screening:fused-qk-norm-rope:ab:")
                    for b in night.store.load().boots)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.runtime.sim import flags as sglang_flags
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.tuner.argument_types import positive_float
 
 NAME = "sim"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime import flags as runtime_flags
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.runtime.family import FamilyName, RuntimeFamily, family
-from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.runtime.vllm import flags as vllm_flags
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.loader import list_shipped_spaces, load_space
