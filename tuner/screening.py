@@ -61,6 +61,19 @@ RETESTS = 2
 EXTEND_FACTOR = 3
 
 
+def one_boot_test(ratio: float, sigma_boot: float, boots: int) -> tuple[float, tuple[float, float]]:
+    """The one-sided p that one new boot reading ``ratio`` × the incumbent's mean is no faster, and its 90% interval.
+
+    The incumbent's mean is over ``boots`` boots whose log throughput has standard deviation ``sigma_boot``
+    (estimated from them): log(ratio) / (σ·√(1 + 1/n)) is Student's t with n − 1 degrees of freedom when the new
+    boot's configuration is the incumbent's.
+    """
+    scale = sigma_boot * math.sqrt(1.0 + 1.0 / boots)
+    t_stat = math.log(ratio) / scale
+    half = float(stats.t.isf(0.05, df=boots - 1)) * scale
+    return float(stats.t.sf(t_stat, df=boots - 1)), (math.exp(math.log(ratio) - half), math.exp(math.log(ratio) + half))
+
+
 @dataclass(frozen=True)
 class _Probed:
     """A technique that survived its probed screening boot, waiting for the A/B gate."""
@@ -292,21 +305,17 @@ class Screening:
         level = night.fdr_level()
         if level < smallest_level(policy.replicates):
             return
-        scale = sigma * math.sqrt(1.0 + 1.0 / n)
-        t_stat = math.log(probed.estimate) / scale
-        p_value = float(stats.t.sf(t_stat, df=n - 1))
-        half = float(stats.t.isf(0.05, df=n - 1)) * scale
+        p_value, (ci_low, ci_high) = one_boot_test(probed.estimate, sigma, n)
         keep = p_value <= level
         verdict = Verdict(
             decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
             reason=(f"no A/B fits in the night: its screening boot {pct(probed.estimate)} against the incumbent's "
                     f"{n} boots, p = {p_value:.2g} at level {level:.2g} (TTFT guardrails not tested on one boot)"),
-            effect=probed.estimate, ci_low=math.exp(math.log(probed.estimate) - half),
-            ci_high=math.exp(math.log(probed.estimate) + half), p_value=p_value, boots_incumbent=n,
+            effect=probed.estimate, ci_low=ci_low, ci_high=ci_high, p_value=p_value, boots_incumbent=n,
             boots_candidate=1, category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True)
         verdict = night.fdr.review(verdict)
         base = {**self._base(probed.technique, None), "candidate_key": probed.candidate.key()}
-        decision = self._record(None, verdict=verdict, boots_candidate=probed.boots, **base)
+        decision = self._record(None, verdict=verdict, result=verdict.reason, boots_candidate=probed.boots, **base)
         survivors.remove(probed)
         log.info("%s: a one-boot test, the night has no room for an A/B: %s", probed.technique.name,
                  decision.kept.value)
