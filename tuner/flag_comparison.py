@@ -153,7 +153,7 @@ class FlagComparison:
         out.append(f"verdict: {self.outcome.sentence}: {self.reason}")
         out.append(f"{_boots(self.boots)} recorded in {self.run_dir}")
         if self.simulated:
-            out.append("SIMULATED: every number comes from elsa-tune's simulated SGLang (simulated time), "
+            out.append("SIMULATED: every number comes from elsa-tune's simulated runtime (simulated time), "
                        "not from a GPU")
         return out
 

@@ -228,7 +228,8 @@ class VirtualTestbed:
         profile = pre.settings.sim_profile
         assert profile is not None, "a virtual study names its simulator profile (Settings.virtual)"
         clock = StudyClock.simulated()
-        runtime = VirtualSGLang(profile, model_path=pre.space.model.path, clock=clock)
+        runtime = VirtualSGLang(profile, model_path=pre.space.model.path, clock=clock,
+                                family_name=pre.space.runtime.family.value)
         return cls(replace(pre, runtime=runtime, gpu=runtime.gpu), runtime,
                    VirtualLoad(runtime, hang_s=pre.space.probes.hang_s), clock)
 
