@@ -438,7 +438,7 @@ def memory_in_winner(technique: Technique, decisions: Sequence[DecisionRecord], 
                       speed_margin=pools.speed_margin)
     bought = pool_text(verdict) or "pool not recorded"
     speed = f"; alone, speed {effect_text(alone)}" if alone is not None else ""
-    return DecisionRecord(study=study, number=0, phase=Phase.CONFIRMATION, technique=technique.name,
+    return DecisionRecord(study=study, number=0, phase=Phase.SCREENING, technique=technique.name,
                           flags_delta=dict(technique.flags), env_delta=dict(technique.env),
                           incumbent_key=pair.incumbent_key, candidate_key=pair.candidate_key, verdict=verdict,
                           boots_incumbent=pair.boots_incumbent, boots_candidate=pair.boots_candidate,
