@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from scipy import stats
+
 from elsa_tune.errors import ConfigError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct, reason_from_verdict
@@ -57,6 +59,19 @@ _FOR_WANT_OF_MEMORY = (ReasonCategory.CONTEXT_DROP, ReasonCategory.OOM)
 RETESTS = 2
 #: a longer retest's blocks per arm are at most this many times the night's own (``Screening.extend``)
 EXTEND_FACTOR = 3
+
+
+def one_boot_test(ratio: float, sigma_boot: float, boots: int) -> tuple[float, tuple[float, float]]:
+    """The one-sided p that one new boot reading ``ratio`` × the incumbent's mean is no faster, and its 90% interval.
+
+    The incumbent's mean is over ``boots`` boots whose log throughput has standard deviation ``sigma_boot``
+    (estimated from them): log(ratio) / (σ·√(1 + 1/n)) is Student's t with n − 1 degrees of freedom when the new
+    boot's configuration is the incumbent's.
+    """
+    scale = sigma_boot * math.sqrt(1.0 + 1.0 / boots)
+    t_stat = math.log(ratio) / scale
+    half = float(stats.t.isf(0.05, df=boots - 1)) * scale
+    return float(stats.t.sf(t_stat, df=boots - 1)), (math.exp(math.log(ratio) - half), math.exp(math.log(ratio) + half))
 
 
 @dataclass(frozen=True)
@@ -160,6 +175,8 @@ class Screening:
             while stage1:
                 index, technique = stage1[0]
                 if not self._time(phase, floor, [t for _, t in stage1] + [p.technique for p in survivors]):
+                    if survivors and self._no_room_for_a_test():
+                        self._short_test(survivors, phase)
                     return
                 probed = self.probe(index, technique)
                 stage1.pop(0)
@@ -175,6 +192,8 @@ class Screening:
                 # Borrowing another phase's time, an A/B starts only when all it can still take fits in the share.
                 need = self._ab_left_s(survivors[0].tag) if share < 1.0 else 0.0
                 if not self._time(phase, floor, [p.technique for p in survivors], need=need):
+                    if self._no_room_for_a_test():
+                        self._short_test(survivors, phase)
                     break
                 decision = self.gate(survivors[0])
                 probed = survivors.pop(0)
@@ -190,6 +209,8 @@ class Screening:
             if night.freeing:
                 self._retry_lacking(phase, floor, share, with_=night.freeing)
         except PhaseOver:
+            if survivors and self._no_room_for_a_test():
+                self._short_test(survivors, phase)
             if phase == "screening":     # an unfinished comparison is screened again, from its start
                 night.unscreened = sorted({(i, t.name): (i, t) for i, t in
                                            [*stage1, *((p.index, p.technique) for p in survivors)]}.values(),
@@ -252,6 +273,59 @@ class Screening:
         else:
             night.notes.append(f"{phase}: no time left to screen {names}")
         return False
+
+    def _no_room_for_a_test(self) -> bool:
+        """Whether the night has no room left for one A/B to reach its cap: both arms' boots at the cap take
+        longer than the study has left before the confirmation's share (a slow model, or a short night's end)."""
+        night = self.night
+        cap = 2 * (night.policy.looks[-1] if night.policy else 6)
+        budget = night.budget
+        before_confirmation = budget.left_s - budget.shares.get("confirmation", 0.0) * budget.total_s
+        return cap * night.boot_s() > before_confirmation
+
+    def _short_test(self, survivors: list[_Probed], phase: str) -> None:
+        """Decide the most promising speed survivor from its screening boot, when no A/B can finish in the night.
+
+        The test is the prediction test of one new boot against the incumbent's: the log ratio of the screening
+        boot to the incumbent's mean, over σ_boot·√(1 + 1/n), read on Student's t with n − 1 degrees of freedom
+        (n the baseline boots σ_boot came from), one-sided, at the level the night's false-keep control gives the
+        next test. It spends a test of that control whatever it decides; a keep stacks into the incumbent. Only the
+        first survivor is tested: the others' screening boots were on the incumbent as it was, and a keep changes
+        it. A memory technique (a non-inferiority question) or a survivor without an estimate is not tested so.
+        """
+        night = self.night
+        probed = next((p for p in survivors if p.technique.kind is not TechniqueKind.MEMORY
+                       and p.estimate is not None and p.after is None and p.with_ is None and p.first is None), None)
+        noise, policy = night.noise, night.policy
+        if probed is None or probed.estimate is None or noise is None or policy is None or noise.boots < 3:
+            return
+        sigma, n = policy.sigma_boot, noise.boots
+        if not sigma or sigma <= 0 or probed.estimate <= 0:
+            return
+        level = night.fdr_level()
+        if level < smallest_level(policy.replicates):
+            return
+        p_value, (ci_low, ci_high) = one_boot_test(probed.estimate, sigma, n)
+        keep = p_value <= level
+        verdict = Verdict(
+            decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
+            reason=(f"no A/B fits in the night: its screening boot {pct(probed.estimate)} against the incumbent's "
+                    f"{n} boots, p = {p_value:.2g} at level {level:.2g} (TTFT guardrails not tested on one boot)"),
+            effect=probed.estimate, ci_low=ci_low, ci_high=ci_high, p_value=p_value, boots_incumbent=n,
+            boots_candidate=1, category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True)
+        verdict = night.fdr.review(verdict)
+        base = {**self._base(probed.technique, None), "candidate_key": probed.candidate.key()}
+        decision = self._record(None, verdict=verdict, result=verdict.reason, boots_candidate=probed.boots, **base)
+        survivors.remove(probed)
+        log.info("%s: a one-boot test, the night has no room for an A/B: %s", probed.technique.name,
+                 decision.kept.value)
+        if decision.kept is Kept.YES:
+            night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(probed.technique),
+                                        probed.candidate, night.incumbent.throughput * probed.estimate
+                                        if night.incumbent.throughput else None)
+        if phase == "screening":
+            names = {p.technique.name for p in survivors}
+            night.unscreened = [(i, t) for i, t in night.unscreened if t.name in names]
 
     @staticmethod
     def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:

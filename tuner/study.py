@@ -31,13 +31,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from elsa_tune.errors import StudyError
-from elsa_tune.history.decision import DecisionRecord
+from elsa_tune.history.decision import DecisionRecord, Kept
+from elsa_tune.history.reasons import effect_text, pool_text
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import Confirmation, ConfirmationStatus, PhaseSpan, StudyRecord, StudyStatus
-from elsa_tune.history.verdict import Decision
+from elsa_tune.history.verdict import Decision, PolicyKind
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.search_spaces.space import Technique
+from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
 from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.booter import BootPlan
@@ -144,6 +145,7 @@ class Study:
             raise
         finally:
             self.budget.end()
+        self._file_memory_in_winner()
         self._write(final=True)
         log.info("study %s %s: incumbent %s; %d decisions, %d boots; outputs in %s", self.name,
                  self.status.value, night.incumbent.candidate.label, night.decision_number, night.booter.boots,
@@ -367,6 +369,26 @@ class Study:
         log.warning("%s: the baseline is recommended", why)
         self.night.incumbent = Incumbent(self.space.baseline_values(), [], self.night.baseline, None)
 
+    # ---- what the winner's memory techniques bought ----------------------------------------------------
+
+    def _file_memory_in_winner(self) -> None:
+        """File each memory technique of the recommendation as kept for memory, where its last decision did not.
+
+        A memory technique that grew the pool without being kept alone is screened as one change with a technique
+        that lacked memory; when that pair is kept, the memory technique is in the winner while its own decision
+        reads "no gain". The closing decision (``memory_in_winner``) says what it bought. Recorded once: a resumed
+        study finds it already filed.
+        """
+        night = self.night
+        decisions = self.store.load().decisions
+        for name in night.incumbent.techniques:
+            technique = self.space.technique(name)
+            if technique.kind is not TechniqueKind.MEMORY:
+                continue
+            decision = memory_in_winner(technique, decisions, study=self.name, decided_at=self._unix())
+            if decision is not None:
+                night.decide(decision)
+
     # ---- outputs ------------------------------------------------------------------------------------
 
     def _write(self, *, final: bool = False) -> None:
@@ -392,6 +414,40 @@ class Study:
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 
         write_outputs(self.store.run_dir, with_plots=final and self.with_plots)
+
+
+def memory_in_winner(technique: Technique, decisions: Sequence[DecisionRecord], *, study: str,
+                     decided_at: float) -> DecisionRecord | None:
+    """The closing decision of a memory technique in the recommendation whose last decision was not a keep.
+
+    Its verdict is the keep that brought it into the winner (the pair screened with it, whose decision's deltas
+    carry all of ``technique``'s flags and variables), filed as a memory technique kept for memory, with the
+    pools and margin of its own test; its sentence names the pair's keep, the pool it bought and its own speed.
+    ``None`` when its last decision already filed it as kept, or no decision of it or keep carrying it is found.
+    """
+    own = [d for d in decisions if d.technique == technique.name and d.kept is not Kept.SKIPPED]
+    if not own or own[-1].kept is Kept.YES or not (technique.flags or technique.env):
+        return None
+    alone = own[-1].verdict
+    pair = next((d for d in reversed(decisions) if d.kept is Kept.YES and d.technique != technique.name
+                 and d.verdict is not None
+                 and all(d.flags_delta.get(k) == v for k, v in technique.flags.items())
+                 and all(d.env_delta.get(k) == v for k, v in technique.env.items())), None)
+    if pair is None or pair.verdict is None:
+        return None
+    pools = alone if alone is not None else pair.verdict
+    verdict = replace(pair.verdict, kind=PolicyKind.MEMORY, category=ReasonCategory.KEPT_FOR_MEMORY,
+                      kv_pool_incumbent=pools.kv_pool_incumbent, kv_pool_candidate=pools.kv_pool_candidate,
+                      speed_margin=pools.speed_margin)
+    bought = pool_text(verdict) or "pool not recorded"
+    speed = f"; alone, speed {effect_text(alone)}" if alone is not None else ""
+    return DecisionRecord(study=study, number=0, phase=Phase.SCREENING, technique=technique.name,
+                          flags_delta=dict(technique.flags), env_delta=dict(technique.env),
+                          incumbent_key=pair.incumbent_key, candidate_key=pair.candidate_key, verdict=verdict,
+                          boots_incumbent=pair.boots_incumbent, boots_candidate=pair.boots_candidate,
+                          decided_at=decided_at,
+                          result=f"in the winner, kept with {pair.technique} as one change "
+                                 f"({effect_text(pair.verdict)}): {bought}{speed}")
 
 
 def _disagree(samples: Sequence[BootSample]) -> bool:

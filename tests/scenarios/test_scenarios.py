@@ -139,6 +139,46 @@ def test_a_technique_that_lacked_memory_is_screened_with_the_memory_technique_th
     assert result.recommended.key() == space.candidate(space.baseline_values(), [room.name, speed.name]).key()
 
 
+def test_a_memory_technique_in_the_winner_through_its_pair_is_filed_kept_for_memory(tmp_path: Path) -> None:
+    """The generated unlock pair: the memory technique is not kept on its own (no gain shown), the speed technique
+    screened together with it is; the recommendation holds both, so the memory technique's last decision, the one
+    its ledger entry and the scores read, is "kept for memory", names the pair's keep and says what the pool bought."""
+    s = generate(33, tmp_path)
+    result = run_virtual_study(profile=s.profile, space=s.space, traffic=s.traffic, budget_s=8 * 3600, seed=1,
+                               out=tmp_path / "study")
+    space = load_space(s.space)
+    room = next(t for t in space.techniques if t.name.endswith("unlock-pair-room"))
+    speed = room.name.removesuffix("-room")
+    assert result.recommended.key() == space.candidate(space.baseline_values(), [room.name, speed]).key()
+    *earlier, last = [d for d in result.decisions if d.technique == room.name]
+    assert earlier and all(d.kept is not Kept.YES for d in earlier)          # never kept on its own
+    assert earlier[-1].category is ReasonCategory.NO_GAIN
+    assert last.kept is Kept.YES and last.category is ReasonCategory.KEPT_FOR_MEMORY
+    assert last.verdict is not None and last.verdict.kv_pool_candidate and last.verdict.kv_pool_incumbent
+    assert last.verdict.kv_pool_candidate > last.verdict.kv_pool_incumbent
+    assert f"kept with {speed} as one change" in last.result and "tokens (×" in last.result
+    entries = [e for e in RunDir(result.run_dir).load().decisions if e.technique == room.name]
+    assert entries[-1].category is ReasonCategory.KEPT_FOR_MEMORY              # what the study's records say
+
+
+def test_a_slow_model_in_a_short_night_decides_its_most_promising_technique_on_its_screening_boot(
+        tmp_path: Path) -> None:
+    """A generated slow model (boots of minutes, 15 in two hours): after the screening boots no A/B can reach its
+    cap before the confirmation's share, so the technique whose screening boot is far above the incumbent's is
+    decided by the one-boot test at the night's false-keep level (each such test spends a test of that control) and
+    kept; a later one-boot test reads a screening boot on the incumbent as it now is."""
+    s = generate(303, tmp_path)
+    result = run_virtual_study(profile=s.profile, space=s.space, traffic=s.traffic, budget_s=2 * 3600, seed=20,
+                               out=tmp_path / "study")
+    short = [d for d in result.decisions if "no A/B fits in the night" in d.result]
+    assert short and all(d.verdict is not None and d.verdict.adjusted_p_value is not None for d in short)
+    decision = short[0]
+    assert decision.verdict is not None
+    assert decision.verdict.boots_candidate == 1 and decision.kept is Kept.YES
+    assert decision.category is ReasonCategory.KEPT
+    assert result.recommended.key() != load_space(s.space).baseline().key()
+
+
 def test_the_search_sweeps_every_one_parameter_move_before_its_first_a_b_and_tests_the_fastest_first(
         tmp_path: Path) -> None:
     """A generated case whose one winning move is not the first one drawn: the search boots the incumbent's values
