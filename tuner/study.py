@@ -38,7 +38,7 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
 from elsa_tune.tuner.gate import GatePolicy
@@ -92,7 +92,8 @@ class Study:
         self.clock = clock or StudyClock()
         self.virtual_time = clock is not None
         self.outputs_each_decision = outputs_each_decision
-        self.budget = Budget(self.settings.budget_s, clock=self.clock.now)
+        self.budget = Budget(self.settings.budget_s, clock=self.clock.now,
+                             counts=SIMULATED_CLOCK if self.virtual_time else WALL_CLOCK)
         self.name = self.settings.study_name
         self.store = StudyStore(self.settings.run_dir, name=self.name, heartbeat_interval=10, grace_period=30)
         self.store.check_fingerprint(pre.fingerprint)
@@ -119,6 +120,8 @@ class Study:
         self.view.update(study=self.name, phase="preflight", time_left_s=self.budget.left_s)
         for line in self.pre.lines():
             log.info("preflight: %s", line)
+        log.info("budget: %.0f s (%.1f h) counted in %s", self.budget.total_s, self.budget.total_s / 3600,
+                 self.budget.counts)
         try:
             with self.interrupts:
                 self._phase("baseline", self._baseline)
@@ -368,7 +371,7 @@ class Study:
         extra = {"settings": self.settings.to_dict(), "notes": list(night.notes),
                  "confirmation": {"status": night.confirmation, "detail": night.confirmation_detail},
                  "budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
-                            "left_s": self.budget.left_s},
+                            "left_s": self.budget.left_s, "clock": self.budget.counts},
                  "memory_model": {"boots": len(night.memory.observations), "loo_error": night.memory.error(),
                                   "prediction_errors": list(night.memory_errors),
                                   "skipped_candidates": night.skipped_by_model},

@@ -163,6 +163,11 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
 
         bed = VirtualTestbed.of(pre)
         pre, clock, load = bed.pre, bed.clock, bed.load
+    elif settings.simulated:         # the live simulated server: the budget counts in its simulated seconds
+        from elsa_tune.tuner.simulated_time import SimulatedTestbed
+
+        sim = SimulatedTestbed.of(pre)
+        pre, clock, load = sim.pre, sim.clock, sim.load
     with StudyView(live=live) as view:
         outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, load=load).run()
     if args.json:
