@@ -208,11 +208,12 @@ class Study:
 
         The pass is sized before anything was measured, from a guess of a stream's speed; a slow card or model can
         make it many times longer, and a night of such passes has too few boots to decide anything. Only where a
-        pass's duration is in the runtime's own seconds (a GPU, a virtual-time study). Returns whether it changed.
+        pass's duration is in the seconds the budget counts in (a GPU's wall clock, a simulated runtime's simulated
+        seconds). Returns whether it changed.
         """
         settings, night = self.settings, self.night
         durations = [p.duration_s for p in passes if not p.warmup and p.duration_s]
-        if settings.speedup != 1.0 or not durations:
+        if not durations:
             return False
         took, target = statistics.median(durations), settings.pass_s
         current = len(self.pre.workload)

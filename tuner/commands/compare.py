@@ -164,6 +164,11 @@ def _compare(args: argparse.Namespace, pre: Preflight, settings: Settings, a: Ca
 
         bed = VirtualTestbed.of(pre)
         pre, clock, load = bed.pre, bed.clock, bed.load
+    elif settings.simulated:         # the live simulated server: the budget counts in its simulated seconds
+        from elsa_tune.tuner.simulated_time import SimulatedTestbed
+
+        sim = SimulatedTestbed.of(pre)
+        pre, clock, load = sim.pre, sim.clock, sim.load
     min_effect = args.min_effect / 100.0 if args.min_effect is not None else None
     try:
         with Interrupts() as interrupts:
