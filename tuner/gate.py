@@ -383,8 +383,12 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
 
     futile, rule = _futility(comparison, policy, look)
     if futile:
+        plain = comparison if policy.robust is None else compare(
+            ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio, null_delta=policy.null_delta,
+            winsor=policy.winsor, robust=None)
         return ctx.verdict(Decision.REJECT, futile, final=True, p_value=p_adj, mde=mde,
-                           extra={"futile": True, "futility": rule}, category=_futile_category(comparison, policy))
+                           extra={"futile": True, "futility": rule},
+                           category=_futile_category(comparison, plain, boundary_p))
     if last:
         low, high = comparison.ratio_bounds(policy.alpha)
         return ctx.verdict(Decision.INCONCLUSIVE,
@@ -656,10 +660,17 @@ def _guard_category(guard: GuardrailResult) -> ReasonCategory:
     return ReasonCategory.MEMORY_LOSS if guard.name in ("kv_pool_tokens", "memory_gain") else ReasonCategory.SLOWER
 
 
-def _futile_category(c: Comparison, policy: GatePolicy) -> ReasonCategory:
-    """A futility stop is "slower" only when the interval shows it (its upper bound below no change), else "no gain"."""
-    _, high = c.bounds(policy.alpha)
-    return ReasonCategory.SLOWER if high < min(0.0, c.null_delta) else ReasonCategory.NO_GAIN
+def _futile_category(c: Comparison, plain: Comparison, level: float) -> ReasonCategory:
+    """A futility stop is "slower" only under the same control as a keep, else "no gain".
+
+    "Slower" needs the upper bound at ``level`` (the efficacy boundary's nominal one-sided level at this look, the
+    level a keep must reach there) below no change (below the margin for a non-inferiority test), in the robust
+    comparison and in the plain one (``plain``, every boot at full weight) alike: the outlier rule down-weights slow
+    boots on either arm, and a slow incumbent boot left out makes a candidate look slower than its boots show.
+    """
+    ceiling = min(0.0, c.null_delta)
+    slower = all(comparison.bounds(level)[1] < ceiling for comparison in (c, plain))
+    return ReasonCategory.SLOWER if slower else ReasonCategory.NO_GAIN
 
 
 def _futility(c: Comparison, policy: GatePolicy, look: int) -> tuple[str, str]:
