@@ -52,7 +52,7 @@ class SimulatedTimeRuntime:
     runtime's; a launch that fails is charged like one that becomes ready, then ``BootFailed`` propagates.
     """
 
-    def __init__(self, inner: Runtime, clock: StudyClock, *, profile: str, model_path: str) -> None:
+    def __init__(self, inner: Runtime, clock: StudyClock, *, profile: str, model_path: str | None) -> None:
         self.inner = inner
         self.clock = clock
         self._plans = VirtualSGLang(profile, model_path=model_path, clock=VirtualClock())

@@ -19,6 +19,7 @@ import pytest
 
 from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
+from elsa_tune.runtime.protocol import Server
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
 from elsa_tune.tuner.preflight import run_preflight
@@ -34,7 +35,7 @@ HOST_PAUSE_S = 1.0
 class _SlowHost(SimulatedTimeRuntime):
     """The same runtime on a host that takes a wall-clock second of its own before every launch."""
 
-    def start(self, candidate: Candidate, boot_dir: Path) -> object:   # type: ignore[override]
+    def start(self, candidate: Candidate, boot_dir: Path) -> Server:
         time.sleep(HOST_PAUSE_S)
         return super().start(candidate, boot_dir)
 

@@ -22,6 +22,8 @@ from elsa_tune.tuner.argument_types import positive_float, positive_int
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.search_spaces.candidate import Candidate
     from elsa_tune.search_spaces.flag_file import FlagFile
+    from elsa_tune.tuner.load import ServerLoad
+    from elsa_tune.tuner.night import StudyClock
     from elsa_tune.tuner.preflight import Preflight
     from elsa_tune.tuner.settings import Settings
 
@@ -158,7 +160,8 @@ def _compare(args: argparse.Namespace, pre: Preflight, settings: Settings, a: Ca
 
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(run_dir / "compare.log")
-    clock, load = None, None
+    clock: StudyClock | None = None
+    load: ServerLoad | None = None
     if settings.virtual:
         from elsa_tune.tuner.virtual import VirtualTestbed
 
