@@ -72,7 +72,7 @@ class DecisionRecord:
 
     @property
     def category(self) -> ReasonCategory | None:
-        """Why it was (not) kept in the seeds' words (``history/reasons.py``); ``None`` when skipped."""
+        """Why it was (not) kept, in a rejection table's words (``history/reasons.py``); ``None`` when skipped."""
         if self.skipped:
             return None
         return reason_category(self.verdict, self.failure, self.ignored)

@@ -22,8 +22,13 @@ from elsa_tune.runtime.failure import Failure
 from elsa_tune.runtime.gpu import GpuState
 from elsa_tune.search_spaces.candidate import Candidate
 
-SCHEMA_VERSION = 1
-# schema history: 1 — first version (BootRecord, TrialRecord, Covariates).
+SCHEMA_VERSION = 2
+# schema history: 1 — first version (BootRecord, TrialRecord, Covariates); 2 — a boot's tag, gate slot (block,
+# position), per-pass gate measurements and quality reference are ``BootRecord`` fields (schema 1 kept them in
+# ``extra``; ``BootRecord.from_dict`` moves them).
+
+#: the ``extra`` keys of a schema-1 boot record that became fields (``gate_arm`` repeated ``arm``)
+_TYPED_EXTRA = ("tag", "block", "position", "passes", "quality_reference", "gate_arm")
 
 #: The keys a measurement dict may carry its output throughput under (``RunMeasurement.to_dict``).
 THROUGHPUT_KEYS = ("output_throughput_tok_s", "output_tok_s")
@@ -88,7 +93,12 @@ class BootRecord:
     ``output_throughput_tok_s``), in the order they ran; the first pass after a boot is warm-up.
     ``throughput_tok_s`` is the per-boot value the tuner used (warm-up discarded); when it is ``None``
     ``boot_throughput()`` derives it from the passes, or says ``None`` — never 0.
-    ``log_path`` is relative to the run directory.
+    ``log_path`` is relative to the run directory. ``tag`` is the booter's name for the boot (``baseline:0``,
+    ``screening:<technique>:ab:B1.0``): a resumed study finds its finished boots by it. ``block``/``position`` are
+    its slot in an A/B schedule, ``gate_passes`` the gate's per-pass measurements (``PassMeasurement`` fields, the
+    warm-up included) from which a resumed study rebuilds the gate's sample, ``quality_reference`` the answers the
+    quality gate compares later boots against (``QualitySample.to_dict``) when this boot recorded them.
+    ``extra`` is an opaque pass-through nobody branches on.
     """
 
     study: str
@@ -114,6 +124,11 @@ class BootRecord:
     note: str = ""
     schema_version: int = SCHEMA_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)
+    tag: str | None = None
+    block: int | None = None
+    position: int | None = None
+    gate_passes: tuple[Mapping[str, Any], ...] = ()
+    quality_reference: Mapping[str, Any] | None = None
 
     @property
     def seconds(self) -> float:
@@ -157,12 +172,23 @@ class BootRecord:
             "covariates": self.covariates.to_dict() if self.covariates else None,
             "min_free_gpu_bytes": self.min_free_gpu_bytes, "probes": [p.to_dict() for p in self.probes],
             "measurements": [dict(m) for m in self.measurements], "throughput_tok_s": self.throughput_tok_s,
-            "log_path": self.log_path, "note": self.note, "extra": dict(self.extra),
+            "log_path": self.log_path, "note": self.note, "extra": dict(self.extra), "tag": self.tag,
+            "block": self.block, "position": self.position, "gate_passes": [dict(p) for p in self.gate_passes],
+            "quality_reference": dict(self.quality_reference) if self.quality_reference is not None else None,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BootRecord:
+        """A boot record of any schema: one of schema 1 has its tag, slot, passes and reference moved out of
+        ``extra``."""
+        if int(data.get("schema_version", 1)) < 2:
+            extra = dict(data.get("extra") or {})
+            data = {**data, "schema_version": SCHEMA_VERSION, "tag": extra.get("tag"), "block": extra.get("block"),
+                    "position": extra.get("position"), "gate_passes": extra.get("passes") or (),
+                    "quality_reference": extra.get("quality_reference") or None,
+                    "extra": {k: v for k, v in extra.items() if k not in _TYPED_EXTRA}}
         report, failure, covariates = data.get("report"), data.get("failure"), data.get("covariates")
+        reference = data.get("quality_reference")
         return cls(
             study=str(data["study"]), boot_id=str(data["boot_id"]), boot_number=int(data["boot_number"]),
             trial_number=data.get("trial_number"), phase=Phase(data["phase"]), arm=Arm(data["arm"]),
@@ -177,7 +203,9 @@ class BootRecord:
             measurements=tuple(dict(m) for m in data.get("measurements", ())),
             throughput_tok_s=data.get("throughput_tok_s"), log_path=data.get("log_path"),
             note=str(data.get("note", "")), schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
-            extra=dict(data.get("extra", {})),
+            extra=dict(data.get("extra") or {}), tag=data.get("tag"), block=data.get("block"),
+            position=data.get("position"), gate_passes=tuple(dict(p) for p in data.get("gate_passes") or ()),
+            quality_reference=dict(reference) if isinstance(reference, Mapping) else None,
         )
 
 

@@ -84,10 +84,6 @@ class RunDir:
     def trials_dir(self) -> Path:
         return self.path / "trials"
 
-    @property
-    def ledger_path(self) -> Path:
-        return self.path.resolve().parent / LEDGER_FILE
-
     # ---- boots -----------------------------------------------------------------------------------
 
     def new_boot(self, label: str) -> BootSlot:

@@ -158,11 +158,9 @@ def refuse_finished(run_dir: Path, *, flag: str = "--out") -> None:
 
 
 def _legacy(study: StudyRecord) -> RunIdentity:
-    digest = study.extra.get("space_digest")
-    settings = study.extra.get("settings")
-    space = settings.get("space") if isinstance(settings, Mapping) else None
+    digest, space = study.space_digest, study.settings.get("space")
     return RunIdentity(RunKind.STUDY, study.name, space=str(space) if space else None,
-                       space_digest=_short(digest) if isinstance(digest, str) and digest else None,
+                       space_digest=_short(digest) if digest else None,
                        traffic=study.traffic or None, setup=study.fingerprint.key(),
                        setup_text=study.fingerprint.describe())
 

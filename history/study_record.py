@@ -14,8 +14,12 @@ from typing import Any
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.search_spaces.candidate import Candidate
 
-SCHEMA_VERSION = 1
-# schema history: 1 — first version.
+SCHEMA_VERSION = 2
+# schema history: 1 — first version; 2 — the settings, space digest, notes, confirmation and worker are fields
+# (schema 1 kept them in ``extra``; ``StudyRecord.from_dict`` moves them).
+
+#: the ``extra`` keys of a schema-1 study record that became fields
+_TYPED_EXTRA = ("settings", "space_digest", "notes", "confirmation", "worker")
 
 
 class StudyStatus(enum.Enum):
@@ -23,6 +27,30 @@ class StudyStatus(enum.Enum):
     FINISHED = "finished"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+
+
+class ConfirmationStatus(enum.Enum):
+    """How the confirmation phase ended for the recommended configuration."""
+
+    CONFIRMED = "confirmed"          # its A/B against the baseline on fresh boots (and the soak) held
+    UNCONFIRMED = "unconfirmed"      # recommended without a confirmation that showed it (no time, no gain shown)
+    REJECTED = "rejected"            # the confirmation or the soak failed it: the baseline is recommended
+    NOT_NEEDED = "not needed"        # nothing beat the baseline
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The confirmation's status and, in a sentence, why."""
+
+    status: ConfirmationStatus
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
+        return cls(status=ConfirmationStatus(data["status"]), detail=str(data.get("detail", "")))
 
 
 @dataclass(frozen=True)
@@ -79,6 +107,10 @@ class StudyRecord:
 
     ``incumbent`` is the best configuration so far (the winner once ``status`` is FINISHED).
     ``port``, ``image`` and ``shm_size`` describe how the winner is to be deployed (``best/``).
+    ``settings`` are the study's settings as ``Settings.to_dict`` wrote them, ``space_digest`` the digest of the
+    search space it ran, ``notes`` what the study noted on the way, ``confirmation`` how the confirmation phase
+    ended (``None`` before it did), ``worker`` a search worker's own counters (``WorkerStats.to_dict``, its
+    ``gpu`` among them) when the record is a worker's. ``extra`` is an opaque pass-through nobody branches on.
     """
 
     name: str
@@ -101,22 +133,42 @@ class StudyRecord:
     note: str = ""
     schema_version: int = SCHEMA_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    space_digest: str | None = None
+    notes: tuple[str, ...] = ()
+    confirmation: Confirmation | None = None
+    worker: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data.update(fingerprint=self.fingerprint.to_dict(), baseline=self.baseline.to_dict(),
                     incumbent=self.incumbent.to_dict(), status=self.status.value,
                     phases=[p.to_dict() for p in self.phases], noise=self.noise.to_dict() if self.noise else None,
-                    extra=dict(self.extra))
+                    extra=dict(self.extra), settings=dict(self.settings), notes=list(self.notes),
+                    confirmation=self.confirmation.to_dict() if self.confirmation is not None else None,
+                    worker=dict(self.worker) if self.worker is not None else None)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StudyRecord:
+        """A study record of any schema: one of schema 1 has its settings, digest, notes, confirmation and worker
+        moved out of ``extra`` (a confirmation status it never reached, ``""``, reads as ``None``)."""
+        if int(data.get("schema_version", 1)) < 2:
+            extra = dict(data.get("extra") or {})
+            confirmation = extra.get("confirmation")
+            data = {**data, "schema_version": SCHEMA_VERSION, "settings": extra.get("settings") or {},
+                    "space_digest": extra.get("space_digest") or None, "notes": extra.get("notes") or (),
+                    "confirmation": confirmation if isinstance(confirmation, Mapping) and confirmation.get("status")
+                    else None, "worker": extra.get("worker"),
+                    "extra": {k: v for k, v in extra.items() if k not in _TYPED_EXTRA}}
         kwargs = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        noise = data.get("noise")
+        noise, confirmation, worker = data.get("noise"), data.get("confirmation"), data.get("worker")
         kwargs.update(fingerprint=Fingerprint.from_dict(data["fingerprint"]),
                       baseline=Candidate.from_dict(data["baseline"]), incumbent=Candidate.from_dict(data["incumbent"]),
                       status=StudyStatus(data.get("status", "running")),
                       phases=tuple(PhaseSpan.from_dict(p) for p in data.get("phases", ())),
-                      noise=NoiseRecord.from_dict(noise) if noise else None, extra=dict(data.get("extra", {})))
+                      noise=NoiseRecord.from_dict(noise) if noise else None, extra=dict(data.get("extra") or {}),
+                      settings=dict(data.get("settings") or {}), notes=tuple(str(n) for n in data.get("notes") or ()),
+                      confirmation=Confirmation.from_dict(confirmation) if isinstance(confirmation, Mapping) else None,
+                      worker=dict(worker) if isinstance(worker, Mapping) else None)
         return cls(**kwargs)

@@ -89,7 +89,7 @@ def compare_accuracy(baseline: Sequence[bool], candidate: Sequence[bool]) -> Acc
 
 
 def acceptance_collapsed(baseline: float | None, candidate: float | None, ratio: float = 0.7) -> bool | None:
-    """Seed 000's FR-Spec bug: nothing errors, the draft just guesses badly. ``None`` when unknown."""
+    """A broken draft (e.g. FR-Spec on a repacked head): nothing errors, acceptance collapses. ``None`` when unknown."""
     if baseline is None or candidate is None or baseline <= 1.0:
         return None
     # compare the extra tokens per step beyond the bonus token, where collapse shows first

@@ -1,7 +1,8 @@
 """The quality gate: does a candidate answer as well as the baseline? Catches silent garbage.
 
-A fast candidate that answers fluently and wrongly must never win (seeds 000 and 002). The gate
-records a ``QualityReference`` on the baseline's first boot and compares every candidate with it:
+A fast candidate that answers fluently and wrongly must never win; a wrong kernel or a cache race
+produces one without an error. The gate records a ``QualityReference`` on the baseline's first boot
+and compares every candidate with it:
 
 - greedy outputs on a fixed prompt set, compared with a tolerant metric (batching and speculative
   decoding legitimately change low-probability tokens);
@@ -9,9 +10,9 @@ records a ``QualityReference`` on the baseline's first boot and compares every c
   (McNemar's exact test), so one flipped answer is not a regression but a collapse is;
 - tool-call validity: arguments that parse and satisfy the declared schema;
 - cache-hit correctness: the same long-context questions asked again once their prefix is cached must
-  give the cold answers (seed 002: every host-cache hit answered fluently and wrongly);
+  give the cold answers (a host-cache read race answers every host hit fluently and wrongly);
 - speculative acceptance (``/server_info`` ``avg_spec_accept_length``) collapsing against the baseline
-  (seed 000's FR-Spec bug: nothing errors, the draft just guesses badly).
+  (FR-Spec on a repacked output head: nothing errors, the draft just guesses badly).
 """
 
 from __future__ import annotations

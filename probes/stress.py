@@ -1,9 +1,10 @@
 """OOM-safe stress probes, run on every candidate's first boot before anything is measured.
 
 - ``LongContextProbe``: one prompt as long as the study's context target allows (never more than the
-  ``max_total_num_tokens`` the server really reported, seed 004 trap 2) with needles at several depths.
+  ``max_total_num_tokens`` the server really reported: ``--context-length`` only declares) with needles at several
+  depths.
 - ``LongContextProbe(concurrent=True)``: the same, next to long sampled generations filling the other
-  running slots (seed 000's stress test: a 200K prompt beside seven long generations).
+  running slots (a 200K prompt beside seven long generations fails memory fractions that benchmarks pass).
 - ``BurstProbe``: the busiest window of the traffic at the slot limit, through the load generator.
 - ``SoakProbe``: mixed traffic for a configured duration (final confirmation).
 
@@ -174,7 +175,7 @@ def retractions(log_path: Path, start: int = 0) -> tuple[int, tuple[str, ...]]:
 
 
 def prompt_budget(server: Server, target_tokens: int) -> int:
-    """``target_tokens`` capped by the pool and context length the server really reported (seed 004 trap 2)."""
+    """``target_tokens`` capped by the pool and context length the server really reported, not the declared one."""
     report = server.report
     limits = [target_tokens]
     if report.max_total_num_tokens:

@@ -1,7 +1,7 @@
-"""The vision probe: a long request with a maximum-size image (seed 001's crash).
+"""The vision probe: a long request with a maximum-size image.
 
-On October 25 a 29K-token request with a maximum-size image crashed a server 144 MiB short of memory,
-after two hours of real traffic: the vision encoder's temporaries live outside the KV pool, so a config
+A 29K-token request with a maximum-size image can crash a server 144 MiB short of memory after hours of
+text traffic went well: the vision encoder's temporaries live outside the KV pool, so a config
 that leaves too little headroom survives text traffic and dies on the first big image. The probe sends
 that request on the first boot: one maximum-size image (a real PNG, ``max_pixels`` pixels) beside a
 needle-in-a-haystack text that brings the request to ``target_tokens``, and checks the needle comes back.
@@ -28,7 +28,7 @@ from elsa_tune.runtime.protocol import Server
 
 #: Qwen-VL's default ``max_pixels`` (16384 tokens of 28 x 28 pixels): the largest image its processor keeps
 MAX_IMAGE_PIXELS = 16384 * 28 * 28
-#: seed 001's crashing request
+#: the request length at which a maximum-size image is known to crash a tight config
 DEFAULT_TARGET_TOKENS = 29_000
 _QUESTION_WORDS = 60
 

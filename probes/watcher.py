@@ -1,7 +1,8 @@
 """Memory headroom: sample the GPU's free memory through the runtime's ``GpuView`` while load runs.
 
 The minimum free memory is part of every boot record; a candidate whose headroom falls below the
-study's floor is rejected even if it survived (seed 001 ran at 825 MiB and once crashed 144 MiB short).
+study's floor is rejected even if it survived: a server with 825 MiB free at worst under text can still
+crash 144 MiB short on one maximum-size image.
 """
 
 from __future__ import annotations

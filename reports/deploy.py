@@ -1,15 +1,15 @@
-"""``best/``: the winner, ready to deploy — launch script, Compose service, SGLang config, and what clients must know.
+"""``best/``: the winner, ready to deploy — launch script, Compose service, server config, and what clients must know.
 
 * ``launch.sh``: the command (environment included) the study measured, executable, every word shell-quoted;
   the address it serves on is a variable at the top (``BIND_HOST``, loopback unless the operator says otherwise).
 * ``docker-compose.yml``: one service shaped like SGLang's own Compose example (``ipc: host``, ``ulimits``,
   ``HF_TOKEN`` from the environment, the Hugging Face cache), the image pinned by digest when the runtime reported
   one, the GPU pinned by UUID, the port published on the host's loopback address.
-* ``server-args.yaml``: a flat SGLang config — dashed flag names to values — that
-  ``python -m sglang.launch_server --config server-args.yaml`` reads; study, label, verdict and environment are
-  comments.
+* ``server-args.yaml``: a flat config — dashed flag names to values — that the runtime's ``--config`` reads
+  (``python -m sglang.launch_server --config server-args.yaml``, ``vllm serve --config server-args.yaml`` with the
+  model under ``model:``); study, label, verdict and environment are comments.
 * ``client.json`` / ``client.md``: the numbers clients must be told — the REAL ``max_total_num_tokens`` and
-  effective running slots from the winner's boots, not the declared ``--context-length`` (seed 004).
+  effective running slots from the winner's boots, not the declared ``--context-length`` (it reserves nothing).
 
 Float flags are written with :func:`deployable` (four significant digits, what a person types and SGLang parses
 to the same number the study measured within 0.05%); the measured value is kept in a comment when they differ.
@@ -109,13 +109,21 @@ def family_of(report: Report) -> RuntimeFamily:
     return of_runtime_name(report.fingerprint.runtime if report.fingerprint is not None else None)
 
 
-def server_argv(report: Report, candidate: Candidate, *, host: str = DEPLOY_HOST) -> list[str]:
-    """The candidate's flags plus what a deployment needs: the model, the bind address and the port."""
-    argv: list[str] = candidate.argv()
+def server_argv(report: Report, candidate: Candidate, *, host: str = DEPLOY_HOST,
+                positional: bool = True) -> list[str]:
+    """The candidate's flags plus what a deployment needs: the model, the bind address and the port.
+
+    The model comes first: as the launch's positional argument where the family's launch takes one (``vllm serve
+    MODEL``) and ``positional`` allows it, else under the family's model flag (what a config file holds)."""
+    runtime = family_of(report)
     model = _model_path(report, candidate)
-    model_flag = family_of(report).model_flag
-    if model_flag not in candidate.flags and model:
-        argv = [f"--{model_flag}", model, *argv]
+    model_flag = runtime.model_flag
+    flags = dict(candidate.flags)
+    flags.pop(model_flag, None)
+    argv: list[str] = Candidate(flags=flags, env=candidate.env).argv()
+    if model:
+        argv = [model, *argv] if positional and runtime.deployment.model_positional else \
+            [f"--{model_flag}", model, *argv]
     if "host" not in candidate.flags:
         argv += ["--host", host]
     if "port" not in candidate.flags:
@@ -136,7 +144,8 @@ def launch_script(report: Report, candidate: Candidate) -> str:
              "# The address the server listens on: loopback by default; 0.0.0.0 serves every interface.",
              f'BIND_HOST="${{BIND_HOST:-{DEPLOY_HOST}}}"']
     if is_simulated(report):
-        lines.append(f"echo {shlex.quote(SIMULATED + ': this starts the simulated SGLang of elsa-tune.')} >&2")
+        display = family_of(report).deployment.display_name
+        lines.append(f"echo {shlex.quote(f'{SIMULATED}: this starts the simulated {display} of elsa-tune.')} >&2")
     if fp is not None and fp.gpu_uuid and not fp.gpu_uuid.startswith(HOST_UUID_PREFIX):
         lines.append(f"export CUDA_VISIBLE_DEVICES={shlex.quote(fp.gpu_uuid)}")
     lines += [f"export {_env_name(k)}={shlex.quote(v)}" for k, v in candidate.env.items()]
@@ -150,7 +159,7 @@ def image_of(report: Report) -> tuple[str, str]:
     """The container image to deploy and a comment on how it was chosen.
 
     The digest the runtime reported wins (the exact bytes measured), then the image the study was told to run,
-    then the upstream image of the measured SGLang version.
+    then the upstream image of the measured runtime version.
     """
     fp, study = report.fingerprint, report.study
     if fp is not None and fp.image_digest and "@sha256:" in fp.image_digest:
@@ -163,10 +172,11 @@ def image_of(report: Report) -> tuple[str, str]:
         return upstream, ("the study ran outside a container: the upstream image of this runtime; pin the tag of "
                           "the build you measured before deploying")
     version = fp.runtime_version if fp is not None and fp.runtime_version else None
+    name = deployment.display_name
     if version:
         return (f"{upstream}:v{version}", "the study ran outside a container: the upstream image of the "
-                "measured SGLang version; use your own build if the study ran a patched one")
-    return (f"{upstream}:latest", "the runtime reported no version: pin the image of the SGLang you "
+                f"measured {name} version; use your own build if the study ran a patched one")
+    return (f"{upstream}:latest", f"the runtime reported no version: pin the image of the {name} you "
             "measured before deploying")
 
 
@@ -223,7 +233,7 @@ def server_args_file(report: Report, candidate: Candidate) -> str:
               *[f"{ENV_COMMENT}{_env_name(k)}={shlex.quote(v)}"
                 for k, v in candidate.env.items()],
               f"# Use: {family_of(report).deployment.config_use}"]
-    data = _config(server_argv(report, candidate))
+    data = _config(server_argv(report, candidate, positional=False))
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
     return "\n".join(header) + "\n" + body
 
@@ -325,11 +335,11 @@ def _rounded(report: Report, deployed: Candidate) -> list[str]:
 def _stamp(report: Report, prefix: str, suffix: str = "") -> list[str]:
     if not is_simulated(report):
         return []
-    return [f"{prefix}{SIMULATED}: these numbers come from elsa-tune's simulated SGLang, not from a GPU.{suffix}"]
+    return [f"{prefix}{SIMULATED}: these numbers come from elsa-tune's simulated runtime, not from a GPU.{suffix}"]
 
 
 def _model_path(report: Report, candidate: Candidate) -> str | None:
-    value = candidate.flags.get("model-path")
+    value = candidate.flags.get(family_of(report).model_flag)
     if isinstance(value, str) and value:
         return value
     return report.fingerprint.model_path if report.fingerprint else None

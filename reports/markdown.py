@@ -107,7 +107,7 @@ def _summary(report: Report) -> list[str]:
 
 def _decision(report: Report) -> list[str]:
     d = report.decision()
-    out = ([f"> **{SIMULATED}:** every number below comes from elsa-tune's simulated SGLang, not from a GPU.", ""]
+    out = ([f"> **{SIMULATED}:** every number below comes from elsa-tune's simulated runtime, not from a GPU.", ""]
            if d.simulated else [])
     out += ["## Decision", "", f"**{text(d.action)}.**", "",
             f"- **Effect:** {text(d.effect)}",

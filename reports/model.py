@@ -23,6 +23,7 @@ from elsa_tune.history.run_dir import History, RunDir
 from elsa_tune.history.study_record import NoiseRecord, StudyRecord
 from elsa_tune.history.verdict import Verdict
 from elsa_tune.reports import units
+from elsa_tune.runtime.family import of_runtime_name
 from elsa_tune.search_spaces.candidate import Candidate
 
 KEPT_WORDS = {Kept.YES: "Yes", Kept.NO: "No", Kept.INCONCLUSIVE: "No (inconclusive)", Kept.SKIPPED: "Skipped"}
@@ -129,7 +130,8 @@ class ClientNumbers:
     """What clients must be told, from the winner's boots (the smallest seen when boots differ).
 
     ``declared_context_length`` is what ``--context-length`` asked for; ``max_request_tokens`` is what
-    really fits: ``min(context_len, max_total_num_tokens)`` (seed 004 trap 2). ``None`` means not measured.
+    really fits: ``min(context_len, max_total_num_tokens)`` (``--context-length``
+    reserves nothing). ``None`` means not measured.
     """
 
     max_total_num_tokens: int | None
@@ -201,11 +203,16 @@ class Report:
             text += f"; and {len(self.incomplete_boots)} boot folder(s) the study was stopped during"
         return text
 
+    def config_use(self) -> str:
+        """How the measured runtime family takes ``best/server-args.yaml`` (its ``Deployment.config_use``)."""
+        return of_runtime_name(self.fingerprint.runtime if self.fingerprint is not None else None
+                               ).deployment.config_use
+
     def decision(self) -> Decision:
         """The decision the report leads with: deploy the confirmed winner, or keep the baseline, and why."""
         files = (("best/launch.sh", "run it on this host"),
                  ("best/docker-compose.yml", "or run it in a container: docker compose -f best/docker-compose.yml up"),
-                 ("best/server-args.yaml", "or give it to SGLang: --config best/server-args.yaml"),
+                 ("best/server-args.yaml", f"its flags as a file: {self.config_use()}"),
                  ("best/client.md", "the request limits clients must be told"))
         changes = tuple(self.winner_changes())
         confirmed = self.confirmation is not None and self.confirmation.verdict is not None
@@ -444,7 +451,7 @@ def worker_trials(run_dir: Path) -> tuple[list[TrialRecord], dict[int, str]]:
     workers: list[tuple[str, str, History]] = []
     for folder in sorted(p for p in run_dir.iterdir() if p.is_dir() and (p / "study.json").is_file()):
         history = RunDir(folder).load()
-        worker = history.study.extra.get("worker") if history.study else None
+        worker = history.study.worker if history.study else None
         if isinstance(worker, Mapping) and worker.get("gpu") is not None:
             workers.append((folder.name, str(worker["gpu"]), history))
     boots = {(name, b.boot_id): (gpu, b.trial_number) for name, gpu, h in workers for b in h.boots

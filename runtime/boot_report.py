@@ -4,7 +4,10 @@ The fields are one vocabulary for every runtime family: ``max_total_num_tokens``
 (SGLang's pool, llama.cpp's total KV cells), ``max_running_requests`` the effective concurrent slots,
 ``context_len`` the longest request one slot holds (llama.cpp's ``n_ctx_seq``). Schema 2 adds what a runtime
 that splits memory across devices and slots reports: the buffers per device, the layers offloaded, whether
-the KV cache is one unified pool, and whether speculative decoding is active.
+the KV cache is one unified pool, and whether speculative decoding is active. Schema 3 adds
+``max_concurrency``: how many requests of ``context_len`` tokens the KV pool holds at once, as the runtime
+printed it (vLLM's ``Maximum concurrency for … tokens per request: 6.49x``; not derived, since a hybrid model's
+is not the pool divided by the context).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class BootReport:
     kv_unified: bool | None = None
     speculative: bool | None = None
     pool_fixed_by_context: bool = False
+    max_concurrency: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -124,6 +128,6 @@ class BootReport:
         kwargs["warnings"] = tuple(data.get("warnings", ()))
         kwargs["server_args"] = dict(data.get("server_args", {}))
         kwargs["buffers"] = tuple(DeviceBuffer(**b) for b in data.get("buffers", ()))
-        kwargs["schema_version"] = SCHEMA_VERSION   # schema 1 records read as schema 2 with the new fields empty
+        kwargs["schema_version"] = SCHEMA_VERSION   # older records read as schema 3 with the new fields empty
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in kwargs.items() if k in known})

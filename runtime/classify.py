@@ -82,7 +82,7 @@ def _bad_flag(ctx: _Context) -> Failure | None:
 def _port_in_use(ctx: _Context) -> Failure | None:
     hits = ctx.find(re.compile(r"Address already in use|\[Errno 98\]|address is already in use"
                                r"|port \d+ is (?:already )?in use", re.IGNORECASE))
-    if hits or ctx.hints.extra.get("port_in_use"):
+    if hits or ctx.hints.port_in_use:
         return _failure(ctx, FailureKind.PORT_IN_USE, "the server port was already taken by another process",
                         "stop the stale server holding the port (`ss -ltnp`); elsa-tune picks a fresh free "
                         "--port on the next boot", ctx.evidence(hits, after=0))

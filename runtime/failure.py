@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -12,7 +12,8 @@ SCHEMA_VERSION = 1
 
 class FailureKind(enum.Enum):
     """How a runtime failed: each kind is recognised from the server's log by its family's classifier
-    (``runtime/classify.py`` for SGLang, ``runtime/llamacpp/classify.py`` for llama.cpp)."""
+    (``runtime/classify.py`` for SGLang, ``runtime/llamacpp/classify.py`` for llama.cpp,
+    ``runtime/vllm/classify.py`` for vLLM)."""
 
     BAD_FLAG = "bad_flag"                  # argparse exit 2 before any log
     WEIGHTS_OOM = "weights_oom"            # CUDA OOM while loading weights
@@ -29,6 +30,8 @@ class FailureKind(enum.Enum):
     COMPUTE_BUFFER_OOM = "compute_buffer_oom"  # llama.cpp: the per-batch compute buffer could not be allocated
     CONTEXT_EXCEEDED = "context_exceeded"      # llama.cpp: a request longer than one slot's context (HTTP 400)
     MODEL_LOAD_FAILED = "model_load_failed"    # llama.cpp: the GGUF file cannot be opened or loaded
+    PROFILE_OOM = "profile_oom"                # vLLM: CUDA OOM in the profiling run (one dummy batch at boot)
+    GPU_BUSY = "gpu_busy"                      # vLLM: less free GPU memory at start than the utilization asks
 
 
 @dataclass(frozen=True)
@@ -68,4 +71,5 @@ class FailureHints:
     elapsed_s: float | None = None
     became_ready: bool = False
     timed_out: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: the launcher found the port taken (a log without the runtime's own bind error still files as PORT_IN_USE)
+    port_in_use: bool = False

@@ -2,10 +2,12 @@
 
 A ``RuntimeFamily`` owns everything a study needs to know about one kind of server and nothing about how it
 is run (a process, a container, a simulated card): its default launch command and the flags it reserves
-(host, port), how its own ``--help`` lists flags, the log line that says it is ready, how its startup log
-becomes a ``BootReport``, how a failure in its log becomes a classified ``Failure`` (and which failures stop
-the whole study), what its info endpoints serve, and the Prometheus series its ``/metrics`` exports. The
-process and Docker runtimes take a family; nothing else in the tuner asks which one it was given.
+(host, port), how its own help lists flags (``--help``; vLLM's ``--help=all``) and reads a launch command, the
+log line that says it is ready (or none: vLLM 0.33 is ready when ``/health`` answers), how its startup log
+becomes a ``BootReport`` and how ``log explain`` shows one, how a failure in its log becomes a classified
+``Failure`` (and which failures stop the whole study), what its info endpoints serve, the Prometheus series its
+``/metrics`` exports, and how its winner is deployed. The process and Docker runtimes take a family; nothing
+else in the tuner asks which one it was given.
 
 ``family(name)`` returns the implementation of a ``FamilyName``; ``detect(log_text)`` the family whose log a
 text is. ``tests/runtime/test_family_contract.py`` is the suite every family passes.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -34,6 +36,7 @@ class FamilyName(enum.Enum):
 
     SGLANG = "sglang"
     LLAMACPP = "llamacpp"
+    VLLM = "vllm"
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,9 @@ class MetricNames:
     Counters: ``prompt_tokens``, ``generation_tokens``, ``cached_prompt_tokens``, ``requests`` (finished
     requests), ``spec_draft_tokens`` and ``spec_accepted_tokens``. Gauges: ``running``, ``waiting`` and
     ``kv_usage`` (a fraction). ``missing`` says in a sentence what a workload recorded from these series cannot
-    recover.
+    recover. ``renamed`` maps a series' name in older versions of the runtime to its name here
+    (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``). ``prompt_includes_cached`` says whether the
+    prompt counter counts the tokens served from the prefix cache too (vLLM) or only those processed (llama.cpp).
     """
 
     prefix: str
@@ -57,13 +62,17 @@ class MetricNames:
     spec_draft_tokens: str | None
     spec_accepted_tokens: str | None
     missing: str = ""
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    prompt_includes_cached: bool = False
 
 
 @dataclass(frozen=True)
 class Deployment:
     """How a family's winner is deployed (``best/``): its upstream container image and the launch inside it,
-    how ``server-args.yaml`` is used, the Compose service's name, the runtime's name in the files' headers, and
-    whether the image has a tag per runtime version (``v0.5.23``) or one moving tag (``server-cuda``)."""
+    how ``server-args.yaml`` is used, the Compose service's name, the runtime's name in the files' headers,
+    whether the image has a tag per runtime version (``v0.5.23``) or one moving tag (``server-cuda``), and
+    whether the launch takes the model as its first positional argument (vLLM's ``vllm serve MODEL``; its config
+    file names it by the model flag all the same)."""
 
     upstream_image: str
     container_launch: tuple[str, ...]
@@ -71,6 +80,15 @@ class Deployment:
     service: str
     display_name: str
     tag_per_version: bool
+    model_positional: bool = False
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """One titled block of ``log explain``'s text: labelled values, in order."""
+
+    title: str
+    rows: tuple[tuple[str, str], ...]
 
 
 class RuntimeFamily(Protocol):
@@ -90,8 +108,19 @@ class RuntimeFamily(Protocol):
         ...
 
     @property
-    def ready_line(self) -> str:
-        """A fragment of the log line the server prints once it serves; readiness also needs ``/health``."""
+    def ready_line(self) -> str | None:
+        """A fragment of the log line the server prints once it serves, or ``None`` when it prints none (vLLM
+        0.33): then readiness is ``/health`` alone. Readiness always needs ``/health``."""
+        ...
+
+    @property
+    def help_flag(self) -> str:
+        """The argument that makes the launch command list every flag it accepts (``--help``, ``--help=all``)."""
+        ...
+
+    @property
+    def help_env(self) -> Mapping[str, str]:
+        """Environment variables the help listing needs on any machine (vLLM's device type without a GPU)."""
         ...
 
     @property
@@ -127,6 +156,16 @@ class RuntimeFamily(Protocol):
         """The flags the runtime's own ``--help`` text lists."""
         ...
 
+    def read_flags(self, text: str) -> Candidate:
+        """The requested flags of a launch command (or of flags alone) in this family's spelling, under the names
+        ``Candidate.flags`` uses; ``ConfigError`` for text that is not one."""
+        ...
+
+    def explain(self, report: BootReport) -> tuple[ReportSection, ...]:
+        """What ``log explain`` shows of a boot report in this family's words, first the report itself (buffers,
+        phases, adjustments, warnings and the failure are shown the same way for every family)."""
+        ...
+
     def boot_report(self, log_text: str, candidate: Candidate | None = None,
                     info: Mapping[str, Any] | None = None) -> BootReport:
         """What a boot really produced: the startup log, then the info endpoints, then the adjustments
@@ -155,7 +194,8 @@ class RuntimeFamily(Protocol):
 
 
 def of_runtime_name(runtime: str | None) -> RuntimeFamily:
-    """The family of a fingerprint's runtime name (``sglang``, ``sglang-sim``, ``llamacpp``); SGLang by default."""
+    """The family of a fingerprint's runtime name (``sglang``, ``sglang-sim``, ``llamacpp``, ``vllm``); SGLang by
+    default."""
     for name in FamilyName:
         if runtime is not None and runtime.split("-")[0] == name.value:
             return family(name)
@@ -173,6 +213,10 @@ def family(name: FamilyName | str) -> RuntimeFamily:
         from elsa_tune.runtime.llamacpp.family import LLAMACPP
 
         return LLAMACPP
+    if key is FamilyName.VLLM:
+        from elsa_tune.runtime.vllm.family import VLLM
+
+        return VLLM
     from elsa_tune.runtime.sglang import SGLANG
 
     return SGLANG

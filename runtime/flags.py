@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,57 @@ class FlagProblem:
         return f"--{self.flag}: {self.message}{hint}"
 
 
+def read_command(text: str, *, canonical: Callable[[str], str], single_dash: bool = False,
+                 positional_after: str | None = None, positional_flag: str = "") -> dict[str, str | int | float | bool]:
+    """The flags of a launch command (or of flags alone) as the shell would split it, under ``canonical`` names.
+
+    Anything before the first flag is the program and is ignored, except the word after ``positional_after``
+    (vLLM's ``serve MODEL``), read as ``positional_flag``. ``--name value``, ``--name=value`` and a switch
+    (``--name`` followed by another flag or nothing) are read; ``single_dash`` also reads ``-c 4096`` (llama.cpp,
+    vLLM's ``-tp 2``). Values are numbers where they read as numbers. ``ConfigError`` for text the shell cannot
+    split or a value with no flag before it.
+    """
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"--flags cannot be parsed: {exc}", remedy="quote the flags as one shell string") from exc
+
+    def is_flag(token: str) -> bool:
+        if single_dash:
+            return token.startswith("-") and len(token) > 1 and not isinstance(_number(token), int | float)
+        return token.startswith("--")
+
+    flags: dict[str, str | int | float | bool] = {}
+    i = next((n for n, t in enumerate(tokens) if is_flag(t)), len(tokens))
+    if positional_after is not None and positional_after in tokens[:i]:
+        at = tokens.index(positional_after) + 1
+        if at < i:
+            flags[positional_flag] = tokens[at]
+    while i < len(tokens):
+        token = tokens[i]
+        if not is_flag(token):
+            raise ConfigError(f"--flags: unexpected value {token!r}", remedy='write flags as "--name value --switch"')
+        name, eq, inline = token.lstrip("-").partition("=")
+        name = canonical(name.replace("_", "-"))
+        if eq:
+            flags[name], i = inline, i + 1
+        elif i + 1 < len(tokens) and not is_flag(tokens[i + 1]):
+            flags[name], i = _number(tokens[i + 1]), i + 2
+        else:
+            flags[name], i = True, i + 1
+    return flags
+
+
+def _number(text: str) -> int | float | str:
+    text = text.strip()
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def parse_help(text: str, source: str = "") -> FlagSet:
     """Harvest the flags of an argparse ``--help`` text (the option lines, not the prose)."""
     names: set[str] = set()
@@ -83,10 +135,11 @@ def parse_help(text: str, source: str = "") -> FlagSet:
 
 
 def harvest(launch: Sequence[str], *, timeout_s: float = 300.0, env: Mapping[str, str] | None = None,
-            parse: Callable[[str, str], FlagSet] | None = None) -> FlagSet:
-    """Run ``<launch> --help`` (bounded; importing SGLang takes a while) and parse its flags with ``parse`` (an
-    argparse help text by default: SGLang's)."""
-    argv = [*launch, "--help"]
+            parse: Callable[[str, str], FlagSet] | None = None, help_flag: str = "--help") -> FlagSet:
+    """Run ``<launch> <help_flag>`` (bounded; importing SGLang takes a while) and parse its flags with ``parse`` (an
+    argparse help text by default: SGLang's). ``help_flag`` is the family's (vLLM lists every flag only under
+    ``--help=all``); ``env`` replaces the environment when given."""
+    argv = [*launch, help_flag]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
                               env=None if env is None else dict(env), stdin=subprocess.DEVNULL)

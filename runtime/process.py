@@ -100,7 +100,8 @@ class ServerProcess:
     def flag_set(self) -> FlagSet:
         """The launch command's own ``--help`` flag list (bounded: importing a Python runtime takes a while)."""
         self._check_launch()
-        return harvest(self.launch, timeout_s=300.0, parse=self._family.parse_help)
+        return harvest(self.launch, timeout_s=300.0, parse=self._family.parse_help, help_flag=self._family.help_flag,
+                       env={**os.environ, **self._family.help_env})
 
     # ---- start ------------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 A reader thread owns the file: every chunk is written and flushed as it arrives (so a killed study
 still leaves the log), lines are re-assembled across chunk boundaries, and two events are set:
-``ready`` when the ready line appears, ``closed`` when the stream ends (the server's output closed,
+``ready`` when the ready line appears (at once when there is none: a runtime whose readiness is its ``/health``
+alone, as vLLM 0.33's), ``closed`` when the stream ends (the server's output closed,
 usually because it died). Used by the process runtime (a pipe) and the Docker runtime (a log stream).
 """
 
@@ -19,9 +20,10 @@ log = logging.getLogger(__name__)
 
 
 class LogTee(threading.Thread):
-    """Read ``chunks`` to the end, appending them to ``path``; set ``ready`` on ``ready_line``."""
+    """Read ``chunks`` to the end, appending them to ``path``; set ``ready`` on ``ready_line`` (at once when it is
+    ``None``)."""
 
-    def __init__(self, chunks: Iterable[bytes], path: Path, *, ready_line: str = READY_LINE,
+    def __init__(self, chunks: Iterable[bytes], path: Path, *, ready_line: str | None = READY_LINE,
                  on_close: Callable[[], None] | None = None) -> None:
         super().__init__(name=f"log-tee:{path.parent.name}", daemon=True)
         self.path = path
@@ -31,6 +33,8 @@ class LogTee(threading.Thread):
         self._chunks = chunks
         self._on_close = on_close
         self._partial = ""
+        if ready_line is None:
+            self.ready.set()
 
     def run(self) -> None:
         try:
@@ -43,13 +47,15 @@ class LogTee(threading.Thread):
         except (OSError, ValueError) as exc:  # the stream was closed under us (stop) or the disk failed
             log.debug("log tee %s ended: %s", self.path, exc)
         finally:
-            if self._partial and self.ready_line in self._partial:
+            if self._partial and self.ready_line is not None and self.ready_line in self._partial:
                 self.ready.set()
             self.closed.set()
             if self._on_close is not None:
                 self._on_close()
 
     def _watch(self, text: str) -> None:
+        if self.ready_line is None:
+            return
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()
         if any(self.ready_line in line for line in lines):

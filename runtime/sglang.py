@@ -20,8 +20,8 @@ from elsa_tune.runtime import flags as sglang_flags
 from elsa_tune.runtime import startup_log
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureHints
-from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames
-from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames, ReportSection
+from elsa_tune.runtime.flags import FlagSet, read_command
 from elsa_tune.search_spaces.candidate import Candidate
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ class SGLangFamily:
     model_flag = "model-path"
     slots_flag = "max-running-requests"
     ready_line = startup_log.READY_LINE
+    help_flag = "--help"
+    help_env: Mapping[str, str] = {}
     metrics = MetricNames(
         prefix="sglang:", prompt_tokens="sglang:prompt_tokens_total",
         generation_tokens="sglang:generation_tokens_total", cached_prompt_tokens="sglang:cached_tokens_total",
@@ -80,6 +82,26 @@ class SGLangFamily:
     def parse_help(self, text: str, source: str = "") -> FlagSet:
         return sglang_flags.parse_help(text, source)
 
+    def read_flags(self, text: str) -> Candidate:
+        """``--name value`` flags of an SGLang launch command (``python3 -m sglang.launch_server --page-size 32``)."""
+        return Candidate(flags=read_command(text, canonical=str), label="log explain")
+
+    def explain(self, report: BootReport) -> tuple[ReportSection, ...]:
+        rows = (
+            ("runtime version", _n(report.runtime_version)),
+            ("KV pool (max_total_num_tokens)", _n(report.max_total_num_tokens)),
+            ("running-request slots (effective)", _n(report.max_running_requests)),
+            ("context length", _n(report.context_len)),
+            ("chunked prefill / max prefill", f"{_n(report.chunked_prefill_size)} / {_n(report.max_prefill_tokens)}"),
+            ("weights", _gb(report.weights_mem_gb)),
+            ("KV cache", f"{_gb(report.kv_pool_gb)}, {_n(report.kv_pool_tokens)} tokens, dtype {_n(report.kv_dtype)}"),
+            ("Mamba state", f"{_gb(report.mamba_pool_gb)}, {_n(report.mamba_cache_size)} slots"),
+            ("CUDA graphs", _gb(report.cuda_graph_mem_gb)),
+            ("GPU memory left after boot", _gb(report.available_gpu_mem_gb)),
+            ("boot time", "—" if report.boot_seconds is None else f"{report.boot_seconds:.1f} s"),
+        )
+        return (ReportSection("Boot report (SGLang)", rows),)
+
     def boot_report(self, log_text: str, candidate: Candidate | None = None,
                     info: Mapping[str, Any] | None = None) -> BootReport:
         return startup_log.build_report(log_text, candidate, info)
@@ -110,6 +132,14 @@ class SGLangFamily:
 
     def recognises(self, log_text: str) -> bool:
         return any(marker in log_text for marker in _RECOGNISED)
+
+
+def _gb(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} GB"
+
+
+def _n(value: Any) -> str:
+    return "—" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
 SGLANG = SGLangFamily()

@@ -67,7 +67,6 @@ _REPORTED = {"context-length": "context_len", "chunked-prefill-size": "chunked_p
              "max-prefill-tokens": "max_prefill_tokens", "max-mamba-cache-size": "mamba_cache_size"}
 _REPORTED_LINES = {"context-length": _SUMMARY, "chunked-prefill-size": _SUMMARY, "max-prefill-tokens": _SUMMARY,
                    "max-mamba-cache-size": _MAMBA}
-_BATCH = ("Decode batch", "Prefill batch")
 _WARN_KV_SHORT = re.compile(r"KV pool holds \d+ tokens, fewer than --context-length \d+")
 
 
@@ -107,11 +106,6 @@ def _split(raws: Iterable[str]) -> list[LogLine]:
         else:
             lines.append(LogLine(raw.rstrip(), body.rstrip(), None, ""))
     return lines
-
-
-def is_batch_line(message: str) -> bool:
-    """A per-step runtime line ("Decode batch", "Prefill batch"): the bulk of a long log, never evidence."""
-    return message.startswith(_BATCH)
 
 
 def boot_lines(text: str) -> list[LogLine]:
@@ -437,7 +431,7 @@ def build_report(log_text: str, candidate: Candidate | None = None,
 
 
 def _derived_warnings(report: BootReport, candidate: Candidate | None) -> list[str]:
-    """Consequences the runtime does not log but the numbers show (seed 004's traps)."""
+    """Consequences the runtime does not log but the numbers show (clamped requests, a pool short of the context)."""
     warnings = []
     if (report.context_len is not None and report.max_total_num_tokens is not None
             and report.max_total_num_tokens < report.context_len):

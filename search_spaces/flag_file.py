@@ -185,7 +185,8 @@ def check_flags(file: FlagFile, known: Mapping[str, FlagType | None]) -> None:
             hint = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
             raise ConfigError(f"{at}: --{name} is not a flag of the runtime",
                               remedy=(f"did you mean --{hint[0]}? " if hint else "")
-                              + "check the flag against `python -m sglang.launch_server --help` of the runtime")
+                              + "check the flag against the runtime's --help (`python -m sglang.launch_server "
+                              "--help`, `vllm serve --help=all`)")
         shape = known[name]
         if shape is None:
             continue

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -164,6 +163,3 @@ def _num(value: Any) -> str:
         return str(int(value))
     return str(value)
 
-
-def parameters_by_name(parameters: tuple[Parameter, ...]) -> Mapping[str, Parameter]:
-    return {p.name: p for p in parameters}

@@ -35,12 +35,13 @@ class TechniqueKind(StrEnum):
 
 
 class ReasonCategory(StrEnum):
-    """Why a technique was (not) kept, in the few words of the seeds' "measured and rejected" tables.
+    """Why a technique was (not) kept, in the few words of a "measured and rejected" table.
 
     A study's decision maps to one (``history/reasons.py``); a prior names the ones that agree with it.
     """
 
     KEPT = "kept"
+    KEPT_FOR_MEMORY = "kept for memory"  # a memory technique kept for the pool it buys, its speed within the margin
     CRASH = "crash"                # a code path crashed, an unsupported kernel, a refused flag
     OOM = "oom"                    # out of GPU (or host) memory at boot or under load
     HANG = "hang"                  # the server stopped producing tokens (or never became ready)
@@ -54,7 +55,7 @@ class ReasonCategory(StrEnum):
 
 @dataclass(frozen=True)
 class PriorVerdict:
-    """What an earlier study (e.g. a seed's field notes) concluded about a technique on this stack.
+    """What an earlier study (or a published report) concluded about a technique on this stack.
 
     ``categories`` are the ``ReasonCategory`` values that agree with the prior's reason (empty: not declared).
     """
@@ -267,10 +268,6 @@ class SearchSpace:
     def with_model(self, path: str) -> SearchSpace:
         """A copy that serves the model at ``path`` (a local directory or a hub name)."""
         return dataclasses.replace(self, model=dataclasses.replace(self.model, path=str(path)))
-
-    def with_runtime_command(self, command: Sequence[str]) -> SearchSpace:
-        """A copy launched by ``command`` (e.g. ``[venv_python, "-m", "sglang.launch_server"]``)."""
-        return dataclasses.replace(self, runtime=dataclasses.replace(self.runtime, command=tuple(command), image=None))
 
     def flag_uses(self) -> list[FlagUse]:
         """Every flag the space can put on a command line, where, and with which literal values."""

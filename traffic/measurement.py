@@ -1,8 +1,8 @@
 """``RequestRecord`` and ``RunMeasurement``: what one pass of a workload measured, client side.
 
 Successes and failures are summarised apart. Nothing here fails open: a run with no successful
-output raises ``MeasurementFailed`` instead of reporting zeros (seed 004: a benchmark printed a full
-table of 0.0 tok/s because the prompt had overflowed the pool), percentiles of nothing are ``None``,
+output raises ``MeasurementFailed`` instead of reporting zeros (a prompt that overflows the pool
+otherwise reads as a plausible table of 0.0 tok/s), percentiles of nothing are ``None``,
 and a ratio without a denominator is ``None``.
 
 Times in a record are seconds on the generator's monotonic clock, relative to the run's start.
@@ -175,8 +175,8 @@ class RunMeasurement:
     """One pass of a workload against one server. Build it with ``from_records``, which refuses bad runs.
 
     ``output_throughput_tok_s`` is the successful output tokens over the measurement window (first send
-    to last completion), never a sum of per-request speeds (seed 001: that sum "scored" 2,863 tok/s on
-    an eight-slot server at twelve clients). ``above_slots`` says whether more requests were in flight
+    to last completion), never a sum of per-request speeds (with more clients than slots that sum counts
+    waiting requests as speed). ``above_slots`` says whether more requests were in flight
     than the server's running slots; ``None`` when the slots were not known.
     """
 

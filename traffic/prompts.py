@@ -5,7 +5,7 @@ prompt tokens, Mooncake's convention). ``PromptSynth`` turns each full block's h
 ``block_size`` token ids, deterministically (a PRNG keyed by seed, salt and hash), and fills the last,
 partial block from a seed unique to the request. Two requests therefore share exactly their common
 leading full blocks and nothing after them, so the prefix cache can hit exactly where production's
-did and nowhere else (seed 000: "benchmark warm, with unique prompts"). Prompts are token ids, sent as
+did and nowhere else: a cold first request and a prefix-cache hit are both wrong numbers. Prompts are token ids, sent as
 a list of ints to ``/v1/completions``, so their lengths are exact: no detokenise/retokenise drift.
 
 Where the tokens come from is a ``TokenSource``:
@@ -13,7 +13,7 @@ Where the tokens come from is a ``TokenSource``:
 * ``RandomTokens`` — uniform ids in a ``TokenSpace`` (a range that avoids the special tokens);
 * ``CorpusTokens`` — real text per content regime (``chat``, ``code``, ``tool``, …), tokenised once
   with the model's tokenizer; each block is a deterministic slice of its regime's token stream.
-  Speculative acceptance depends on content (seed 004: prose 1.25 accepted tokens, tool calls 3.52),
+  Speculative acceptance depends on content (tool calls accept ~3x the draft tokens prose does),
   so a speed measured on random ids is not a speed for real traffic. The corpus can be a directory of
   text files per regime (``from_directory``), texts (``from_texts``) or token ids, e.g. bootstrapped
   from the baseline server's own outputs (``from_token_ids``).

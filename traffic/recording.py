@@ -16,8 +16,8 @@ and the metadata says ``synthesized: true``:
   prefix families and share a leading run of the family's blocks; the run's share of each prompt
   is calibrated until the trace's infinite-cache reuse (``summary.prefix_reuse``) equals the rate.
 - **Concurrency and pressure.** Running/queued requests, KV and Mamba usage cannot be imposed on a
-  trace (they depend on the server); they are measured and stored in the report, with what the seeds
-  looked at before tuning: the busiest days, the share of time with queued requests, usage at peak.
+  trace (they depend on the server); they are measured and stored in the report, with what to look at
+  before tuning: the busiest days, the share of time with queued requests, usage at peak.
   Little's law checks the trace against the gauges: its arrival rate times the recorded mean latency
   (``sglang:e2e_request_latency_seconds``) should equal the mean number in flight.
 """
@@ -106,7 +106,7 @@ class RecordWindow:
 
 @dataclass(frozen=True)
 class RecordingReport:
-    """What the series said, what the synthetic trace reproduces, and what the seeds looked at first."""
+    """What the series said, what the synthetic trace reproduces, and the pressure to look at before tuning."""
 
     prometheus: str
     selector: str

@@ -3,7 +3,9 @@
 llama.cpp's ``llama-server`` exports token counters and two gauges, nothing per request. What they give:
 
 - **Token rates.** Prompt tokens per step are the processed ones plus those reused from the prefix cache (the
-  processed counter excludes them); generation tokens per step from their own counter.
+  processed counter excludes them; where the runtime's prompt counter counts them too, as vLLM's, it alone);
+  generation tokens per step from their own counter. A counter absent under its name is read under the name an
+  older version of the runtime gave it (``TokenSeries.renamed``), with a note.
 - **Arrivals.** Requests per step are the generation tokens of the step divided by the mean output length the
   user gives, rounded at random and placed uniformly inside the step (``recording._arrivals``). The counter grows
   when a request finishes, so the arrivals lag by each request's time in the server. The prompt tokens divided
@@ -24,7 +26,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import NoReturn, Protocol
 
@@ -80,6 +82,10 @@ class TokenSeries(Protocol):
     def spec_accepted_tokens(self) -> str | None: ...
     @property
     def missing(self) -> str: ...
+    @property
+    def renamed(self) -> Mapping[str, str]: ...
+    @property
+    def prompt_includes_cached(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -207,16 +213,16 @@ def record_tokens(client: PrometheusClient, window: RecordWindow, series: TokenS
     matchers = selector_matchers(window.selector)
     client.query("vector(1)", window.end)  # reachability and a sane answer, before anything else
     rng = np.random.default_rng(seed)
-    generated = _increments(client, series.generation_tokens, matchers, grid)
+    found = list(notes)
+    generated = _increments(client, series.generation_tokens, matchers, grid, series.renamed, found)
     if generated is None:
         _explain_absent(client, series.generation_tokens, window)
-    processed = _increments(client, series.prompt_tokens, matchers, grid)
-    cached = _increments(client, series.cached_prompt_tokens, matchers, grid)
+    processed = _increments(client, series.prompt_tokens, matchers, grid, series.renamed, found)
+    cached = _increments(client, series.cached_prompt_tokens, matchers, grid, series.renamed, found)
     prompt = (processed if processed is not None else np.zeros(grid.points)) + (
-        cached if cached is not None else 0.0)
+        cached if cached is not None and not series.prompt_includes_cached else 0.0)
     requests = generated / lengths.mean_output_tokens
     metric = f"{series.generation_tokens} ÷ {lengths.mean_output_tokens:g} tokens"
-    found = list(notes)
     step_note = _step_note(client, sel(series.generation_tokens, matchers), generated, grid)
     if step_note:
         found.append(step_note)
@@ -254,13 +260,21 @@ class _Observed:
     acceptance: float | None
 
 
-def _increments(client: PrometheusClient, name: str | None, matchers: str,
-                grid: Grid) -> npt.NDArray[np.float64] | None:
-    """Per-step increments of the counter ``name`` summed over its series; ``None`` when it has none."""
+def _increments(client: PrometheusClient, name: str | None, matchers: str, grid: Grid,
+                renamed: Mapping[str, str] | None = None,
+                notes: list[str] | None = None) -> npt.NDArray[np.float64] | None:
+    """Per-step increments of the counter ``name`` summed over its series; ``None`` when it has none. Without a
+    series under ``name``, the older names ``renamed`` maps to it are tried, and the one read goes into ``notes``."""
     if name is None:
         return None
-    found = client.query_range(sel(name, matchers), grid)
-    return counter_increments(found) if found else None
+    older = [old for old, new in (renamed or {}).items() if new == name]
+    for candidate in (name, *older):
+        found = client.query_range(sel(candidate, matchers), grid)
+        if found:
+            if candidate != name and notes is not None:
+                notes.append(f"no {name} in the window: read {candidate}, its name in older versions")
+            return counter_increments(found)
+    return None
 
 
 def _explain_absent(client: PrometheusClient, name: str, window: RecordWindow) -> NoReturn:

@@ -1,13 +1,10 @@
 """``StreamingTransport``: a lean HTTP/1.1 keep-alive transport for ``httpx.AsyncClient``, built for SSE.
 
 httpx's default transport (httpcore over h11) turns every HTTP chunk into an event and a trip through
-several generator layers: 30-90 µs of CPU per streamed token and about 1 ms per request
-(``benchmarks/loadgen``), which makes the client, not the server, the bottleneck below the load the
-tuner has to measure (seed 001: 2,654 tok/s over 12 streams; the goal is 10x that): over it, 120
-streams at 221 tok/s reach 11.3K of 26.3K tok/s with TTFT read 482 ms late, against 26.0K and 4 ms
-over this transport on the same quiet 16-core host. This transport keeps httpx's
-API (``client.stream``, ``Response``, ``httpx`` exceptions, timeouts, the pool bound) and does the
-HTTP/1.1 part itself: one ``asyncio`` stream per connection, the request written in one buffer, and
+several generator layers, which at tens of thousands of streamed tokens per second makes the client,
+not the server, the bottleneck and reads TTFT late (``benchmarks/loadgen`` measures both). This
+transport keeps httpx's API (``client.stream``, ``Response``, ``httpx`` exceptions, timeouts, the pool
+bound) and does the HTTP/1.1 part itself: one ``asyncio`` stream per connection, the request written in one buffer, and
 chunked bodies de-framed per socket read, so a read that carries twenty chunks costs one yield.
 
 Scope, on purpose: plain ``http://`` to one origin at a time, HTTP/1.1, ``Content-Length`` request

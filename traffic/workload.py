@@ -4,7 +4,7 @@ Three ways to derive one from a ``Trace``:
 
 * ``busiest_window(trace, duration_s, compress)`` — the busiest stretch of ``duration_s * compress``
   trace seconds, time-compressed into ``duration_s``, so the bursts keep the shape of the busiest day
-  (seed 001 swept slots "against bursts shaped like our busiest day");
+  (the load that decides how many running slots pay);
 * ``closed_loop(trace, concurrency, n_requests)`` — the trace's requests in order at a fixed number in
   flight;
 * ``open_loop(trace, speed)`` — the arrivals replayed as recorded (``speed`` > 1 replays faster).
@@ -14,8 +14,8 @@ and two synthetic ones for probes: ``synthetic`` (fixed lengths, optional shared
 
 Concurrency is never above the server's running slots unless the workload says so
 (``allow_above_slots=True``); the generator enforces it and the measurement says when it was not
-(seed 001: "benchmarks lie above the running limit"). A workload is immutable and has a stable ``id``
-so both arms of an A/B provably ran the same requests.
+(above the running limit a load generator that sums per-request speeds over-reports). A workload is
+immutable and has a stable ``id`` so both arms of an A/B provably ran the same requests.
 """
 
 from __future__ import annotations

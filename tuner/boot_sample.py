@@ -14,7 +14,7 @@ replaying traffic; tests implement it with seeded synthetic noise. The gate know
 from __future__ import annotations
 
 import math
-import statistics as pystats
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -192,7 +192,7 @@ def summarize(sample: BootSample, *, measured_passes: int, warmup_passes: int = 
     tput = [p.output_throughput_tok_s for p in passes]
     if not all(math.isfinite(x) and x > 0 for x in tput):
         return unusable(f"non-positive or non-finite throughput {tput}")
-    log_tput = math.log(pystats.fmean(tput))
+    log_tput = math.log(statistics.fmean(tput))
     logs = [math.log(x) for x in tput]
     unsteady = bool(sigma_run and len(logs) > 1 and max(logs) - min(logs) > 3 * sigma_run)
     counts = [p.requests_ok for p in passes]
@@ -214,4 +214,4 @@ def _log_median(values: list[float | None]) -> float | None:
     usable = [v for v in values if v is not None and math.isfinite(v) and v > 0]
     if len(usable) != len(values) or not usable:
         return None
-    return math.log(pystats.median(usable))
+    return math.log(statistics.median(usable))

@@ -41,7 +41,7 @@ import numpy as np
 from scipy import stats
 
 from elsa_tune.durable_file import replacing
-from elsa_tune.tuner.statistics import ANALYSES, BIWEIGHT_C, FloatArray, t_statistics
+from elsa_tune.tuner.comparison import ANALYSES, BIWEIGHT_C, FloatArray, t_statistics
 
 log = logging.getLogger(__name__)
 

@@ -105,8 +105,5 @@ class Budget:
         reserve = sum(self.shares[p] for p in later) * self.total_s
         return max(0.0, min(own, self.left_s - reserve))
 
-    def can_afford(self, phase: str, seconds: float) -> bool:
-        return self.allowance(phase) >= seconds
-
     def expired(self) -> bool:
         return self.left_s <= 0.0

@@ -97,7 +97,7 @@ SHARED_HELP = {
     "--space": "the search space: a shipped name (elsa-tune space list) or a YAML file, e.g. generic-sglang",
     "--model": "the model to serve instead of the space's, e.g. /models/qwen3.8-27b-nvfp4",
     "--runtime": "how the runtime is launched: process (default), docker, or sim (implied by --gpu sim); or a "
-                 "runtime family run as a process: sglang, llamacpp",
+                 "runtime family run as a process: sglang, llamacpp, vllm",
     "--launch": "the runtime's launch command, e.g. \"/opt/fork/bin/python -m sglang.launch_server\"",
     "--image": "the container image with --runtime docker, e.g. lmsysorg/sglang:v0.5.23",
     "--sim-profile": "the simulator profile with --runtime sim (elsa-tune sim profiles), e.g. tiny-test",

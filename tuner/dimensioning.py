@@ -35,7 +35,7 @@ from scipy import stats
 
 from elsa_tune.history.study_record import NoiseRecord
 from elsa_tune.tuner.boot_sample import BootSample
-from elsa_tune.tuner.statistics import (
+from elsa_tune.tuner.comparison import (
     FloatArray,
     InsufficientData,
     boots_per_arm_for,

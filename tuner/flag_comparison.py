@@ -37,7 +37,9 @@ from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.boot_sample import BootSample
+from elsa_tune.tuner.booter import BootPlan
 from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
+from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import dimension
 from elsa_tune.tuner.gate import GatePolicy
@@ -45,11 +47,9 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.statistics import InsufficientData
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class FlagComparison:
         low, high = self.interval
         return {"schema_version": self.schema_version, "outcome": self.outcome.value, "exit_code": self.exit_code,
                 "reason": self.reason, "effect": v.effect if v else None, "ci_low": low, "ci_high": high,
-                "ci_level": v.extra.get("ci_level") if v else None, "p_value": v.p_value if v else None,
+                "ci_level": v.statistics.ci_level if v and v.statistics else None, "p_value": v.p_value if v else None,
                 "gate_decision": v.decision.value if v else None, "min_effect": self.min_effect,
                 "a": self.a.to_dict(), "b": self.b.to_dict(), "boots": self.boots, "run_dir": self.run_dir,
                 "simulated": self.simulated, "context": dict(self.context),
@@ -145,7 +145,7 @@ class FlagComparison:
                f"B: {self.b.file} ({_tok_s(self.b)}, {_boots(self.b.boots)})"]
         v = self.verdict
         if v is not None and v.effect is not None:
-            level = v.extra.get("ci_level", 0.9)
+            level = v.statistics.ci_level if v.statistics is not None else 0.9
             interval = (f", {level:.0%} interval {v.ci_low:.3f}–{v.ci_high:.3f}"
                         if v.ci_low is not None and v.ci_high is not None else "")
             out.append(f"B/A throughput: {v.effect:.3f}×{interval}"
@@ -153,7 +153,7 @@ class FlagComparison:
         out.append(f"verdict: {self.outcome.sentence}: {self.reason}")
         out.append(f"{_boots(self.boots)} recorded in {self.run_dir}")
         if self.simulated:
-            out.append("SIMULATED: every number comes from elsa-tune's simulated SGLang (simulated time), "
+            out.append("SIMULATED: every number comes from elsa-tune's simulated runtime (simulated time), "
                        "not from a GPU")
         return out
 
@@ -163,11 +163,11 @@ def outcome_of(verdict: Verdict, *, min_effect: float) -> tuple[Outcome, str]:
     low, high = verdict.ci_low, verdict.ci_high
     if verdict.decision is Decision.KEEP:
         return Outcome.BETTER, verdict.reason
-    if verdict.decision is Decision.REJECT and verdict.extra.get("failure"):
+    if verdict.decision is Decision.REJECT and verdict.failure is not None:
         return Outcome.B_FAILED, verdict.reason
-    if verdict.decision is Decision.REJECT and verdict.extra.get("quality_failed"):
+    if verdict.decision is Decision.REJECT and verdict.quality_failed:
         return Outcome.B_FAILED, "B failed the quality gate: its answers differ from A's"
-    if verdict.decision is Decision.REJECT and verdict.extra.get("failed_guardrail"):
+    if verdict.decision is Decision.REJECT and verdict.failed_guardrail:
         return Outcome.WORSE, verdict.reason
     if high is not None and high < 1.0:
         return Outcome.WORSE, f"the interval of B/A throughput lies below 1 ({_range(low, high)}); {verdict.reason}"
@@ -238,7 +238,7 @@ class _Comparison:
         self.probe_boot = probe.record.boot_id
         failure = probe.sample.failed
         immediate = Screening(night).immediate_reject(probe) if failure is None else None
-        if immediate is not None and immediate.extra.get("z") is not None:
+        if immediate is not None and immediate.slow_boot_z is not None:
             immediate = None          # one slow boot is no verdict: the A/B measures it
         if failure is not None or immediate is not None:
             reason = (f"{failure.kind.value}: {failure.summary}" + (f" ({failure.remedy})" if failure.remedy else "")
@@ -257,7 +257,7 @@ class _Comparison:
                                 a=Side(files[0], a, len(samples) + len(ids[Arm.INCUMBENT]),
                                        arm_mean(ab, Arm.INCUMBENT)),
                                 b=Side(files[1], b, 1 + len(ids[Arm.CANDIDATE]), arm_mean(ab, Arm.CANDIDATE)),
-                                verdict=ab.verdict, failure=_failure(ab.verdict), boots=night.booter.boots,
+                                verdict=ab.verdict, failure=ab.verdict.failure, boots=night.booter.boots,
                                 run_dir=str(store.run_dir), simulated=settings.simulated, min_effect=self.min_effect,
                                 context=_context(pre), ab_result=ab.to_dict())
         _record(night, result, a, b, probe_boot=probe.record.boot_id, ids=ids)
@@ -309,11 +309,6 @@ def _record(night: Night, result: FlagComparison, a: Candidate, b: Candidate, *,
                               result=f"{result.outcome.sentence}: {result.reason}",
                               ab_result=result.ab_result)
     night.store.record_decision(decision)
-
-
-def _failure(verdict: Verdict) -> Failure | None:
-    data = verdict.extra.get("failure")
-    return Failure.from_dict(data) if isinstance(data, Mapping) else None
 
 
 def _context(pre: Preflight) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """``ServerLoad``: how a study loads a ready server — its stress probes, its quality gate, its measured passes.
 
-The booter (``tuner/sampler.py``) boots, checks and stops servers through the ``Runtime`` and loads them through a
+The booter (``tuner/booter.py``) boots, checks and stops servers through the ``Runtime`` and loads them through a
 ``ServerLoad``; both come from the same place, so one boot procedure serves every runtime. ``HttpLoad`` sends real
 requests (``traffic/loadgen.py`` for the passes and the burst, ``probes/stress.py``, ``probes/vision.py`` and
 ``probes/quality.py`` for the probes) to a real or an HTTP-simulated server and watches the card's memory meanwhile;

@@ -1,7 +1,7 @@
 """``MemoryModel``: the KV pool and the running slots a candidate would get, predicted from the boots so far.
 
 SGLang decides ``max_total_num_tokens`` at boot from the static memory fraction, the speculative draft's
-buffers and the Mamba state pool (seed 004: MTP costs ~160K tokens of context; the Mamba ratio carves the
+buffers and the Mamba state pool (MTP can cost a 32 GB card ~160K tokens of context; the Mamba ratio carves the
 rest as ``KV ≈ rest / (1 + ratio)``). Those effects are close to linear in a handful of terms, so a ridge
 least-squares fit on the pools the runtime *reported* (never the declared context length) predicts the
 next candidate's pool well enough to skip, without a boot, candidates that cannot hold the context target.

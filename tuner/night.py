@@ -20,10 +20,12 @@ from typing import Any
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
+from elsa_tune.history.study_record import Confirmation
 from elsa_tune.history.verdict import Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import Workload
+from elsa_tune.tuner.booter import ABSampler, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
@@ -32,7 +34,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootPlan, BootResult, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
@@ -160,8 +161,7 @@ class Night:
         #: the first memory technique that grew the pool without being kept: a partner for what lacked memory
         self.freeing: str | None = None
         #: the confirmation's outcome: "confirmed", "unconfirmed", "rejected", "not needed" or "" (not reached)
-        self.confirmation = ""
-        self.confirmation_detail = ""
+        self.confirmation: Confirmation | None = None
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
         self._seen: set[str] = set()          # boots this run has counted and timed once
 
@@ -229,7 +229,7 @@ class Night:
         """
         seconds = 0.0
         for record in self.store.load().boots:
-            if (record.phase is phase and isinstance(record.extra.get("tag"), str)
+            if (record.phase is phase and record.tag is not None
                     and record.outcome is not BootOutcome.INTERRUPTED and record.boot_id not in self._charged):
                 self._charged.add(record.boot_id)
                 seconds += max(0.0, record.seconds)

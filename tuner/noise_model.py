@@ -18,7 +18,7 @@ from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
 from elsa_tune.tuner.schedule import Arm
 
-WARMUP_PENALTY = math.log(1 - 0.127)   # seed 004: the first run after a restart read 12.7% slow
+WARMUP_PENALTY = math.log(1 - 0.127)   # the first run after a restart reads ~13% slow
 
 
 @dataclass

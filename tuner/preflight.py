@@ -40,7 +40,7 @@ from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.traffic.prompts import PromptSynth, RandomTokens, TokenSpace
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
-from elsa_tune.tuner.sampler import BootContext
+from elsa_tune.tuner.booter import BootContext
 from elsa_tune.tuner.settings import CPU, Settings
 
 log = logging.getLogger(__name__)
@@ -230,10 +230,16 @@ def measured_concurrency(space: SearchSpace) -> int:
 def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
              ) -> tuple[Runtime, GpuView | None, tuple[str, ...], str, str | None]:
     timeout = settings.boot_timeout_s or space.probes.boot_timeout_s
+    runtime_family = family(space.runtime.family)
+    if settings.family is not None and settings.family != runtime_family.name.value:
+        raise ConfigError(f"--runtime {settings.family} but the search space {space.name!r} is for "
+                          f"{runtime_family.name.value} (runtime.family)",
+                          remedy=f"use a {settings.family} space (elsa-tune space list) or drop --runtime")
     if settings.virtual:
         assert settings.sim_profile is not None
         try:
-            virtual = VirtualSGLang(settings.sim_profile, model_path=space.model.path)
+            virtual = VirtualSGLang(settings.sim_profile, model_path=space.model.path,
+                                    family_name=space.runtime.family.value)
         except (OSError, KeyError, ValueError) as exc:
             raise ConfigError(f"cannot load the simulator profile {settings.sim_profile!r}: {exc}",
                               remedy="use a profile of runtime/sim/profiles/") from exc
@@ -246,16 +252,11 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
             sim = SimulatedSGLang(settings.sim_profile, card_dir=card_dir, seed=settings.seed,
                                   speedup=settings.sim_speedup,
                                   timeouts=replace(SIM_TIMEOUTS, boot_s=min(timeout, 120.0)),
-                                  model_path=space.model.path)
+                                  model_path=space.model.path, family_name=space.runtime.family.value)
         except (OSError, KeyError) as exc:
             raise ConfigError(f"cannot load the simulator profile {settings.sim_profile!r}: {exc}",
                               remedy="use a profile of runtime/sim/profiles/") from exc
-        return sim, sim.gpu, tuple(sim.launch), "sglang-sim", sim.profile.runtime_version
-    runtime_family = family(space.runtime.family)
-    if settings.family is not None and settings.family != runtime_family.name.value:
-        raise ConfigError(f"--runtime {settings.family} but the search space {space.name!r} is for "
-                          f"{runtime_family.name.value} (runtime.family)",
-                          remedy=f"use a {settings.family} space (elsa-tune space list) or drop --runtime")
+        return sim, sim.gpu, tuple(sim.launch), f"{space.runtime.family.value}-sim", sim.version
     gpu: GpuView
     if settings.gpu == CPU:
         gpu = HostMemory()

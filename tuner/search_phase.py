@@ -27,10 +27,10 @@ from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
+from elsa_tune.tuner.booter import BootPlan, BootResult
 from elsa_tune.tuner.gate import ABResult
 from elsa_tune.tuner.memory_model import Observation
 from elsa_tune.tuner.night import Incumbent, arm_mean
-from elsa_tune.tuner.sampler import BootPlan, BootResult
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, proposal_key
 from elsa_tune.tuner.search_context import SearchContext
@@ -113,7 +113,7 @@ class LocalSearch:
             swept = search.trials_done()
             search.study.set_user_attr(SWEEP_ATTR, swept)
         # the sweep's boots and, on resume, the A/B boots a killed run recorded, by tag
-        boots = {b.extra.get("tag"): b for b in ctx.store.load().boots if b.phase is Phase.SEARCH}
+        boots = {b.tag: b for b in ctx.store.load().boots if b.phase is Phase.SEARCH and b.tag is not None}
         decisions, incumbent = promote_sweep(ctx, search, incumbent, swept, sigma, boots)
         replayed, incumbent = replay_finished(ctx, search, incumbent, boots, after=swept)
         decisions += replayed
@@ -190,7 +190,7 @@ def known_results(search: NumericSearch) -> dict[str, list[float] | None]:
 
 
 def sweep_reference(incumbent: Incumbent, baseline: Candidate, sigma: float,
-                    boots: Mapping[object, BootRecord]) -> tuple[float | None, float]:
+                    boots: Mapping[str, BootRecord]) -> tuple[float | None, float]:
     """What the sweep's moves must beat, and by how much (log): the incumbent's throughput by the boot noise
     ``sigma``; or, when the incumbent was kept by an A/B (its throughput that A/B's winning arm, biased up by the
     keep), the sweep's own boot of the incumbent's values by the noise of a difference of two boots, √2 · σ."""
@@ -202,7 +202,7 @@ def sweep_reference(incumbent: Incumbent, baseline: Candidate, sigma: float,
 
 
 def swept_winners(search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float,
-                  boots: Mapping[object, BootRecord], baseline: Candidate) -> list[Booted]:
+                  boots: Mapping[str, BootRecord], baseline: Candidate) -> list[Booted]:
     """The sweep's feasible trials (numbered below ``swept``, their boots in ``boots`` by tag) whose boot beat the
     ``sweep_reference`` by more than its margin (never the incumbent's own values), fastest first."""
     reference, margin = sweep_reference(incumbent, baseline, sigma, boots)
@@ -221,7 +221,7 @@ def swept_winners(search: NumericSearch, incumbent: Incumbent, swept: int, sigma
 
 
 def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent, swept: int, sigma: float,
-                  boots: Mapping[object, BootRecord]) -> tuple[list[DecisionRecord], Incumbent]:
+                  boots: Mapping[str, BootRecord]) -> tuple[list[DecisionRecord], Incumbent]:
     """A/B the sweep's winners best first, each move applied to the incumbent as it stands (a parameter a kept move
     changed is not moved again); returns the decisions and the incumbent after them. On resume the same order
     replays the recorded A/B boots by tag."""
@@ -249,7 +249,7 @@ def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumben
 
 
 def replay_finished(ctx: SearchContext, search: NumericSearch, incumbent: Incumbent,
-                    boots: Mapping[object, BootRecord], *, after: int) -> tuple[list[DecisionRecord], Incumbent]:
+                    boots: Mapping[str, BootRecord], *, after: int) -> tuple[list[DecisionRecord], Incumbent]:
     """On resume: what the sampler's trials (numbered from ``after``) a killed run finished had decided, since
     Optuna does not ask them again.
 

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "ELSA_TUNE_"
 RUNTIMES = ("process", "docker", "sim")
 #: ``--runtime`` also takes a runtime family's name: that family as a local process.
-FAMILIES = ("sglang", "llamacpp")
+FAMILIES = ("sglang", "llamacpp", "vllm")
 #: ``--gpu cpu``: no GPU, the server runs on the host and its memory is the host's (``runtime/host_memory.py``).
 CPU = "cpu"
 #: Environment variables with this prefix that belong to other parts of elsa-tune, not to Settings.

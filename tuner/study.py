@@ -34,13 +34,15 @@ from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import PhaseSpan, StudyRecord, StudyStatus
+from elsa_tune.history.study_record import Confirmation, ConfirmationStatus, PhaseSpan, StudyRecord, StudyStatus
 from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.booter import BootPlan
 from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
+from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension, outlier_boot
 from elsa_tune.tuner.gate import GatePolicy
@@ -48,13 +50,11 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import BootPlan
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.statistics import InsufficientData
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,8 @@ class Study:
             # the incumbent, here the baseline, on fresh boots under the night's false-keep control), then to the
             # tests an early look stopped to save boots, continued to their cap; a keep is then confirmed like any
             # winner, as far as the time left allows.
-            self._confirmed("not needed", "nothing beat the baseline")    # until a retest keeps something
+            # until a retest keeps something
+            self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             try:
                 Screening(night).retest("confirmation")
                 if night.incumbent.candidate.key() == baseline.key():
@@ -286,18 +287,20 @@ class Study:
                     Screening(night).extend("confirmation")
             finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
                 if night.incumbent.candidate.key() != baseline.key():
-                    self._confirmed("unconfirmed", "kept by its retest against the baseline; not confirmed since")
+                    self._confirmed(ConfirmationStatus.UNCONFIRMED,
+                                    "kept by its retest against the baseline; not confirmed since")
             final = night.incumbent.candidate
         if final.key() == baseline.key():
             log.info("confirmation: nothing beat the baseline; the baseline stays")
             night.notes.append("no candidate beat the baseline: the baseline is the recommendation")
-            self._confirmed("not needed", "nothing beat the baseline")
+            self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             return
         if self.budget.allowance("confirmation") < night.first_look_boots() * night.boot_s():
             night.notes.append("confirmation skipped: the budget was spent; the winner is recommended unconfirmed")
-            self._confirmed("unconfirmed", "no time was left to confirm it against the baseline")
+            self._confirmed(ConfirmationStatus.UNCONFIRMED, "no time was left to confirm it against the baseline")
             return
-        self._confirmed("unconfirmed", "the budget ran out during the confirmation")   # until the A/B says more
+        # until the A/B says more
+        self._confirmed(ConfirmationStatus.UNCONFIRMED, "the budget ran out during the confirmation")
         if not self._probe_winner(final):
             return
         ab, ids = night.ab(final, tag="confirmation", phase=Phase.CONFIRMATION, technique="confirmation",
@@ -316,18 +319,18 @@ class Study:
             # keeps that led to the winner does not survive, and the baseline is the safe recommendation
             self._recommend_baseline(f"the winner was rejected against the baseline on fresh boots "
                                      f"({decision.result})")
-            self._confirmed("rejected", decision.result)
+            self._confirmed(ConfirmationStatus.REJECTED, decision.result)
             return
         if verdict.decision is Decision.INCONCLUSIVE and verdict.ci_high is not None and verdict.ci_high < 1.0:
             self._recommend_baseline(f"the winner is slower than the baseline on fresh boots ({decision.result})")
-            self._confirmed("rejected", decision.result)
+            self._confirmed(ConfirmationStatus.REJECTED, decision.result)
             return
         if verdict.decision is Decision.KEEP:
-            self._confirmed("confirmed", decision.result)
+            self._confirmed(ConfirmationStatus.CONFIRMED, decision.result)
         else:
             night.notes.append(f"the winner is recommended unconfirmed: the confirmation showed no harm but no "
                                f"demonstrated gain over the baseline ({decision.result})")
-            self._confirmed("unconfirmed", decision.result)
+            self._confirmed(ConfirmationStatus.UNCONFIRMED, decision.result)
         soak_s = min(self.settings.soak_s, 0.03 * self.budget.total_s,
                      max(0.0, self.budget.allowance("confirmation") - night.boot_s()))
         if soak_s > 0:
@@ -336,10 +339,10 @@ class Study:
             if result.sample.failed is not None:
                 f = result.sample.failed
                 self._recommend_baseline(f"the winner failed its soak: {f.kind.value}: {f.summary}")
-                self._confirmed("rejected", f"the soak failed: {f.kind.value}: {f.summary}")
+                self._confirmed(ConfirmationStatus.REJECTED, f"the soak failed: {f.kind.value}: {f.summary}")
 
-    def _confirmed(self, status: str, detail: str) -> None:
-        self.night.confirmation, self.night.confirmation_detail = status, detail
+    def _confirmed(self, status: ConfirmationStatus, detail: str) -> None:
+        self.night.confirmation = Confirmation(status, detail)
 
     def _probe_winner(self, final: Candidate) -> bool:
         """The winner's stress probes and quality gate on this GPU, unless this study already ran them here.
@@ -359,7 +362,7 @@ class Study:
             return True
         why = f"{failed.kind.value}: {failed.summary}" if failed is not None else "its answers regressed"
         self._recommend_baseline(f"the winner failed its probes on the confirmation GPU ({why})")
-        self._confirmed("rejected", f"its probes failed: {why}")
+        self._confirmed(ConfirmationStatus.REJECTED, f"its probes failed: {why}")
         return False
 
     def _recommend_baseline(self, why: str) -> None:
@@ -375,20 +378,20 @@ class Study:
             return
         night = self.night
         noise = night.noise.record() if night.noise is not None else None
-        extra = {"settings": self.settings.to_dict(), "notes": list(night.notes),
-                 "confirmation": {"status": night.confirmation, "detail": night.confirmation_detail},
-                 "budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
+        extra = {"budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
                             "left_s": self.budget.left_s, "clock": self.budget.counts},
                  "memory_model": {"boots": len(night.memory.observations), "loo_error": night.memory.error(),
                                   "prediction_errors": list(night.memory_errors),
                                   "skipped_candidates": night.skipped_by_model},
                  "policy": night.policy.to_dict() if night.policy else None,
-                 "reconcile": dataclasses.asdict(self.reconcile), "space_digest": self.space.digest}
+                 "reconcile": dataclasses.asdict(self.reconcile)}
         record = StudyRecord(name=self.name, fingerprint=self.pre.fingerprint, started_at=self.started_at,
                              updated_at=self._unix(), baseline=night.baseline, incumbent=night.incumbent.candidate,
                              budget_s=self.budget.total_s, status=self.status, phases=tuple(self.phases),
                              noise=noise, traffic=self.settings.traffic, context_target=night.context_target,
-                             image=self.settings.image, note="; ".join(night.notes), extra=extra)
+                             image=self.settings.image, note="; ".join(night.notes), extra=extra,
+                             settings=self.settings.to_dict(), space_digest=self.space.digest,
+                             notes=tuple(night.notes), confirmation=night.confirmation)
         self.store.write_study(record)
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 

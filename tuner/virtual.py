@@ -40,10 +40,10 @@ from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.workload import ReplayMode, Workload
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.booter import BootPlan, CandidateBooter
 from elsa_tune.tuner.load import QUALITY, Passes, QualityCheck
 from elsa_tune.tuner.night import StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.sampler import BootPlan, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.settings import Settings
 
@@ -228,7 +228,8 @@ class VirtualTestbed:
         profile = pre.settings.sim_profile
         assert profile is not None, "a virtual study names its simulator profile (Settings.virtual)"
         clock = StudyClock.simulated()
-        runtime = VirtualSGLang(profile, model_path=pre.space.model.path, clock=clock)
+        runtime = VirtualSGLang(profile, model_path=pre.space.model.path, clock=clock,
+                                family_name=pre.space.runtime.family.value)
         return cls(replace(pre, runtime=runtime, gpu=runtime.gpu), runtime,
                    VirtualLoad(runtime, hang_s=pre.space.probes.hang_s), clock)
 

@@ -37,18 +37,18 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.booter import ABSampler, BootPlan, CandidateBooter
+from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension
 from elsa_tune.tuner.gate import GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel, Observation
 from elsa_tune.tuner.night import arm_mean, boot_mean, geo, typical_boot_s
 from elsa_tune.tuner.policy import DEFAULT_LOOKS, gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.sampler import ABSampler, BootPlan, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, Proposal
 from elsa_tune.tuner.search_phase import search_decision, trial_values
 from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.statistics import InsufficientData
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +423,7 @@ class Worker:
                              budget_s=self.config.budget_s, status=status, noise=noise,
                              traffic=self.pre.settings.traffic, context_target=self.context_target,
                              note=f"worker {self.name} of the shared study {self.config.study} (GPU {self.config.gpu})",
-                             extra={"worker": self.stats.to_dict(), "storage": _redacted(self.config.storage_url)})
+                             worker=self.stats.to_dict(), extra={"storage": _redacted(self.config.storage_url)})
         self.store.write_study(record)
         summary = shared_summary(self.store, self.claims, self.config.study)
         summary["written_by"] = self.name

@@ -198,7 +198,7 @@ def kill_and_resume(kills: int, seed: int, budget: str) -> dict[str, int]:
         for name in final:
             import json
 
-            tags.append(json.loads((run_dir / "boots" / name / "boot.json").read_text())["extra"].get("tag"))
+            tags.append(json.loads((run_dir / "boots" / name / "boot.json").read_text()).get("tag"))
         tagged = [t for t in tags if t]
         return {"kills": kills, "exit": done.returncode, "finished_before_last_kill": len(seen),
                 "finished_at_end": len(final), "lost": lost, "booted_twice": len(tagged) - len(set(tagged))}

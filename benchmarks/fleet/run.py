@@ -57,7 +57,7 @@ def run_one(n: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
             if not started <= float(data["started_at"]) <= ended:
                 continue
             boots += 1
-            tag = str(data.get("extra", {}).get("tag", ""))
+            tag = str(data.get("tag") or "")
             trials += tag.startswith("search:") and ":ab:" not in tag
             ab += tag.startswith("ab:") or ":ab:" in tag
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)

@@ -52,7 +52,7 @@ def run_one(n: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
     for record in out.glob("*-gpu*/boots/*/boot.json"):
         boots += 1
         data = json.loads(record.read_text())
-        search += str(data.get("extra", {}).get("tag", "")).startswith("search:")
+        search += str(data.get("tag") or "").startswith("search:")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return {"gpus": n, "wall_s": wall, "boots": boots, "search_boots": search,
             "boots_per_hour": 3600.0 * boots / wall, "search_boots_per_hour": 3600.0 * search / wall,

@@ -99,7 +99,7 @@ def _bad_flag(ctx: _Context) -> Failure | None:
 
 def _port_in_use(ctx: _Context) -> Failure | None:
     hits = ctx.find(_PORT)
-    if not hits and not ctx.hints.extra.get("port_in_use"):
+    if not hits and not ctx.hints.port_in_use:
         return None
     return _failure(ctx, FailureKind.PORT_IN_USE, "the server port was already taken by another process",
                     "stop the stale server holding the port (`ss -ltnp`); elsa-tune picks a fresh free --port on "

@@ -21,8 +21,8 @@ import httpx
 from elsa_tune.errors import StudyError
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure, FailureHints
-from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames
-from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.runtime.family import Deployment, FamilyName, MetricNames, ReportSection
+from elsa_tune.runtime.flags import FlagSet, read_command
 from elsa_tune.runtime.llamacpp import classify as llamacpp_classify
 from elsa_tune.runtime.llamacpp import flags as llamacpp_flags
 from elsa_tune.runtime.llamacpp import startup_log
@@ -52,6 +52,8 @@ class LlamaCppFamily:
     model_flag = "model"
     slots_flag = "parallel"
     ready_line = READY_LINE
+    help_flag = "--help"
+    help_env: Mapping[str, str] = {}
     metrics = MetricNames(
         prefix="llamacpp:", prompt_tokens="llamacpp:prompt_tokens_total",
         generation_tokens="llamacpp:tokens_predicted_total",
@@ -133,6 +135,31 @@ class LlamaCppFamily:
     def parse_help(self, text: str, source: str = "") -> FlagSet:
         return llamacpp_flags.parse_help(text, source)
 
+    def read_flags(self, text: str) -> Candidate:
+        """llama-server launch flags (``-c 4096 -np 4 --flash-attn on``, or a whole command): single-dash spellings
+        count as flags and known short spellings become their long name (``c`` → ``ctx-size``)."""
+        return Candidate(flags=read_command(text, canonical=llamacpp_flags.canonical, single_dash=True),
+                         label="log explain")
+
+    def explain(self, report: BootReport) -> tuple[ReportSection, ...]:
+        unified = {True: "one unified pool shared by all slots", False: "one share per slot", None: "—"}
+        offload = ("—" if report.layers_offloaded is None
+                   else f"{report.layers_offloaded}/{_n(report.layers_total)} layers on the GPU")
+        rows = (
+            ("runtime", f"llama-server {_n(report.runtime_version)}"),
+            ("context per slot (n_ctx_seq)", _n(report.context_len)),
+            ("slots (-np)", _n(report.max_running_requests)),
+            ("context total (n_ctx)", _n(report.max_total_num_tokens)),
+            ("KV cache", f"{_mib(report, 'kv', report.kv_pool_gb)}, {_n(report.kv_pool_tokens)} cells, "
+                         f"type {_n(report.kv_dtype)}"),
+            ("KV layout", unified[report.kv_unified]),
+            ("weights", _mib(report, "model", report.weights_mem_gb)),
+            ("offload", offload),
+            ("speculative decoding", {True: "active", False: "off", None: "—"}[report.speculative]),
+            ("boot time", "—" if report.boot_seconds is None else f"{report.boot_seconds:.2f} s"),
+        )
+        return (ReportSection("Boot report (llama.cpp)", rows),)
+
     def boot_report(self, log_text: str, candidate: Candidate | None = None,
                     info: Mapping[str, Any] | None = None) -> BootReport:
         return startup_log.build_report(log_text, candidate, info)
@@ -169,6 +196,18 @@ class LlamaCppFamily:
 
     def recognises(self, log_text: str) -> bool:
         return any(marker in log_text for marker in _RECOGNISED)
+
+
+def _n(value: Any) -> str:
+    return "—" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _mib(report: BootReport, kind: str, gb: float | None) -> str:
+    """The MiB llama.cpp printed for ``kind`` buffers (summed over devices), else ``gb`` in MiB."""
+    printed = [b.mib for b in report.buffers if b.kind == kind]
+    if printed:
+        return f"{sum(printed):,.2f} MiB"
+    return "—" if gb is None else f"{gb * 1024:,.2f} MiB"
 
 
 def _below_report_level(value: FlagValue) -> bool:

@@ -14,14 +14,14 @@ The simulated model does not reason. It models a competent model's *skill* so th
 Quality damage comes from a profile technique's ``quality_damage`` text, ``"<kind>: <what breaks>"``:
 
 =====================  ==========================================================================
-``wrong_answers``      a wrong kernel (seed 000: fused shared expert): a share of all answers is
+``wrong_answers``      a wrong kernel (e.g. a fused shared expert): a share of all answers is
                        wrong and the greedy text diverges
-``draft_garbage``      the draft guesses badly (seed 000: FR-Spec on a repacked head): acceptance
+``draft_garbage``      the draft guesses badly (e.g. FR-Spec slicing a repacked head): acceptance
                        collapses (the technique's ``acceptance_factor``), the target still verifies
                        every token, so answers stay right
 ``on_cache_hit``       answers served from any prefix-cache hit are wrong
 ``host_cache_hit``     answers restored from the host-memory tier are wrong, GPU hits and cold
-                       prompts are right (seed 002: every host hit answered fluently and wrongly)
+                       prompts are right (a host-to-GPU copy race: fluent, wrong answers)
 =====================  ==========================================================================
 
 A text without a known kind is read by its words (``draft`` → draft garbage, ``host`` → host-cache hits,

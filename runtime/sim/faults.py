@@ -182,7 +182,7 @@ def serve_oom_crash() -> Crash:
 
 
 def first_generation_oom_crash() -> Crash:
-    """Seed 004: the pool left no workspace, and the first generation dies in a Triton kernel."""
+    """The pools left no workspace: the server boots and answers, then the first generation dies in a Triton kernel."""
     return Crash(FailureKind.OOM_UNDER_LOAD, "serve", ("RuntimeError: Triton Error [CUDA]: out of memory",),
                  frames=_frames("layers/attention/fla/chunk.py", "chunk_gated_delta_rule_fwd",
                                 "g = chunk_local_cumsum(g, chunk_size=64, cu_seqlens=cu_seqlens)"))

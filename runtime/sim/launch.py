@@ -1,10 +1,12 @@
-"""One simulated SGLang server process, from its command line to its exit.
+"""One simulated server process (SGLang or vLLM), from its command line to its exit.
 
-``serve(options)`` does what ``python -m sglang.launch_server`` does, in simulated time: resolve the server
-arguments, plan the card's memory (``memory.plan_memory``), print the boot log phase by phase while the card's
-usage grows, bind the HTTP port, warm up, print the ready line, then serve until SIGTERM. A scheduler death
-(a boot crash of the plan or of ``--sim-fault``, the first generation's OOM, a crash under load) prints
-SGLang's lines and ends the process with SIGKILL, exactly like ``kill_process_tree``: the parent sees -9.
+``serve(options)`` does what ``python -m sglang.launch_server`` (or ``vllm serve``) does, in simulated time: read
+the arguments through the family's dialect (``dialect.py``: the engine's knobs, the memory plan), print the boot
+log phase by phase while the card's usage grows, bind the HTTP port, warm up where the family does, say it is
+ready, then serve until SIGTERM. A configuration the runtime refuses before any engine (vLLM's config builder)
+prints its error and exits 1. A scheduler death (a boot crash of the plan or of ``--sim-fault``, the first
+generation's OOM, a crash under load) prints the family's lines and ends the process with SIGKILL, exactly like
+SGLang's ``kill_process_tree``: the parent sees -9.
 """
 
 from __future__ import annotations
@@ -25,25 +27,20 @@ from typing import Any, NoReturn
 
 from elsa_tune.runtime.sim.answers import Answerer, Damage, Knowledge
 from elsa_tune.runtime.sim.card import CardLease, default_card_dir
+from elsa_tune.runtime.sim.dialect import BootWalk, Dialect, Reading, dialect
 from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash
-from elsa_tune.runtime.sim.memory import MemoryPlan, plan_memory
-from elsa_tune.runtime.sim.metrics import SglangMetrics
+from elsa_tune.runtime.sim.memory import MemoryPlan
 from elsa_tune.runtime.sim.noise import NoiseSettings, ServingNoise
 from elsa_tune.runtime.sim.profile import SimProfile, load_profile
 from elsa_tune.runtime.sim.server import ServedModel, SimHttpServer
 from elsa_tune.runtime.sim.serving import Serving
 from elsa_tune.runtime.sim.source import BLOCK_TOKENS, crash_of, engine_source
 from elsa_tune.runtime.sim.startup import (
-    READY_LINE,
-    Boot,
     MambaPool,
     ServerLog,
     StartupFacts,
     runtime_line,
-    uvicorn_bind_failed,
-    uvicorn_started,
 )
-from elsa_tune.search_spaces.candidate import FlagValue
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +52,15 @@ _TORCH_DTYPES = {"auto": "torch.bfloat16", "bf16": "torch.bfloat16", "bfloat16":
 
 @dataclass(frozen=True)
 class SimOptions:
-    """The command line of ``elsa-tune sim serve``: the sim's own knobs and SGLang's resolved arguments."""
+    """The command line of ``elsa-tune sim serve``: the sim's own knobs and the runtime's arguments as given.
+
+    ``given`` holds the runtime family's arguments that were given, by parser destination; ``family`` names the
+    dialect the server speaks (``sglang``, ``vllm``).
+    """
 
     profile: str
-    server_args: dict[str, Any]          # every ServerArgs field (resolved defaults + what was given)
-    flags: dict[str, FlagValue]          # what was given, Candidate style
+    given: dict[str, Any]
+    family: str = "sglang"
     seed: int = 0
     fault: str | None = None
     speedup: float = 1.0
@@ -73,8 +74,13 @@ def serve(options: SimOptions) -> int:
     """Run one simulated server to its end. Returns the exit code, or never returns (SIGKILL on a crash)."""
     profile = load_profile(options.profile)
     faults = Faults.from_sources(options.fault)
-    plan = plan_memory(profile, options.flags, options.env)
-    out = ServerLog()
+    speaks = dialect(options.family)
+    reading = speaks.read(profile, options.given, options.env)
+    plan = reading.plan
+    out = speaks.log()
+    if reading.refused is not None:
+        speaks.refuse(out, reading)
+        return 1
     card_dir = Path(options.card_dir) if options.card_dir else default_card_dir(profile.card.name)
     lease = CardLease(card_dir)
     speedup = max(options.speedup, 1e-6)
@@ -87,8 +93,8 @@ def serve(options: SimOptions) -> int:
     def sleep(seconds: float) -> None:
         time.sleep(seconds * faults.slow_boot / speedup)
 
-    facts = facts_from_plan(profile, plan, options.server_args)
-    plan_crash = crash_of(plan.boot_failure) if plan.boot_failure else None
+    failure = reading.boot_failure
+    plan_crash = crash_of(failure) if failure else None
 
     def crash_at(phase: str) -> Crash | None:
         fault = faults.boot_crash_at(phase, plan.mem_fraction_static, plan.total_gb)
@@ -98,45 +104,48 @@ def serve(options: SimOptions) -> int:
             return plan_crash
         return None
 
-    boot = Boot(out, facts, sleep, crash_at, lambda gb: lease.set_used(int(gb * GIB)))
+    walk = speaks.boot(out, profile, reading, sleep, crash_at, lambda gb: lease.set_used(int(gb * GIB)))
     try:
-        crash = boot.run()
+        crash = walk.run()
+        if crash and speaks.boot_exit_code is not None:
+            out.crash(crash, serving=False)
+            return speaks.boot_exit_code
         if crash:
             die(crash, serving=False)
-        host = str(options.server_args.get("host") or "127.0.0.1")
-        port = int(options.server_args.get("port") or 30000)
+        host, port = reading.host, reading.port
         try:
             if faults.port_taken:
                 raise OSError("simulated: port taken")
             sock = _bind(host, port)
         except OSError:
-            uvicorn_bind_failed(out, host, port)
+            speaks.bind_failed(out, host, port)
             _release(lease, faults)
             return 1
         lease.set_used(plan.gpu_used_bytes)
-        return asyncio.run(_serve_async(options, profile, plan, dict(facts.server_args), faults, out, lease, sock,
-                                        host, port, speedup, boot_started, die))
+        return asyncio.run(_serve_async(options, profile, reading, speaks, walk, faults, out, lease, sock,
+                                        speedup, boot_started, die))
     finally:
         _release(lease, faults)
 
 
-async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPlan, args: dict[str, Any],
-                       faults: Faults, out: ServerLog,
-                       lease: CardLease, sock: socket.socket, host: str, port: int, speedup: float,
+async def _serve_async(options: SimOptions, profile: SimProfile, reading: Reading, speaks: Dialect, walk: BootWalk,
+                       faults: Faults, out: ServerLog, lease: CardLease, sock: socket.socket, speedup: float,
                        boot_started: float, die: Any) -> int:
-    served_name = str(args.get("served_model_name") or args.get("model_path") or profile.model.served_name)
-    metrics = SglangMetrics(served_name)
+    plan, args, host, port = reading.plan, reading.server_args, reading.host, reading.port
+    metrics = speaks.metrics(reading)
     settings = NoiseSettings.quiet() if options.quiet else _noise_settings(profile)
     noise = ServingNoise(settings, profile.noise.seed * 1_000_003 + options.seed)
-    source = engine_source(profile, plan, options.flags, options.env, random.Random(f"elsa-sim-engine:{options.seed}"))
+    source = engine_source(profile, plan, reading.knobs, options.env,
+                           random.Random(f"elsa-sim-engine:{options.seed}"))
     serving = Serving(source, noise=noise, metrics=metrics, server_log=out, faults=faults, speedup=speedup,
                       decode_log_interval=int(args.get("decode_log_interval") or 40), hybrid=profile.model.is_hybrid,
                       on_crash=lambda crash: die(crash, True),
                       watchdog_timeout_s=float(args.get("watchdog_timeout") or 300.0),
                       draft_tokens=plan.spec.draft_tokens)
     damage = Damage.of(plan.quality_damage)
+    endpoints = speaks.endpoints(profile)
     model = ServedModel(
-        served_name=served_name, model_path=str(args.get("model_path")), context_len=plan.context_len,
+        served_name=reading.served_name, model_path=reading.model, context_len=plan.context_len,
         max_total_num_tokens=plan.kv_tokens, max_running_requests=plan.max_running_requests,
         block_size=BLOCK_TOKENS, server_args=args,
         memory_usage={"weight": round(plan.weights_gb + plan.draft_weights_gb, 2), "kvcache": round(plan.kv_gb, 2),
@@ -144,39 +153,33 @@ async def _serve_async(options: SimOptions, profile: SimProfile, plan: MemoryPla
                       "token_capacity_swa": None, "graph": {"decode": round(plan.cuda_graph_gb * 0.8, 2),
                                                             "prefill": round(plan.cuda_graph_gb * 0.2, 2)}},
         decode_graph_bs=_graph_bs(plan.cuda_graph_max_bs), speculative=plan.spec.on,
-        enable_metrics=bool(args.get("enable_metrics")), enable_cache_report=bool(args.get("enable_cache_report")),
+        enable_metrics=endpoints.metrics_on or bool(args.get("enable_metrics")),
+        enable_cache_report=bool(args.get("enable_cache_report")),
         include_usage_default=bool(args.get("stream_response_default_include_usage")),
         damage=damage.wrong_share, cache_hit_damage=damage.cache_hit_share, host_hit_damage=damage.host_hit_share,
         damage_salt=damage.salt, answerer=Answerer(Knowledge.from_env(), profile.model.accuracy),
         image_max_tokens=profile.model.image_max_tokens if profile.model.is_vision else 0,
         image_workspace_gb=profile.model.image_workspace_gb, headroom_gb=plan.headroom_gb,
-        seed=options.seed,
+        seed=options.seed, version=endpoints.version, owner=endpoints.owner, routes=endpoints.routes,
         launch_command=shlex.join(options.argv) if options.argv else "",
         regimes=frozenset(profile.model.draft.acceptance) if profile.model.draft else frozenset())
     http = SimHttpServer(model, serving, metrics)
-    metrics.set_gauges({"max_total_num_tokens": plan.kv_tokens, "context_len": plan.context_len,
-                        "page_size": plan.page_size, "num_pages": plan.kv_tokens // max(1, plan.page_size),
-                        "weight_memory_usage_gb": plan.weights_gb, "kv_cache_memory_usage_gb": plan.kv_gb,
-                        "startup_available_gpu_memory_gb": plan.available_gpu_mem_gb})
-    for phase, gb in model.memory_usage["graph"].items():   # SGLang: one series per captured phase
-        metrics.graph_memory.set({**metrics.sched, "phase": phase}, gb)
-    if plan.spec.on:
-        metrics.set_gauges({"spec_num_steps": plan.spec.steps, "spec_num_draft_tokens": plan.spec.draft_tokens})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server = await asyncio.start_server(http.handle_connection, sock=sock, limit=1024 * 1024)
     loop_task = asyncio.create_task(serving.run())
-    uvicorn_started(out, host, port)
+    speaks.started(out, walk, host, port)
     try:
-        warm = asyncio.create_task(_warmup(serving, out, faults, speedup))
+        warm = asyncio.create_task(_warmup(serving, out, faults, speedup) if speaks.warms_up
+                                   else asyncio.sleep(0))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({warm, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():
             http.ready = True
             http.startup_time = time.monotonic() - boot_started
-            out.info(READY_LINE)
+            speaks.ready(out)
             if faults.crash_after_requests == 0:
                 # "crash after 0 requests": the scheduler dies on its own shortly after readiness, a few real
                 # seconds later so that a runtime's readiness check sees the server up first.
@@ -226,7 +229,7 @@ def facts_from_plan(profile: SimProfile, plan: MemoryPlan, server_args: dict[str
     kv_dtype = _TORCH_DTYPES.get(str(plan.kv_dtype), f"torch.{plan.kv_dtype}")
     return StartupFacts(
         server_args=resolved, total_gb=plan.total_gb, weights_gb=plan.weights_gb,
-        model_class=_model_class(model.name, model.is_hybrid), quant=_quant(model.name),
+        model_class=model_class(model.name, model.is_hybrid), quant=_quant(model.name),
         kv_tokens=plan.kv_tokens, kv_dtype=kv_dtype, kv_gb=plan.kv_gb,
         avail_after_pools_gb=plan.avail_after_pools_gb, graph_gb=plan.cuda_graph_gb,
         available_gpu_mem_gb=plan.available_gpu_mem_gb, chunked_prefill_size=plan.chunked_prefill_size,
@@ -235,10 +238,11 @@ def facts_from_plan(profile: SimProfile, plan: MemoryPlan, server_args: dict[str
         mamba=mamba, decode_graph_bs=_graph_bs(plan.cuda_graph_max_bs) if plan.cuda_graph_gb > 0 else (),
         prefill_graph_tokens=_graph_bs(plan.chunked_prefill_size) if plan.cuda_graph_gb > 0 else (),
         speculative=plan.spec.on, warnings=tuple(plan.warnings),
-        phase_seconds=_phase_seconds(plan))
+        phase_seconds=phase_seconds(plan))
 
 
-def _phase_seconds(plan: MemoryPlan) -> dict[str, float]:
+def phase_seconds(plan: MemoryPlan) -> dict[str, float]:
+    """Simulated seconds of each boot phase (weights, kv, graph) under ``plan``."""
     # Loading reads the checkpoint from disk (~1.6 GB/s); capture time grows with the captured batch sizes.
     return {"weights": 2.0 + (plan.weights_gb + plan.draft_weights_gb) / 1.6,
             "kv": 0.8 + plan.kv_gb * 0.05,
@@ -252,7 +256,8 @@ def _graph_bs(max_bs: int) -> tuple[int, ...]:
     return chosen if chosen and chosen[-1] == max_bs else (*chosen, max_bs) if max_bs > 0 else ()
 
 
-def _model_class(name: str, hybrid: bool) -> str:
+def model_class(name: str, hybrid: bool) -> str:
+    """The architecture class a runtime reports for a profile's model."""
     lowered = name.lower()
     if "qwen3.6" in lowered or "qwen3.8" in lowered or "qwen3.5" in lowered:
         return "Qwen3_5MoeForConditionalGeneration" if "a3b" in lowered else "Qwen3_5ForConditionalGeneration"

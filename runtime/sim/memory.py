@@ -3,10 +3,10 @@
 The order follows ``mem_cache/kv_cache_configurator.py``: the scheduler measures free memory before loading
 (``pre_load``), the static pool is ``mem_fraction_static × pre_load``; weights, the speculative draft (weights,
 buffers, a private vocabulary copy unless shared), the Mamba/GDN state pool and the KV pool are carved out of
-it in that order; CUDA graphs and the generation workspace live in what the fraction leaves outside. The traps
-of the seeds fall out of it: ``max_running_requests`` clamped by Mamba slots ÷ slots per request (seed 004),
-a fraction so high that the server boots and dies on its first generation (seed 004, 0.97 without MTP), pools
-too small to start, flags accepted and silently ignored.
+it in that order; CUDA graphs and the generation workspace live in what the fraction leaves outside. SGLang's
+traps fall out of it: ``max_running_requests`` silently clamped by Mamba slots ÷ slots per request, a fraction
+so high that the server boots and dies on its first generation (0.97 without MTP on a 32 GB card), pools too
+small to start, flags accepted and silently ignored.
 
 All sizes are GiB, the unit SGLang prints as "GB".
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import FailureKind
-from elsa_tune.runtime.sim.flags import flag_by_name, resolve_defaults
+from elsa_tune.runtime.sglang_flags import flag_by_name, resolve_defaults
 from elsa_tune.runtime.sim.profile import GIB, SimProfile
 from elsa_tune.search_spaces.candidate import FlagValue
 
@@ -345,7 +345,7 @@ class _Planner:
         return strategy
 
     def _slots_per_request(self) -> int:
-        """``_calculate_mamba_ratio``, plus the draft's own slots where the build keeps them (seed 004: 4 + 4)."""
+        """``_calculate_mamba_ratio``, plus the draft's own slots where the build keeps them (MTP: 4 + 4)."""
         if not self.model.is_hybrid:
             return 1
         strategy = self._strategy(flag_int(self.flags, "page-size") or 1)

@@ -209,6 +209,10 @@ class SglangMetrics:
             for name, value in values.items():
                 self.gauges[name].set(self.sched, value)
 
+    def spec_step(self, drafts: int, draft_tokens: int, accepted: int) -> None:
+        """One verify round of speculative decoding (SGLang counts the verify calls)."""
+        self.spec_verify.inc(self.tok, drafts)
+
     def render(self) -> str:
         with self.lock:
             lines: list[str] = []

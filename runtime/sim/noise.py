@@ -2,13 +2,13 @@
 
 Three multiplicative factors on every step's duration, all seeded from ``--sim-seed``:
 
-- **boot drift**: ``exp(N(0, boot_sigma))``, drawn once per boot (seeds 001/004: restart-to-restart ~10–15%);
+- **boot drift**: ``exp(N(0, boot_sigma))``, drawn once per boot (restarts of one build differ by ~10–15%);
 - **run noise**: a per-pass factor ``exp(N(0, run_sigma))``, drawn afresh whenever the server comes back
   from idle (a measurement pass starts after a pause), so two passes of one boot differ by about
-  ``run_sigma`` (seed 004: within-run σ ~3%), plus a small mean-reverting (Ornstein–Uhlenbeck) wander within a
+  ``run_sigma`` (within-run σ is ~3% on real servers), plus a small mean-reverting (Ornstein–Uhlenbeck) wander within a
   pass (``run_sigma / 3``, correlation time ``correlation_s`` of simulated time);
 - **cold first pass**: steps are ``1 + first_pass_slowdown`` slower until the boot has served
-  ``warm_requests`` requests (seed 004: 79.2 cold vs 89.3 warm, 12.7%).
+  ``warm_requests`` requests (a real first run after a restart reads ~13% slow).
 
 The truth (``truth.py``) has none of these; only the real-time server applies them.
 """

@@ -9,7 +9,8 @@ mean depends on the content regime and the draft depth. Prefill is compute-bound
 ``chunked_prefill_size``: a linear term, a quadratic attention term and a per-chunk cost. A power cap below the
 card's default slows compute-bound work more than decode. Techniques multiply step times by context and regime.
 
-Calibrated against the seeds' tables (``tests/runtime/test_sim_calibration.py``); not a hardware measurement.
+Calibrated against published measurements on the profiled cards (``tests/runtime/test_sim_calibration.py``);
+not a hardware measurement.
 """
 
 from __future__ import annotations

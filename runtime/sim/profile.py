@@ -15,13 +15,13 @@ A profile file's keys::
     techniques: [{name, match: {flags: {...}, env: {...}, spec: bool}, decode: [[ctx, x]], prefill: [[ctx, x]],
                   regime: {...}, static_gb, outside_gb, kv_pool_factor, crash: {phase, kind, lines}, ignored,
                   ignored_value, quality_damage, note, ...}]            # see technique.py
-    configs: {name: {extends, flags, env, note}}                      # launch configurations the seeds describe
+    configs: {name: {extends, flags, env, note}}                      # named launch configurations
 
 A match value is compared as text (``true`` = set to anything but 0/false, ``false`` = absent) or with
 ``{gte: x}``/``{lte: x}``. The card and model files hold ``CardProfile``/``ModelProfile`` fields.
 
-The figures describe what the simulated SGLang does; they are calibrated against the seeds' tables and are
-never a measurement of real hardware.
+The figures describe what the simulated SGLang does; they are calibrated against published measurements on
+the profiled cards and are never a measurement of real hardware.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class CardProfile:
     """A GPU as the simulator sees it. ``memory_gb`` is the total SGLang reads (GiB, ``torch.cuda`` units).
 
     ``context_overhead_gb`` is what the CUDA contexts and runtime hold before the scheduler measures free memory.
-    Compute scales with ``(power_limit_w / default_power_w) ** power_exponent`` (prefill is compute-bound;
-    seed 002: the cap costs prefill most), decode scales with it raised to ``decode_power_exponent``.
+    Compute scales with ``(power_limit_w / default_power_w) ** power_exponent`` (prefill is compute-bound, so
+    a power cap costs it most), decode scales with it raised to ``decode_power_exponent``.
     """
 
     name: str
@@ -81,9 +81,9 @@ class CardProfile:
 class DraftProfile:
     """A model's built-in draft head (MTP / EAGLE): memory it takes and what one draft step costs.
 
-    ``private_vocab_gb`` is the embedding + output-head copy a stock runtime keeps for the draft (seed 000: ~2 GB)
-    until a technique shares them. ``acceptance`` is the per-token acceptance probability of a chain draft by
-    content regime; the mean accepted length of a topk-1 chain of ``k`` steps is ``(1 - p**(k+1)) / (1 - p)``
+    ``private_vocab_gb`` is the embedding + output-head copy a stock runtime keeps for the draft (~2 GB for a 248K
+    vocabulary) until a technique shares them. ``acceptance`` is the per-token acceptance probability of a chain
+    draft by content regime; the mean accepted length of a topk-1 chain of ``k`` steps is ``(1 - p**(k+1)) / (1 - p)``
     (the bonus token included). ``prefill_workspace_gb_per_100k`` is what the draft needs outside the pools while
     the prompt is read (the target's hidden states it consumes), per 100K tokens of context.
     """
@@ -198,7 +198,7 @@ NOISE_FAMILIES = ("lognormal", "t3", "contaminated", "drift_linear", "drift_step
 
 @dataclass(frozen=True)
 class NoiseProfile:
-    """Field-like noise (seeds 001/004): boot drift, run noise, a slow first pass after boot, and the seed.
+    """Noise as real servers show it: boot drift, run noise, a slow first pass after boot, and the seed.
 
     ``family`` shapes the boot drift (``noise.boot_drift``): ``lognormal`` (``exp(N(0, boot_sigma))``), ``t3`` (a
     Student t with 3 degrees of freedom scaled to ``boot_sigma``: rare large drifts), ``contaminated`` (lognormal,
@@ -232,12 +232,12 @@ class MemoryRules:
     ``mamba_ratio_solver``: ``joint`` is SGLang 0.5.23's ``--mamba-full-memory-ratio`` solve (state slots and
     the speculative intermediate caches for ``slots/ratio`` requests share the Mamba budget, the unused part
     returns to KV); ``carve`` sizes the intermediate caches for the admitted requests first and gives the rest of
-    the Mamba budget to slots (what seed 004's ratio table shows). ``auto_mamba_slots_max`` caps an auto-sized
+    the Mamba budget to slots (as measured pools across ratios show). ``auto_mamba_slots_max`` caps an auto-sized
     pool. ``tokenizer_context_gb`` is the CUDA context the HTTP/tokenizer process takes from the headroom after the
-    pools are sized (seed 000: 630 MB). ``runtime_overhead_gb`` is what the build allocates before the scheduler
-    measures free memory (workspaces, communicators), on top of the card's CUDA context.
+    pools are sized (~630 MB when it imports GPU libraries). ``runtime_overhead_gb`` is what the build allocates
+    before the scheduler measures free memory (workspaces, communicators), on top of the card's CUDA context.
     ``cached_state_sets_max`` caps how many cached prompts keep a reusable recurrent state whatever the spare slots
-    (seed 004's open problem: alternating contexts lose their prefix under every memory configuration).
+    (a hybrid model's two alternating contexts can lose their prefix under every memory configuration).
     """
 
     mamba_ratio_solver: str = "joint"

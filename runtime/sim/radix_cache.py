@@ -4,7 +4,7 @@ For a hybrid (Mamba/GDN) model a cached prefix is only reusable where a recurren
 every checkpoint needs a Mamba state slot the running requests are not using. ``MambaStates`` models that: each
 cached prompt keeps one state set (its end and a checkpoint every ``mamba-track-interval`` tokens) in one spare
 slot, least recently used first out. With no spare slots the KV of a prefix may still sit in the pool while the
-prefix cannot be reused: seed 004's open problem ("#cached-token: 0 with 43% of the pool free").
+prefix cannot be reused: the log shows ``#cached-token: 0`` with much of the pool free.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""``SimulatedSGLang``: the ``Runtime`` for the simulated server, an ``SGLangProcess`` with a simulated card.
+"""``SimulatedServer``: the ``Runtime`` for the simulated server, a ``ServerProcess`` with a simulated card.
 
 It is the real process manager (``runtime/process.py``: process group, log tee, ready line + ``/health``,
-classification, stop that waits for the GPU memory) pointed at ``elsa-tune sim serve`` instead of
-``sglang.launch_server``, with a ``SimulatedGpu`` as its ``GpuView``. Every boot gets its own seed (so boot
+classification, stop that waits for the GPU memory) of a runtime family (SGLang by default, or vLLM: the server
+speaks that family's dialect, ``dialect.py``, and the family reads its log) pointed at ``elsa-tune sim serve``
+instead of the runtime's own launch, with a ``SimulatedGpu`` as its ``GpuView``. Every boot gets its own seed (so boot
 drift differs between boots, as on a real card: the seed the booter wrote into the boot folder, else one more than
 the last) and may get injected faults (``faults=`` for every boot, or
 ``ELSA_SIM_FAULT`` in a candidate's env for one boot).
@@ -16,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from elsa_tune.runtime.boot_seed import read_boot_seed
+from elsa_tune.runtime.family import RuntimeFamily, family
 from elsa_tune.runtime.lease import LeaseBook
-from elsa_tune.runtime.process import SGLangProcess
+from elsa_tune.runtime.process import ServerProcess
 from elsa_tune.runtime.protocol import RuntimeTimeouts, Server
 from elsa_tune.runtime.sim.answers import ENV_KNOWLEDGE
 from elsa_tune.runtime.sim.card import CardSpec, SimulatedGpu, default_card_dir
@@ -38,8 +40,9 @@ def simulated_gpu(profile: SimProfile, card_dir: Path | None = None, index: int 
     return SimulatedGpu(card_dir if card_dir is not None else default_card_dir(card.name, index), spec)
 
 
-class SimulatedSGLang(SGLangProcess):
-    """Boot simulated SGLang servers for candidates; everything else is ``SGLangProcess``.
+class SimulatedServer(ServerProcess):
+    """Boot simulated servers of ``family`` (``sglang``, ``vllm``) for candidates; everything else is
+    ``ServerProcess``.
 
     ``speedup`` runs simulated time faster than real time (tests use 20–100). ``seed`` is the first boot's
     seed; each later boot adds one. ``faults`` is ``--sim-fault`` text applied to every boot. ``knowledge`` is a
@@ -50,7 +53,8 @@ class SimulatedSGLang(SGLangProcess):
     def __init__(self, profile: str | Path, *, card_dir: Path | None = None, seed: int = 0, speedup: float = 1.0,
                  faults: str | None = None, python: str = sys.executable, model_path: str | None = None,
                  timeouts: RuntimeTimeouts = SIM_TIMEOUTS, extra_env: Mapping[str, str] | None = None,
-                 knowledge: Path | None = None, leases: LeaseBook | None = None) -> None:
+                 knowledge: Path | None = None, leases: LeaseBook | None = None,
+                 family_name: str = "sglang") -> None:
         if faults:
             Faults.parse(faults)   # fail now, on a bad fault name, rather than in the first boot
         self.profile = load_profile(profile)
@@ -68,10 +72,19 @@ class SimulatedSGLang(SGLangProcess):
             env[ENV_FAULT] = faults
         if knowledge is not None:
             env[ENV_KNOWLEDGE] = str(Path(knowledge).resolve())
-        launch: Sequence[str] = (python, "-m", "elsa_tune", "sim", "serve", "--sim-profile", self.profile_ref,
-                                 "--sim-card-dir", str(self.card_dir), "--sim-speedup", repr(float(speedup)))
-        super().__init__(launch, gpu, timeouts=timeouts, extra_env=env, leases=leases)
+        runtime_family: RuntimeFamily = family(family_name)
+        launch: Sequence[str] = (python, "-m", "elsa_tune", "sim", "serve", "--family", runtime_family.name.value,
+                                 "--sim-profile", self.profile_ref, "--sim-card-dir", str(self.card_dir),
+                                 "--sim-speedup", repr(float(speedup)))
+        super().__init__(runtime_family, launch, gpu, timeouts=timeouts, extra_env=env, leases=leases)
         self.lease_card_dir = self.card_dir
+
+    @property
+    def version(self) -> str:
+        """The runtime version the simulated server reports (the profile's SGLang, or vLLM 0.33.0)."""
+        from elsa_tune.runtime.sim.dialect import dialect
+
+        return dialect(self.family.name.value).endpoints(self.profile).version
 
     def start(self, candidate: Candidate, boot_dir: Path) -> Server:
         """Boot with the seed the booter wrote into ``boot_dir`` (``runtime/boot_seed.py``), else the next of ours:
@@ -84,5 +97,9 @@ class SimulatedSGLang(SGLangProcess):
         args = super().argv(candidate, port)
         extra = ["--sim-seed", str(self._seed)]
         if "model-path" not in candidate.flags and "model" not in candidate.flags:
-            extra += ["--model-path", self.model_path]
+            extra += [f"--{self.family.model_flag}", self.model_path]
         return [*args, *extra]
+
+
+#: The SGLang-speaking simulated runtime under its former name.
+SimulatedSGLang = SimulatedServer

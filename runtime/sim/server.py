@@ -5,6 +5,8 @@ Serves ``/health`` (= ``/health_generate``), ``/ready``, ``/server_info`` (and t
 ``/flush_cache``, streaming and non-streaming ``/v1/completions`` and ``/v1/chat/completions`` (tool calls
 included) and the native ``/generate``, with SGLang's response shapes and error texts, and the
 sim-only ``/sim/clock`` (the simulated clock's knots, ``serving.SimClock``) and ``/sim/ack`` (a client's receipt).
+A model with ``routes`` serves only those (the simulated vLLM: ``/health``, ``/version``, ``/v1/models``, the
+OpenAI endpoints, ``/metrics`` and ``/reset_prefix_cache``) plus the sim-only ones; the rest answer 404.
 Streams are SSE over chunked transfer encoding, ending with ``data: [DONE]`` (plumbing in ``http.py``).
 """
 
@@ -38,6 +40,7 @@ from elsa_tune.runtime.sim.http import (
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.serving import Job, JobRejected, JobSpec, Serving
 from elsa_tune.runtime.sim.tokens import Completion, block_hashes, chat_token_ids, text_token_ids
+from elsa_tune.runtime.sim.vllm_metrics import VllmMetrics
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +79,19 @@ class ServedModel:
     version: str = "0.5.23"
     regimes: frozenset[str] = frozenset()     # content regimes the profile's draft acceptance knows
     cache_hit_damage: float = 0.0
-    host_hit_damage: float = 0.0              # answers restored from the host tier (answers.py, seed 002)
+    host_hit_damage: float = 0.0              # answers restored from the host tier (answers.py)
     answerer: Answerer | None = None          # what the model says (answers.py); None: tokens.py's default
     image_max_tokens: int = 0                 # tokens of the largest image; 0: the model has no vision
-    image_workspace_gb: float = 0.0           # vision-encoder temporaries of the largest image (seed 001)
+    image_workspace_gb: float = 0.0           # vision-encoder temporaries of the largest image
     headroom_gb: float = float("inf")         # memory outside the pools once serving (MemoryPlan.headroom_gb)
+    owner: str = "sglang"                     # ``owned_by`` of /v1/models
+    routes: frozenset[str] | None = None      # the endpoints the runtime serves (None: SGLang's, all of them)
 
 
 class SimHttpServer:
     """Routes requests to handlers; one instance per simulated server process."""
 
-    def __init__(self, model: ServedModel, serving: Serving, metrics: SglangMetrics) -> None:
+    def __init__(self, model: ServedModel, serving: Serving, metrics: SglangMetrics | VllmMetrics) -> None:
         self.model = model
         self.serving = serving
         self.metrics = metrics
@@ -102,8 +107,12 @@ class SimHttpServer:
             "/model_info": self._model_info, "/v1/models": self._models, "/metrics": self._metrics,
             "/flush_cache": self._flush_cache, "/v1/completions": self._completions,
             "/v1/chat/completions": self._chat_completions, "/generate": self._native_generate,
-            "/sim/clock": self._sim_clock, "/sim/ack": self._sim_ack,
+            "/sim/clock": self._sim_clock, "/sim/ack": self._sim_ack, "/version": self._version,
+            "/reset_prefix_cache": self._flush_cache,
         }
+        if model.routes is not None:
+            self._routes = {path: handler for path, handler in self._routes.items()
+                            if path in model.routes or path.startswith("/sim/")}
 
     # ---- connection handling ------------------------------------------------------------------------------
 
@@ -152,9 +161,12 @@ class SimHttpServer:
 
     async def _models(self, request: Request, writer: asyncio.StreamWriter) -> int:
         md = self.model
-        card = {"id": md.served_name, "object": "model", "created": int(self.started_at), "owned_by": "sglang",
+        card = {"id": md.served_name, "object": "model", "created": int(self.started_at), "owned_by": md.owner,
                 "root": md.served_name, "parent": None, "max_model_len": md.context_len}
         return await send_json(writer, 200, {"object": "list", "data": [card]})
+
+    async def _version(self, request: Request, writer: asyncio.StreamWriter) -> int:
+        return await send_json(writer, 200, {"version": self.model.version})
 
     async def _model_info(self, request: Request, writer: asyncio.StreamWriter) -> int:
         return await send_json(writer, 200, {"model_path": self.model.model_path,
@@ -224,7 +236,8 @@ class SimHttpServer:
 
     def _admit_images(self, images: Sequence[int]) -> None:
         """Images need the vision encoder's temporaries outside the pools; a largest-size image that does not
-        fit kills the scheduler like seed 001's crash (a 29K-token request with a maximum-size image)."""
+        fit kills the scheduler (a maximum-size image in a ~29K-token request can need 144 MiB more than
+        the pools leave)."""
         md = self.model
         if not md.image_max_tokens:
             raise HttpError(400, "The model does not support image input.")

@@ -48,8 +48,9 @@ from elsa_tune.runtime.sim.faults import Crash, Faults, serve_oom_crash, watchdo
 from elsa_tune.runtime.sim.metrics import SglangMetrics
 from elsa_tune.runtime.sim.noise import ServingNoise
 from elsa_tune.runtime.sim.plain_speed import PlainSpeed
-from elsa_tune.runtime.sim.startup import ServerLog, runtime_line
+from elsa_tune.runtime.sim.startup import ServerLog
 from elsa_tune.runtime.sim.tokens import Completion
+from elsa_tune.runtime.sim.vllm_metrics import VllmMetrics
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,7 @@ class Job:
     follows: bool = False             # it is such a request
     unsent: int = 0                   # tokens generated but not yet handed to the stream (STREAM_FLUSH_S)
     flushed_at: float = 0.0
-    cache_hit_damage: float = 0.0     # share of answers spoiled when served from a prefix-cache hit (seed 002)
+    cache_hit_damage: float = 0.0     # share of answers spoiled when served from a prefix-cache hit
     damage_salt: str = ""
     host_hit_damage: float = 0.0      # share spoiled when part of the prefix comes back from the host tier
     host_restorable_tokens: int = 0   # leading prompt tokens the host tier holds (answers.HostTier)
@@ -267,8 +268,8 @@ class Pacing:
 class Serving:
     """Runs the loop as an asyncio task. ``on_crash`` is called (then the process dies) for a fatal fault."""
 
-    def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics, server_log: ServerLog,
-                 faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
+    def __init__(self, source: StepSource, *, noise: ServingNoise, metrics: SglangMetrics | VllmMetrics,
+                 server_log: ServerLog, faults: Faults, speedup: float, decode_log_interval: int, hybrid: bool,
                  on_crash: Callable[[Crash], None], watchdog_timeout_s: float = 300.0, draft_tokens: int = 0) -> None:
         self.source = source
         self.noise = noise
@@ -559,7 +560,8 @@ class Serving:
                 self.spec_accepted += step.accepted_tokens
                 self._window_verify += step.verify_calls
                 self._window_accepted += step.accepted_tokens
-                m.spec_verify.inc(m.tok, step.verify_calls)
+                m.spec_step(step.verify_calls, step.verify_calls * max(0, self._draft_tokens - 1),
+                            max(0, step.accepted_tokens - step.verify_calls))
             m.realtime_tokens.inc({**m.sched, "mode": "decode"}, emitted_total)
             if step.kind == "prefill":
                 m.realtime_tokens.inc({**m.sched, "mode": "prefill_compute"}, step.new_tokens)
@@ -647,19 +649,19 @@ class Serving:
              ("mamba usage", mamba_usage)] if self.hybrid else [("#token", step.used_tokens), ("token usage", usage)])
         if step.kind == "prefill":
             throughput = step.new_tokens / max(1e-9, step.duration_s)
-            self.log.info(runtime_line("Prefill", [
+            self.log.batch("Prefill", [
                 ("#new-seq", step.new_seqs), ("#new-token", step.new_tokens),
                 ("#cached-token", sum(step.cached.values())), *usage_part, ("#running-req", step.running),
                 ("#queue-req", step.queued), ("#pending-token", 0), ("cuda graph", False),
-                ("input throughput (token/s)", f"{throughput:.2f}")]))
+                ("input throughput (token/s)", f"{throughput:.2f}")])
         else:
             spec_part: list[tuple[str, object]] = []
             if step.verify_calls:
                 rate = min(1.0, max(0.0, (accept - 1) / max(1, self._draft_tokens - 1)))
                 spec_part = [("accept len", f"{accept:.2f}"), ("accept rate", f"{rate:.2f}")]
-            self.log.info(runtime_line("Decode", [
+            self.log.batch("Decode", [
                 ("#running-req", step.running), *usage_part, *spec_part, ("cuda graph", True),
-                ("gen throughput (token/s)", f"{self.last_gen_throughput:.2f}"), ("#queue-req", step.queued)]))
+                ("gen throughput (token/s)", f"{self.last_gen_throughput:.2f}"), ("#queue-req", step.queued)])
         if step.retracted:
             self.log.info(f"KV cache pool is full. Retract requests. #retracted_reqs: {len(step.retracted)}, "
                           f"#new_tokens_gained: {step.token_capacity - step.used_tokens}, "

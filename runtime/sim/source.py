@@ -21,7 +21,8 @@ from elsa_tune.search_spaces.candidate import FlagValue
 
 #: Prefix-cache granularity of the server's block hashes (tokens per block).
 BLOCK_TOKENS = 64
-_PHASE_OF_KIND = {FailureKind.WEIGHTS_OOM: "weights", FailureKind.CUDA_GRAPH_FAILED: "graph"}
+_PHASE_OF_KIND = {FailureKind.WEIGHTS_OOM: "weights", FailureKind.CUDA_GRAPH_FAILED: "graph",
+                  FailureKind.GPU_BUSY: "weights"}
 
 
 class EngineSource:

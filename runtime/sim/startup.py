@@ -38,6 +38,10 @@ class ServerLog:
             stamp += f".{int(now * 1000) % 1000:03d}"
         self.raw("\n".join(f"[{stamp}] {line}" if i == 0 else line for i, line in enumerate(message.split("\n"))))
 
+    def batch(self, kind: str, values: Sequence[tuple[str, Any]]) -> None:
+        """A scheduler batch line (``Prefill batch, …`` / ``Decode batch, …``)."""
+        self.info(runtime_line(kind, values))
+
     def raw(self, text: str) -> None:
         with self._lock:
             try:

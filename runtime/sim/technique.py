@@ -1,7 +1,7 @@
 """A technique's true effect in the simulator: when it applies (flag/env conditions) and what it does.
 
 A technique is a flag or environment value (or a combination) whose effect on this card and model is known from
-the seeds: speed multipliers by context and regime, memory it costs, a crash with SGLang's exact text, a silent
+measurements: speed multipliers by context and regime, memory it costs, a crash with SGLang's exact text, a silent
 ignore, or damage to the answers while nothing errors. Profiles list them under ``techniques:``.
 """
 

@@ -2,7 +2,7 @@
 
 ``truth(profile, flags, env, workload)`` plans the memory, builds the performance model and runs the scheduling
 core to completion on a simulated clock: no boot drift, no run noise, no cold first pass. Benchmarks use it to
-score the tuner against the true optimum; the calibration tests use it to compare the simulator with the seeds.
+score the tuner against the true optimum; the calibration tests compare the simulator with published measurements.
 ``TruthWorkload`` is independent of ``traffic/`` (the runtime layer must not import it): a closed loop at a
 concurrency with length lists and regimes, or explicit requests with arrival times.
 """
@@ -60,8 +60,8 @@ class Truth:
     """The noiseless worth of one configuration on one workload, with the runtime/model/GPU it is about.
 
     ``output_tokens_per_s`` is completed output tokens over the makespan; ``decode_tokens_per_s`` is the median
-    per-request decode rate (``(output − 1) / (finish − first token)``), the seeds' single-request figure.
-    ``prefix_cache_hit_rate`` is cached over prompt tokens of the admitted requests (seed 001's 87%).
+    per-request decode rate (``(output − 1) / (finish − first token)``), the usual single-request figure.
+    ``prefix_cache_hit_rate`` is cached over prompt tokens of the admitted requests.
     Every rate is ``None`` when nothing completed: a crash is never a zero.
     """
 

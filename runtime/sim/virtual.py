@@ -1,24 +1,25 @@
-"""``VirtualSGLang``: the simulated SGLang without processes, sockets or a wall clock.
+"""``VirtualServer``: the simulated server (SGLang or vLLM) without processes, sockets or a wall clock.
 
 A virtual launch goes through the same pieces as ``elsa-tune sim serve``: the candidate's command line is read by
-the simulator's copy of SGLang's argument parser, the card's memory is planned (``memory.plan_memory``), the boot
-log is printed phase by phase (``startup.Boot``) into memory, and what a runtime would read from it is read by the
-real readers: ``runtime.startup_log.build_report`` (pools, slots, silent clamps and ignored flags) and
-``runtime.classify.classify`` (the failure kind of a boot or a dead server). Serving a workload runs the scheduling
-engine to completion on the simulated clock (``truth.truth``); a crash under load prints SGLang's lines after the
-boot log and is classified the same way.
+the family's dialect (``dialect.py``: the simulator's copy of the runtime's argument parser, then the engine's
+knobs), the card's memory is planned (``memory.plan_memory``), the boot log is printed phase by phase into memory,
+and what a runtime would read from it is read by the family's real readers: its ``boot_report`` (pools, slots,
+silent clamps and ignored flags) and ``classify`` (the failure kind of a boot or a dead server). Serving a
+workload runs the scheduling engine to completion on the simulated clock (``truth.truth``); a crash under load
+prints the family's lines after the boot log and is classified the same way.
 
 Everything is in the simulated system's time: ``VirtualLaunch.boot_s`` is how long the boot takes on the simulated
 card, a ``Truth``'s makespan how long the workload takes there. A configuration's launch and noiseless serving are
 deterministic and cached per candidate (and workload).
 
-``VirtualSGLang`` is a ``Runtime``: ``start`` boots a candidate in simulated time (it spends the boot's seconds on its
+``VirtualServer`` is a ``Runtime``: ``start`` boots a candidate in simulated time (it spends the boot's seconds on its
 clock, writes the boot log into the boot folder, raises ``BootFailed`` with the classified failure of a launch that
 never becomes ready, and draws the boot's drift from the seed in the boot folder, ``runtime/boot_seed.py``);
 ``check`` says whether a server died while serving; ``stop`` spends the stop's seconds. What a ready server does
 with a workload (``serve_on``: a probe's requests; ``run_pass``: a measured pass with the boot's drift, the run
 noise and a cold first pass, ``noise.py``; ``send_image``: the largest image to the vision encoder) is the
-scheduling engine's truth on the simulated clock; a crash there kills the server, classified from SGLang's lines.
+scheduling engine's truth on the simulated clock; a crash there kills the server, classified from the family's
+lines.
 """
 
 from __future__ import annotations
@@ -33,25 +34,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
+
 from elsa_tune.errors import BootFailed, RuntimeUnavailable
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.boot_seed import read_boot_seed
-from elsa_tune.runtime.classify import classify
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
-from elsa_tune.runtime.flags import FlagSet, parse_help
+from elsa_tune.runtime.family import RuntimeFamily
+from elsa_tune.runtime.flags import FlagSet
 from elsa_tune.runtime.gpu import GpuMemory, GpuState
 from elsa_tune.runtime.protocol import Exit, Health, HealthState, Server
-from elsa_tune.runtime.sglang import SGLANG
-from elsa_tune.runtime.sim import flags as sglang_flags
+from elsa_tune.runtime.sim.dialect import Dialect, Reading, dialect
 from elsa_tune.runtime.sim.faults import Crash, watchdog_crash
-from elsa_tune.runtime.sim.launch import facts_from_plan
-from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash, plan_memory
+from elsa_tune.runtime.sim.memory import MemoryPlan, SimCrash
 from elsa_tune.runtime.sim.noise import boot_drift
 from elsa_tune.runtime.sim.profile import NoiseProfile, SimProfile, load_profile
 from elsa_tune.runtime.sim.source import crash_of
-from elsa_tune.runtime.sim.startup import READY_LINE, Boot, ServerLog, uvicorn_started
 from elsa_tune.runtime.sim.truth import Truth, TruthWorkload, truth
-from elsa_tune.runtime.startup_log import build_report
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 
 SCHEMA_VERSION = 1
@@ -152,21 +151,21 @@ class VirtualGpu:
         return self._state
 
 
-class VirtualSGLang:
-    """The ``Runtime`` of ``profile``'s simulated SGLang in simulated time; launches and noiseless serving are
-    cached per candidate.
+class VirtualServer:
+    """The ``Runtime`` of ``profile``'s simulated server of family ``family_name`` (``sglang``, ``vllm``) in simulated
+    time; launches and noiseless serving are cached per candidate.
 
     ``clock`` is the simulated time every boot, request and stop spends (a study passes its own clock); ``epoch``
     the unix second its zero stands for (a server's ``started_at`` and ``ready_at`` are ``epoch`` plus simulated
     seconds); ``noise`` replaces the profile's noise for every boot (``None``: the profile's).
     """
 
-    name = "sglang-sim-virtual"
-    family = SGLANG
-
     def __init__(self, profile: SimProfile | str | Path, *, model_path: str | None = None,
                  clock: SimulatedTime | None = None, epoch: float | None = None,
-                 noise: NoiseProfile | None = None) -> None:
+                 noise: NoiseProfile | None = None, family_name: str = "sglang") -> None:
+        self.dialect: Dialect = dialect(family_name)
+        self.family: RuntimeFamily = self.dialect.family()
+        self.name = f"{family_name}-sim-virtual"
         self.profile = profile if isinstance(profile, SimProfile) else load_profile(profile)
         self.model_path = model_path or self.profile.model.served_name
         self.clock: SimulatedTime = clock if clock is not None else VirtualClock()
@@ -176,9 +175,7 @@ class VirtualSGLang:
         self._handles = itertools.count(1)
         self._seeds = itertools.count(0)
         self._servers: dict[str, _Booted] = {}
-        self._parser = argparse.ArgumentParser(prog="sglang.launch_server", add_help=False)
-        sglang_flags.add_sglang_arguments(self._parser, require_model=False)
-        self._known = {spec.dest for spec in sglang_flags.sglang_flags()}
+        self._parser = self.dialect.parser(add_help=False)
         self._launches: dict[str, VirtualLaunch] = {}
         self._flags: dict[str, dict[str, FlagValue]] = {}
         self._served: dict[tuple[str, str], Truth] = {}
@@ -187,17 +184,17 @@ class VirtualSGLang:
 
     @property
     def version(self) -> str:
-        return self.profile.runtime_version
+        return self.dialect.endpoints(self.profile).version
 
     @property
     def launch_command(self) -> tuple[str, ...]:
-        return ("elsa-tune", "sim", "serve", "--virtual", "--sim-profile", self.profile.name)
+        return ("elsa-tune", "sim", "serve", "--family", self.dialect.name, "--virtual", "--sim-profile",
+                self.profile.name)
 
     def flag_set(self) -> FlagSet:
-        """The simulated SGLang's own flag list, read from its ``--help`` text (no process is started)."""
-        parser = argparse.ArgumentParser(prog="sglang.launch_server")
-        sglang_flags.add_sglang_arguments(parser, require_model=False)
-        return parse_help(parser.format_help(), source="simulated SGLang (virtual)")
+        """The simulated runtime's own flag list, read from its ``--help`` text by its family (no process)."""
+        return self.family.parse_help(self.dialect.parser().format_help(),
+                                      source=f"simulated {self.dialect.name} (virtual)")
 
     def now(self) -> float:
         """Unix seconds in the simulated system's time."""
@@ -346,41 +343,65 @@ class VirtualSGLang:
     def _launch(self, candidate: Candidate) -> VirtualLaunch:
         key = candidate.key()
         given_ns, unknown = self._parse(self._argv(candidate))
+        speaks = self.dialect
         if unknown is not None:
-            text = (f"usage: launch_server.py [-h] --model-path MODEL_PATH ...\n"
-                    f"launch_server.py: error: {unknown}\n")
-            failure = classify(text, FailureHints(exit_code=2, became_ready=False))
+            text = speaks.usage_error(unknown)
+            failure = self.family.classify(text, FailureHints(exit_code=2, became_ready=False))
             return VirtualLaunch(key, text, PROCESS_START_S, None, failure, None)
-        given = {k: v for k, v in given_ns.items() if k in self._known}
-        flags = self._flags[key] = sglang_flags.requested_flags(given)
-        server_args = sglang_flags.resolve_defaults(given)
-        plan = plan_memory(self.profile, flags, dict(candidate.env))
+        reading = speaks.read(self.profile, speaks.given(given_ns), dict(candidate.env))
+        plan = reading.plan
+        self._flags[key] = dict(reading.knobs)
         out = io.StringIO()
-        log = ServerLog(out, millis=False)
-        facts = facts_from_plan(self.profile, plan, server_args)
-        plan_crash = crash_of(plan.boot_failure) if plan.boot_failure is not None else None
+        log = speaks.log(out)
+        if reading.refused is not None:
+            speaks.refuse(log, reading)
+            failure = self.family.classify(out.getvalue(), FailureHints(exit_code=1, became_ready=False))
+            return VirtualLaunch(key, out.getvalue(), PROCESS_START_S, None, failure, None)
+        boot_failure = reading.boot_failure
+        plan_crash = crash_of(boot_failure) if boot_failure is not None else None
         first_generation = plan.serve_crash if plan.serve_crash is not None and \
-            plan.serve_crash.phase == "first_generation" else None
+            plan.serve_crash.phase == "first_generation" and speaks.warms_up else None
 
         def crash_at(phase: str) -> Crash | None:
             return plan_crash if plan_crash is not None and plan_crash.phase == phase else None
 
-        boot = Boot(log, facts, lambda _s: None, crash_at, lambda _gb: None)
-        crash = boot.run()
-        seconds = PROCESS_START_S + sum(boot.seconds.values())
+        walk = speaks.boot(log, self.profile, reading, lambda _s: None, crash_at, lambda _gb: None)
+        crash = walk.run()
+        seconds = PROCESS_START_S + sum(walk.seconds.values())
         if crash is not None:
             log.crash(crash, serving=False)
-            failure = classify(out.getvalue(), FailureHints(exit_code=crash.exit_code, became_ready=False))
+            code = crash.exit_code if speaks.boot_exit_code is None else speaks.boot_exit_code
+            failure = self.family.classify(out.getvalue(), FailureHints(exit_code=code, became_ready=False))
             return VirtualLaunch(key, out.getvalue(), seconds, None, failure, plan)
-        uvicorn_started(log, str(server_args.get("host") or "127.0.0.1"), int(server_args.get("port") or 30000))
+        speaks.started(log, walk, reading.host, reading.port)
         if first_generation is not None:
             # SGLang's warm-up generate is the first generation: the server dies before its ready line
             log.crash(crash_of(first_generation), serving=True)
-            failure = classify(out.getvalue(), FailureHints(exit_code=-9, became_ready=False))
+            failure = self.family.classify(out.getvalue(), FailureHints(exit_code=-9, became_ready=False))
             return VirtualLaunch(key, out.getvalue(), seconds + WARMUP_S, None, failure, plan)
-        log.info(READY_LINE)
-        report = build_report(out.getvalue(), candidate)
-        return VirtualLaunch(key, out.getvalue(), seconds + WARMUP_S, report, None, plan)
+        speaks.ready(log)
+        report = self.family.boot_report(out.getvalue(), candidate, self._info(reading))
+        return VirtualLaunch(key, out.getvalue(), seconds + (WARMUP_S if speaks.warms_up else 0.0), report, None,
+                             plan)
+
+    def _info(self, reading: Reading) -> dict[str, Any] | None:
+        """What the family's own ``server_info`` reads from the server's endpoints right after boot: ``/metrics``
+        (when the family serves it without a flag) and ``/v1/models``, answered in memory."""
+        endpoints = self.dialect.endpoints(self.profile)
+        metrics = self.dialect.metrics(reading).render() if endpoints.metrics_on else None
+        models = {"object": "list", "data": [{"id": reading.served_name, "object": "model", "owned_by": endpoints.owner,
+                                              "root": reading.model, "max_model_len": reading.plan.context_len}]}
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            path = request.url.path
+            if path == "/metrics" and metrics is not None:
+                return httpx.Response(200, text=metrics)
+            if path == "/v1/models":
+                return httpx.Response(200, json=models)
+            return httpx.Response(404, json={"detail": "Not Found"})
+
+        with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+            return self.family.server_info(client, "http://virtual", 1.0)
 
     def _parse(self, argv: list[str]) -> tuple[dict[str, Any], str | None]:
         try:
@@ -413,19 +434,22 @@ class VirtualSGLang:
         return self._classify_serving(self.launch(candidate),
                                       SimCrash(kind, served.crash_phase or "under_load", served.crash_lines))
 
-    @staticmethod
-    def _classify_serving(launch: VirtualLaunch, crash: SimCrash) -> Failure:
+    def _classify_serving(self, launch: VirtualLaunch, crash: SimCrash) -> Failure:
         out = io.StringIO()
-        log = ServerLog(out, millis=False)
+        log = self.dialect.log(out)
         if crash.kind is FailureKind.HANG:
             log.crash(watchdog_crash(300.0), serving=True)
             hints = FailureHints(exit_code=-9, became_ready=True, timed_out=True)
         else:
             log.crash(crash_of(crash), serving=True)
             hints = FailureHints(exit_code=-9, became_ready=True)
-        return classify(launch.log_text + out.getvalue(), hints)
+        return self.family.classify(launch.log_text + out.getvalue(), hints)
 
     def _argv(self, candidate: Candidate) -> list[str]:
-        return [*candidate.argv(), "--model-path", self.model_path] if "model-path" not in candidate.flags \
-            else candidate.argv()
+        flag = self.dialect.model_flag
+        return [*candidate.argv(), f"--{flag}", self.model_path] if flag not in candidate.flags else candidate.argv()
+
+
+#: The SGLang-speaking virtual runtime under its former name.
+VirtualSGLang = VirtualServer
 

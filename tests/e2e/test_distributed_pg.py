@@ -121,7 +121,7 @@ def test_workers_share_a_study_and_survive_one_being_killed(postgres_url: str, t
 
     # No candidate was booted twice by the search (two trials proposing it share one boot).
     search_boots = [b for d in run_dirs for b in RunDir(d).load().boots
-                    if str(b.extra.get("tag", "")).startswith("search:")]
+                    if (b.tag or "").startswith("search:")]
     per_candidate = Counter(b.candidate.key() for b in search_boots)
     assert per_candidate and max(per_candidate.values()) == 1, per_candidate
     # Each GPU is in its boots' fingerprints; the dead worker left one unfinished boot folder and no record.

@@ -63,7 +63,7 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path, small_trace: Path)
     final = _boot_files(run_dir)
     assert all(final.get(k) == v for k, v in seen.items()), "a finished boot was lost or rewritten"
     assert seen, "the kills came before any boot finished; the test proved nothing"
-    tags = [json.loads((run_dir / "boots" / b / "boot.json").read_text())["extra"].get("tag") for b in final]
+    tags = [json.loads((run_dir / "boots" / b / "boot.json").read_text()).get("tag") for b in final]
     finished = [t for t in tags if t]
     assert len(finished) == len(set(finished)), "a finished boot was booted again after a resume"
     study = json.loads((run_dir / "study.json").read_text())

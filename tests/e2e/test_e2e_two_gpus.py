@@ -82,11 +82,12 @@ def test_two_simulated_gpus_run_one_study(tmp_path: Path, small_trace: Path) -> 
     assert all(after.get(k) == v for k, v in before.items()), "a finished boot was lost or rewritten"
     assert told <= {(t.number, t.values) for f in run_dir.glob("*-gpu*") for t in RunDir(f).trials()}
     # Nothing finished was measured again: every search candidate was booted once, on one GPU.
-    tags = [str(b.extra.get("tag")) for f in run_dir.glob("*-gpu*") for b in RunDir(f).load().boots
-            if b.phase is Phase.SEARCH and str(b.extra.get("tag", "")).startswith("search:")]
+    tags = [str(b.tag) for f in run_dir.glob("*-gpu*") for b in RunDir(f).load().boots
+            if b.phase is Phase.SEARCH and (b.tag or "").startswith("search:")]
     assert len(tags) == len(set(tags))
 
-    assert json.loads((run_dir / "study.json").read_text())["extra"]["settings"]["gpu"] == "0"
+    study = RunDir(run_dir).read_study()
+    assert study is not None and study.settings["gpu"] == "0"
     workers = {d.name.rsplit("-", 1)[1]: RunDir(d).load() for d in sorted(run_dir.glob("*-gpu*"))}
     assert set(workers) == {"gpu0", "gpu1"}
     uuids = {name: {b.fingerprint.gpu_uuid for b in h.boots} for name, h in workers.items()}
@@ -108,7 +109,7 @@ def test_two_simulated_gpus_run_one_study(tmp_path: Path, small_trace: Path) -> 
         boots = {b.boot_id: b for b in history.boots}
         for d in history.decisions:
             ids = d.boots_incumbent + d.boots_candidate
-            assert ids and all(i in boots and str(boots[i].extra.get("tag", "")).startswith("ab:") for i in ids), ids
+            assert ids and all(i in boots and (boots[i].tag or "").startswith("ab:") for i in ids), ids
             assert {boots[i].fingerprint.gpu_uuid for i in ids} == uuids[name]
             assert any(a.technique == f"{d.technique} (GPU {name[3:]})" and a.verdict == d.verdict for a in adopted)
     assert len(adopted) == sum(len(h.decisions) for h in workers.values())

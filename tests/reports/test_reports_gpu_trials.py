@@ -21,7 +21,7 @@ def _worker(h: HistoryBuilder, gpu: str) -> StudyStore:
     h.store = StudyStore(folder, name=f"study@host-gpu{gpu}", heartbeat_interval=None)
     lead = RunDir(h.run_dir).read_study()
     assert lead is not None
-    RunDir(folder).write_study(dataclasses.replace(lead, extra={"worker": {"gpu": gpu}}))
+    RunDir(folder).write_study(dataclasses.replace(lead, worker={"gpu": gpu}))
     return h.store
 
 

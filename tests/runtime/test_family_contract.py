@@ -1,4 +1,4 @@
-"""The runtime-family contract: every family (SGLang, llama.cpp) keeps the promises of ``RuntimeFamily``.
+"""The runtime-family contract: every family (SGLang, llama.cpp, vLLM) keeps the promises of ``RuntimeFamily``.
 
 Each family is exercised on text its own server wrote (a saved ``--help`` and real startup logs), never on the
 other family's, and on garbage: reading never raises, the host and port are always elsa-tune's, the model
@@ -35,6 +35,8 @@ CASES = (
          LOGS / "cuda_graph_oom_5285.log", FailureKind.CUDA_GRAPH_FAILED, "/models/m"),
     Case(FamilyName.LLAMACPP, LOGS / "llamacpp" / "help.txt", LOGS / "llamacpp" / "normal_c4096_np4.log",
          LOGS / "llamacpp" / "quantized_v_without_fa.log", FailureKind.BAD_FLAG, "/models/m.gguf"),
+    Case(FamilyName.VLLM, DATA / "vllm-0.33.0-help.txt", LOGS / "vllm" / "v1_0330_booted_h200.log",
+         LOGS / "vllm" / "v1_0330_cuda_graph_oom_capture_end.log", FailureKind.CUDA_GRAPH_FAILED, "/models/m"),
 )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime.failure import FailureKind
-from elsa_tune.runtime.sim.flags import sglang_flags
+from elsa_tune.runtime.sglang_flags import sglang_flags
 from elsa_tune.runtime.sim.memory import auto_chunked_prefill, auto_mem_fraction, plan_memory
 from elsa_tune.runtime.sim.profile import list_profiles, load_profile
 

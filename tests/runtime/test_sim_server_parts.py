@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.runtime.failure import FailureHints, FailureKind
-from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.runtime.sim.card import IDLE_USED_BYTES, CardLease, CardSpec, SimulatedGpu, read_entries
 from elsa_tune.runtime.sim.faults import BOOT_CRASH_KIND, Faults, boot_crash, first_generation_oom_crash
 from elsa_tune.runtime.sim.metrics import SglangMetrics

@@ -10,7 +10,6 @@ the wrong category) fails here.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from shapes import write_shape
 from elsa_tune.history.decision import Kept
 from elsa_tune.history.records import Phase
 from elsa_tune.history.run_dir import RunDir
+from elsa_tune.history.study_record import ConfirmationStatus
+from elsa_tune.history.verdict import Futility
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ReasonCategory
@@ -147,13 +148,13 @@ def test_the_search_sweeps_every_one_parameter_move_before_its_first_a_b_and_tes
     result = run_virtual_study(profile=s.profile, space=s.space, traffic=s.traffic, budget_s=8 * 3600, seed=0,
                                out=tmp_path / "study")
     history = RunDir(result.run_dir).load()
-    tags = [str(b.extra.get("tag", "")) for b in history.boots if str(b.extra.get("tag", "")).startswith("search:")]
+    tags = [(b.tag or "") for b in history.boots if (b.tag or "").startswith("search:")]
     first_ab = next(i for i, t in enumerate(tags) if ":ab:" in t)
     swept = tags[:first_ab]
     space = load_space(s.space)
     moves = sum(len(p.neighbours(v)) for p in space.parameters for v in [space.baseline_values()[p.name]])
     assert len(swept) == 1 + moves and ":ab:" not in "".join(swept)
-    speed = {str(b.extra.get("tag")): b.throughput_tok_s or 0.0 for b in history.boots}
+    speed = {str(b.tag): b.throughput_tok_s or 0.0 for b in history.boots}
     fastest = max(swept[1:], key=lambda t: speed[t])
     first = next(d for d in result.decisions if d.technique.startswith("search trial"))
     assert first.technique == f"search trial {fastest.removeprefix('search:')}"
@@ -176,8 +177,9 @@ def test_a_promising_technique_is_retested_at_the_start_of_the_search_when_its_f
                        and b.boot_id not in retest_boots)
     assert max(order.index(b) for b in retest_boots) < first_search
     assert retest.kept is Kept.YES and result.recommended.key() != load_space(s.space).baseline().key()
-    confirmation = json.loads((result.run_dir / "study.json").read_text())["extra"]["confirmation"]["status"]
-    assert confirmation == "confirmed"
+    study = RunDir(result.run_dir).read_study()
+    assert study is not None and study.confirmation is not None
+    assert study.confirmation.status is ConfirmationStatus.CONFIRMED
 
 
 @pytest.mark.xfail(strict=True, reason="generated case 76 no longer tells this story: every probed boot now also "
@@ -194,7 +196,7 @@ def test_a_night_with_nothing_to_confirm_spends_its_end_on_the_tests_it_left_ope
     mine = [d for d in result.decisions if d.technique == "t3-speed-gain"]
     assert [d.kept for d in mine] == [Kept.NO, Kept.INCONCLUSIVE, Kept.YES]
     stopped, continued, longer = mine
-    assert stopped.verdict is not None and stopped.verdict.extra.get("futility") == "boot_saving"
+    assert stopped.verdict is not None and stopped.verdict.futility is Futility.BOOT_SAVING
     assert continued.result.startswith("continued to its cap (an early look had stopped it to save boots")
     assert set(stopped.boots_incumbent) <= set(continued.boots_incumbent)
     assert longer.result.startswith("retest with fresh boots") and longer.ab_result is not None

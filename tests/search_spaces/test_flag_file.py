@@ -11,7 +11,7 @@ from elsa_history_factory import shared_template
 from elsa_tune.errors import ConfigError
 from elsa_tune.reports.deploy import build_bundle
 from elsa_tune.reports.model import build_report
-from elsa_tune.runtime.sim.flags import sglang_flags
+from elsa_tune.runtime.sglang_flags import sglang_flags
 from elsa_tune.search_spaces.flag_file import FlagType, check_flags, parse_flag_text, read_flag_file
 
 SIM_FLAGS: dict[str, FlagType | None] = {name[2:]: spec for spec in sglang_flags() for name in spec.names}

@@ -1,5 +1,5 @@
 """Fast tier: every candidate of the shipped spaces parses with a parser built from the bundled SGLang 0.5.23
-flag table (``runtime/sim/flags.py``, harvested from the real parser). The ``sglang``-marked test in
+flag table (``runtime/sglang_flags.py``, harvested from the real parser). The ``sglang``-marked test in
 ``test_space_sglang_parser.py`` does the same with SGLang itself."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import random
 
 import pytest
 
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.runtime.family import FamilyName
-from elsa_tune.runtime.sim import flags as sglang_flags
 from elsa_tune.search_spaces import Candidate, RuleViolation, list_shipped_spaces, load_space
 
 

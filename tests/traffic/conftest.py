@@ -32,6 +32,15 @@ def one_day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Tru
 
 
 @pytest.fixture(scope="session")
+def vllm_hours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LlamaTruth]]:
+    """Six backfilled hours of vLLM's token series, the cached-token counter under its pre-0.10 name."""
+    from elsa_tune.runtime.vllm.family import VLLM
+
+    yield from _backfilled(tmp_path_factory, "prom-vllm", lambda path: generate_llamacpp(
+        path, hours=6, end=time.time() - 3600, names=VLLM.metrics, cached_name="vllm:gpu_prefix_cache_hits_total"))
+
+
+@pytest.fixture(scope="session")
 def llamacpp_hours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LlamaTruth]]:
     """Six backfilled hours of llama-server series."""
     yield from _backfilled(tmp_path_factory, "prom-llamacpp",

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from prometheus_backfill import Family, _cumulative, write_openmetrics
 
+from elsa_tune.runtime.family import MetricNames
 from elsa_tune.runtime.llamacpp.family import LLAMACPP
 
 JOB = 'job="llama",instance="cpu0:8080"'
@@ -48,8 +49,13 @@ class LlamaTruth:
     burst: tuple[float, float]  # (first, last) scrape of the burst
 
 
-def generate_llamacpp(path: Path, *, hours: float, end: float, scrape_s: float = 15.0, seed: int = 11) -> LlamaTruth:
-    """Write ``hours`` of llama-server series ending at ``end`` (aligned to the scrape) to ``path``."""
+def generate_llamacpp(path: Path, *, hours: float, end: float, scrape_s: float = 15.0, seed: int = 11,
+                      names: MetricNames = LLAMACPP.metrics, cached_name: str | None = None) -> LlamaTruth:
+    """Write ``hours`` of llama-server series ending at ``end`` (aligned to the scrape) to ``path``.
+
+    ``names`` writes another family's series of the same shape (vLLM's, whose prompt counter counts the cached
+    tokens too when ``names.prompt_includes_cached``); ``cached_name`` writes the cached-token counter under
+    another name (an older version's)."""
     rng = np.random.default_rng(seed)
     end = float(int(end // scrape_s) * scrape_s)
     n = int(hours * 3600 / scrape_s)
@@ -72,7 +78,6 @@ def generate_llamacpp(path: Path, *, hours: float, end: float, scrape_s: float =
     running = np.minimum(in_flight, SLOTS)
     deferred = in_flight - running
     restart = n * 2 // 3
-    names = LLAMACPP.metrics
 
     def counter(name: str | None, values: np.ndarray[Any, Any]) -> Family:
         assert name is not None
@@ -84,8 +89,10 @@ def generate_llamacpp(path: Path, *, hours: float, end: float, scrape_s: float =
         assert name is not None
         return (name, "gauge", [(JOB, values), (DECOY, np.ones(n))])
 
-    families = [counter(names.prompt_tokens, processed), counter(names.cached_prompt_tokens, cached),
-                counter(names.generation_tokens, generated), counter(names.spec_draft_tokens, drafted),
+    prompt_counter = processed + cached if names.prompt_includes_cached else processed
+    families = [counter(names.prompt_tokens, prompt_counter),
+                counter(cached_name or names.cached_prompt_tokens, cached), counter(names.generation_tokens, generated),
+                counter(names.spec_draft_tokens, drafted),
                 counter(names.spec_accepted_tokens, accepted), gauge(names.running, running),
                 gauge(names.waiting, deferred)]
     write_openmetrics(path, families, times)

@@ -22,8 +22,8 @@ from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
+from elsa_tune.tuner.booter import BootContext, BootPlan, CandidateBooter
 from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.sampler import BootContext, BootPlan, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.virtual import VirtualLoad
 

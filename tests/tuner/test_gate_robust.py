@@ -1,4 +1,4 @@
-"""The gate against outlier boots: the biweight comparison (``statistics.biweight``) under contaminated noise."""
+"""The gate against outlier boots: the biweight comparison (``comparison.biweight``) under contaminated noise."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from elsa_tune.history.reasons import reason_from_verdict
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.comparison import biweight, compare, t_statistics
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
 from elsa_tune.tuner.schedule import Arm
-from elsa_tune.tuner.statistics import biweight, compare, t_statistics
 
 SLOW = math.log(1.25)    # a boot its host slowed by 25%
 
@@ -122,7 +122,7 @@ def _futile(a: list[float], b: list[float]) -> Verdict:
     policy = GatePolicy(looks=(len(a),), replicates=4000, guardrails=GuardrailPolicy(ttft_p50_margin=None,
                                                                                       ttft_p99_margin=None))
     verdict = decide(_boots(Arm.INCUMBENT, a), _boots(Arm.CANDIDATE, b), policy, 1)
-    assert verdict.decision is Decision.REJECT and verdict.extra.get("futile")
+    assert verdict.decision is Decision.REJECT and verdict.futile
     return verdict
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from elsa_tune.runtime.family import FamilyName, family
 from elsa_tune.tuner.cli import main
-from elsa_tune.tuner.commands.log import parse_flags
 
 LOGS = Path(__file__).parents[1] / "runtime" / "logs"
 
@@ -62,8 +62,9 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     assert "no_room_for_kv" in capsys.readouterr().out
 
 
-def test_parse_flags_handles_switches_inline_values_and_commands() -> None:
-    candidate = parse_flags("python3 -m sglang.launch_server --page-size=32 --enable-mixed-chunk "
-                            "--mem-fraction-static 0.9 --attention-backend flashinfer")
+def test_read_flags_handles_switches_inline_values_and_commands() -> None:
+    candidate = family(FamilyName.SGLANG).read_flags(
+        "python3 -m sglang.launch_server --page-size=32 --enable-mixed-chunk --mem-fraction-static 0.9 "
+        "--attention-backend flashinfer")
     assert dict(candidate.flags) == {"page-size": "32", "enable-mixed-chunk": True, "mem-fraction-static": 0.9,
                                      "attention-backend": "flashinfer"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from elsa_tune.runtime.family import FamilyName, family
 from elsa_tune.tuner.cli import main
-from elsa_tune.tuner.commands.log import parse_llamacpp_flags
 
 LOGS = Path(__file__).parents[1] / "runtime" / "logs" / "llamacpp"
 
@@ -50,7 +50,8 @@ def test_json_names_the_family_and_the_failure(name: str, kind: str, capsys: pyt
     assert data["family"] == "llamacpp" and data["failure"]["kind"] == kind and data["failure"]["remedy"]
 
 
-def test_parse_llamacpp_flags_short_and_long_spellings() -> None:
-    candidate = parse_llamacpp_flags("./llama-server -m tiny.gguf -c 4096 -np 4 --flash-attn=on -kvu -lv -1")
+def test_read_flags_short_and_long_spellings() -> None:
+    candidate = family(FamilyName.LLAMACPP).read_flags(
+        "./llama-server -m tiny.gguf -c 4096 -np 4 --flash-attn=on -kvu -lv -1")
     assert dict(candidate.flags) == {"model": "tiny.gguf", "ctx-size": 4096, "parallel": 4, "flash-attn": "on",
                                      "kv-unified": True, "log-verbosity": -1}

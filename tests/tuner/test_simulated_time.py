@@ -21,9 +21,9 @@ from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.runtime.protocol import Server
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.booter import BootPlan, CandidateBooter
 from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
 from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.sampler import BootPlan, CandidateBooter
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.simulated_time import SimulatedTestbed, SimulatedTimeRuntime
 

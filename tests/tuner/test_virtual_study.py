@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,9 @@ from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.booter import BootPlan, CandidateBooter
 from elsa_tune.tuner.cli import main
 from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.sampler import BootPlan, CandidateBooter
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.virtual import VirtualBench, VirtualTestbed, run_virtual_study
 
@@ -90,8 +89,8 @@ def test_the_cli_runs_a_virtual_what_if(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0
     printed = capsys.readouterr().out
     assert "simulated hours" in printed and "not a measurement of real hardware" in printed
-    study = json.loads((out / "study.json").read_text())
-    assert study["extra"]["settings"]["virtual"] is True
+    study = RunDir(out).read_study()
+    assert study is not None and study.settings["virtual"] is True
 
 
 VISION_PROFILE = "rtx5090-qwen3.6-35b-a3b-nvfp4"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
+
 NAME = "check"
 HELP = "run the preflight alone: GPU state, runtime version, search space against the runtime's flags"
 EXAMPLES = ('elsa-tune check --gpu 0 --space qwen3.8-27b-nvfp4-rtx5090 --model '
@@ -28,7 +30,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="the traffic to load (default demo), e.g. --traffic prod.parquet")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="the model to serve instead of the space's, e.g. --model /models/qwen3.8-27b-nvfp4")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"),
+    parser.add_argument("--runtime", default=None, choices=(*RUNTIMES, *FAMILIES),
                         help="how the runtime is launched (default process; --gpu sim implies sim)")
     parser.add_argument("--launch", default=None, metavar="CMD",
                         help="the runtime's launch command, e.g. "

@@ -18,6 +18,7 @@ from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import positive_float, positive_int
+from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.search_spaces.candidate import Candidate
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.tuner.settings import Settings
 
 NAME = "compare"
+#: The flags that name the model in a flag file (SGLang's, vLLM's): the comparison's model, not a compared flag.
+_MODEL_FLAGS = ("model-path", "model")
 HELP = ("A/B two SGLang flag files through the gate: a verdict on B against A, its interval, and an exit status "
         "(0 B better, 3 B failed, 10 worse, 11 no difference shown, 12 equivalent)")
 EXAMPLES = ("elsa-tune compare --a today.yaml --b elsa-runs/demo/best/server-args.yaml --gpu 0 --traffic prod.parquet",
@@ -53,7 +56,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "probe limits judge B (default generic-sglang), e.g. --space qwen3.8-27b-nvfp4-rtx5090")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="the model, when neither file names its model-path, e.g. --model /models/qwen")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"),
+    parser.add_argument("--runtime", default=None, choices=(*RUNTIMES, *FAMILIES),
                         help="how the runtime is launched (default process; --gpu sim implies sim), "
                              "e.g. --runtime docker")
     parser.add_argument("--launch", default=None, metavar="CMD",
@@ -110,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--a and --b are the same file ({args.a})",
                           remedy="pass two flag files; to measure one configuration's noise, copy it to a second file")
     file_a, file_b = read_flag_file(args.a), read_flag_file(args.b)
-    models = {str(m) for m in (args.model, file_a.flags.get("model-path"), file_b.flags.get("model-path")) if m}
+    models = {str(m) for m in (args.model, *(f.flags.get(flag) for f in (file_a, file_b) for flag in _MODEL_FLAGS))
+              if m}
     if len(models) > 1:
         raise ConfigError(f"A and B serve different models ({', '.join(sorted(models))})",
                           remedy="compare flag sets of one model: give both files (and --model) the same model-path")
@@ -134,8 +138,11 @@ def run(args: argparse.Namespace) -> int:
     if not model:
         raise ConfigError("neither flag file names the model (model-path), and the space names none",
                           remedy="add `model-path: /models/NAME` to the files or pass --model PATH")
-    a = file_a.candidate().merged(flags={"model-path": model})
-    b = file_b.candidate().merged(flags={"model-path": model})
+    from elsa_tune.runtime.family import family
+
+    model_flag = family(pre.space.runtime.family).model_flag
+    a = file_a.candidate().merged(flags={model_flag: model})
+    b = file_b.candidate().merged(flags={model_flag: model})
     _check_against_runtime(pre, file_a, file_b)
     owner = identity(pre, RunKind.COMPARISON, arms=(a.key(), b.key()))
     check_owner(run_dir, owner)
@@ -201,17 +208,17 @@ def _check_same_comparison(run_dir: Path, a: FlagFile, b: FlagFile) -> None:
         return
     try:
         data = read_json(path)
-        stored = [{k: v for k, v in data[side]["flags"].items() if k != "model-path"} for side in ("a", "b")]
+        stored = [{k: v for k, v in data[side]["flags"].items() if k not in _MODEL_FLAGS} for side in ("a", "b")]
     except (HistoryError, KeyError, TypeError, AttributeError):
         stored = None
-    given = [{k: v for k, v in f.candidate().flags.items() if k != "model-path"} for f in (a, b)]
+    given = [{k: v for k, v in f.candidate().flags.items() if k not in _MODEL_FLAGS} for f in (a, b)]
     if stored != given:
         raise ConfigError(f"--out {run_dir} holds another comparison ({RECORD_FILE} names other flags)",
                           remedy="pass a fresh --out, or the same two files to continue that comparison")
 
 
 def _check_against_runtime(pre: Preflight, *files: FlagFile) -> None:
-    """Every flag of both files against the runtime: the simulated SGLang's own table (names, types, choices), or
+    """Every flag of both files against the runtime: the simulated runtime's own table (names, types, choices), or
     the installed runtime's ``--help`` (names); a container's flags are checked by its first boot."""
     import logging
 
@@ -219,9 +226,9 @@ def _check_against_runtime(pre: Preflight, *files: FlagFile) -> None:
 
     known: dict[str, FlagType | None]
     if pre.settings.simulated:
-        from elsa_tune.runtime.sim.flags import sglang_flags
+        from elsa_tune.runtime.sim.dialect import dialect
 
-        known = {name[2:]: spec for spec in sglang_flags() for name in spec.names}
+        known = dialect(pre.space.runtime.family.value).flag_shapes()
     elif pre.flags is not None:
         known = dict.fromkeys(pre.flags.all_names())
     else:

@@ -15,9 +15,9 @@ from collections import Counter
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.tuner.argument_types import finite_float, nonnegative_float, positive_float, positive_int
+from elsa_tune.tuner.comparison import InsufficientData, boots_per_arm_for, mde_for
 from elsa_tune.tuner.gate import GatePolicy, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
-from elsa_tune.tuner.statistics import InsufficientData, boots_per_arm_for, mde_for
 
 NAME = "gate"
 HELP = "plan or simulate the A/B gate: boundaries, detectable effects, keep rates at a given noise"

@@ -1,4 +1,4 @@
-"""``elsa-tune ledger [PATH]``: the techniques measured and rejected, like seed 004's "do not retry" table.
+"""``elsa-tune ledger [PATH]``: the techniques measured and rejected, a "do not retry" table.
 
 PATH is a run folder (its ledger is in the parent folder), a folder holding ``ledger.jsonl``, or the file
 itself; the default is ``./elsa-runs``. Shows the latest verdict per technique and setup; ``--all`` shows

@@ -41,9 +41,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "SGLang when it holds both or neither)")
     parser.add_argument("--mean-input-tokens", type=positive_float, default=None, metavar="N",
                         help="mean prompt length of the requests, for a runtime whose series carry no lengths "
-                             "(llamacpp; required there)")
+                             "(llamacpp, vllm; required there)")
     parser.add_argument("--mean-output-tokens", type=positive_float, default=None, metavar="N",
-                        help="mean output length of the requests (llamacpp; required there): arrivals are the "
+                        help="mean output length of the requests (llamacpp, vllm; required there): arrivals are the "
                              "generation-token rate divided by it")
     parser.add_argument("--step", default=None, metavar="DURATION",
                         help="resolution of the rate curve, at least the scrape interval (default: from the window's "

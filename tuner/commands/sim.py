@@ -1,8 +1,11 @@
-"""``elsa-tune sim serve|truth|profiles``: the simulated SGLang server, its noiseless truth, its profiles.
+"""``elsa-tune sim serve|truth|profiles``: the simulated server, its noiseless truth, its profiles.
 
 ``sim serve`` takes SGLang 0.5.23's own flags (an unknown flag exits 2 with argparse's message, as SGLang
-does) plus the sim's ``--sim-*`` knobs, and runs one simulated server process until SIGTERM. It is a
-simulation calibrated to published field notes, never a measurement of real hardware.
+does) plus the sim's ``--sim-*`` knobs, and runs one simulated server process until SIGTERM. With
+``--family vllm`` (first, before the runtime's flags) it takes ``vllm serve``'s flags instead (vLLM 0.33.0's
+table, ``runtime/sim/vllm_flags.py``; an unknown flag exits 2 with ``vllm: error: unrecognized arguments``) and
+speaks vLLM: its boot log, endpoints and metric names. It is a simulation calibrated to published measurements,
+never a measurement of real hardware.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.runtime.sim import flags as sglang_flags
+from elsa_tune.runtime import sglang_flags
 from elsa_tune.tuner.argument_types import positive_float
 
 NAME = "sim"
@@ -29,21 +32,16 @@ EXAMPLES = ("elsa-tune sim profiles --json",
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
-    serve = sub.add_parser("serve", help="run a simulated SGLang server (SGLang's flags + --sim-*)")
+    sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True,
+                                parser_class=_family_parser_class(type(parser)))
+    serve = sub.add_parser("serve", help="run a simulated SGLang server (SGLang's flags + --sim-*), or a simulated "
+                                         "vLLM server with --family vllm (vLLM's flags + --sim-*)")
+    cast(Any, serve).family_switch = True   # the FamilyParser attribute: only `serve` switches family
     _sim_options(serve)
-    serve.add_argument("--sim-seed", type=int, default=0, help="seed of boot drift, run noise and sampling")
-    serve.add_argument("--sim-fault", default=None, metavar="FAULT",
-                       help="inject faults (comma-separated; also $ELSA_SIM_FAULT): weights_oom, no_room_for_kv, "
-                            "mamba_pool_too_small, cuda_graph_failed, host_oom_killed, technique_crash, unknown, "
-                            "crash_after_requests=N, hang, hang_after_requests=N, slow_boot[=F], port_taken, "
-                            "gpu_not_released[=S]")
-    serve.add_argument("--sim-speedup", type=positive_float, default=1.0, metavar="X",
-                       help="run simulated time X times faster than real time (boot and serving)")
-    serve.add_argument("--sim-noise", choices=("profile", "off"), default="profile",
-                       help="the profile's noise (boot drift, run noise, cold first pass) or none at all")
-    serve.add_argument("--sim-card-dir", default=None, metavar="DIR",
-                       help="the simulated GPU's shared state folder (default: $ELSA_SIM_CARD_DIR or a temp folder)")
+    serve.add_argument("--family", choices=("sglang", "vllm"), default="sglang",
+                       help="the runtime family the server speaks (give it first: the flags after it are that "
+                            "family's)")
+    _serve_options(serve)
     sglang_flags.add_sglang_arguments(serve)
     serve.set_defaults(func=_serve)
 
@@ -59,6 +57,59 @@ def register(parser: argparse.ArgumentParser) -> None:
     profiles = sub.add_parser("profiles", help="list the shipped simulation profiles")
     profiles.add_argument("--json", action="store_true", help="print the names as a JSON list")
     profiles.set_defaults(func=_profiles)
+
+
+def _family_parser_class(base: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
+    """``base`` whose ``serve`` parser hands a ``--family vllm`` command line to vLLM's own parser."""
+
+    class FamilyParser(base):  # type: ignore[valid-type,misc]
+        family_switch = False
+
+        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+            values = list(sys.argv[1:] if args is None else args)
+            family = _family_of(values) if self.family_switch else None
+            if family is None or family == "sglang":
+                return super().parse_known_args(values, namespace)
+            from elsa_tune.runtime.sim.dialect import dialect
+
+            speaks = dialect(family)
+            parser = speaks.parser(f"{self.prog} --family {family}")
+            _sim_options(parser)
+            _serve_options(parser)
+            parser.add_argument("--family", choices=(family,), default=family)
+            parsed = parser.parse_args(values)
+            if namespace is not None:
+                for key, value in vars(parsed).items():
+                    setattr(namespace, key, value)
+                parsed = namespace
+            parsed.func = _serve
+            return parsed, []
+
+    return FamilyParser
+
+
+def _family_of(args: list[str]) -> str | None:
+    for index, arg in enumerate(args):
+        if arg == "--family" and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--family="):
+            return arg.partition("=")[2]
+    return None
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--sim-seed", type=int, default=0, help="seed of boot drift, run noise and sampling")
+    serve.add_argument("--sim-fault", default=None, metavar="FAULT",
+                       help="inject faults (comma-separated; also $ELSA_SIM_FAULT): weights_oom, no_room_for_kv, "
+                            "mamba_pool_too_small, cuda_graph_failed, host_oom_killed, technique_crash, unknown, "
+                            "crash_after_requests=N, hang, hang_after_requests=N, slow_boot[=F], port_taken, "
+                            "gpu_not_released[=S]")
+    serve.add_argument("--sim-speedup", type=positive_float, default=1.0, metavar="X",
+                       help="run simulated time X times faster than real time (boot and serving)")
+    serve.add_argument("--sim-noise", choices=("profile", "off"), default="profile",
+                       help="the profile's noise (boot drift, run noise, cold first pass) or none at all")
+    serve.add_argument("--sim-card-dir", default=None, metavar="DIR",
+                       help="the simulated GPU's shared state folder (default: $ELSA_SIM_CARD_DIR or a temp folder)")
 
 
 def _sim_options(parser: argparse.ArgumentParser) -> None:
@@ -97,11 +148,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from elsa_tune.runtime.sim.dialect import dialect
     from elsa_tune.runtime.sim.launch import SimOptions, serve
 
-    given = _given(args)
-    options = SimOptions(profile=args.sim_profile, server_args=sglang_flags.resolve_defaults(given),
-                         flags=sglang_flags.requested_flags(given), seed=args.sim_seed, fault=args.sim_fault,
+    family = getattr(args, "family", "sglang") or "sglang"
+    given = _given(args) if family == "sglang" else dialect(family).given(args)
+    options = SimOptions(profile=args.sim_profile, given=given, family=family, seed=args.sim_seed,
+                         fault=args.sim_fault,
                          speedup=args.sim_speedup, card_dir=args.sim_card_dir, quiet=args.sim_noise == "off",
                          argv=tuple(sys.argv),
                          env={**os.environ, **_config_env(args)})

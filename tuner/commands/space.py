@@ -1,16 +1,27 @@
-"""``elsa-tune space show|check NAME_OR_PATH``: read a search space, and validate it against a runtime's flags."""
+"""``elsa-tune space show|check NAME_OR_PATH``: read a search space, and validate it against a runtime's flags.
+
+``space check --runtime-python PY`` asks the runtime installed in the environment of ``PY`` (SGLang or vLLM, the
+space's ``runtime.family``): its own ``--help`` for the flag names and choices, and for vLLM also its own parser
+and engine-config builder on the baseline and each screened technique (``runtime/vllm/flags.py``), with the
+space's model a local folder holding ``config.json`` (no weights are read).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime import flags as runtime_flags
-from elsa_tune.runtime.sim import flags as sglang_flags
+from elsa_tune.runtime import sglang_flags
+from elsa_tune.runtime.family import FamilyName, RuntimeFamily, family
+from elsa_tune.runtime.vllm import flags as vllm_flags
+from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.loader import list_shipped_spaces, load_space
 from elsa_tune.search_spaces.space import FlagShape, SearchSpace
 
@@ -30,8 +41,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="load and validate the space against the runtime's --help flags")
     _common(check)
     check.add_argument("--runtime-python", metavar="PY",
-                       help="python of the venv with SGLang: check against its `-m sglang.launch_server --help` "
-                            f"(default: the bundled SGLang {sglang_flags.SGLANG_VERSION} flag table, with choices)")
+                       help="python of the venv with the space's runtime: check against its own --help (SGLang: "
+                            "`-m sglang.launch_server`; vLLM: `vllm serve --help=all`, then vLLM's parser and engine "
+                            "config on every screened candidate) (default: the bundled SGLang "
+                            f"{sglang_flags.SGLANG_VERSION} flag table, with choices)")
     check.set_defaults(func=_check)
     shipped = sub.add_parser("list", help="list the shipped search spaces")
     shipped.add_argument("--json", action="store_true", help="print the names as a JSON list")
@@ -101,14 +114,42 @@ def _flag_text(flag: str, value: object) -> str:
     return f"--{flag}" if value is True else f"--{flag} {value}"
 
 
+#: How the Python of an environment runs each Python runtime's server (``--runtime-python``).
+_PYTHON_LAUNCH: Mapping[FamilyName, tuple[str, ...]] = {
+    FamilyName.SGLANG: ("-m", "sglang.launch_server"),
+    FamilyName.VLLM: ("-m", vllm_flags.CLI_MODULE, "serve"),
+}
+
+
+def _python_launch(runtime_family: RuntimeFamily, python: str) -> tuple[str, ...]:
+    module = _PYTHON_LAUNCH.get(runtime_family.name)
+    if module is None:
+        raise ConfigError(f"--runtime-python checks a Python runtime; this space's runtime is "
+                          f"{runtime_family.name.value}",
+                          remedy="drop --runtime-python (a llama.cpp space is checked by `elsa-tune check`, which "
+                                 "reads llama-server --help)")
+    return (python, *module)
+
+
 def _check(args: argparse.Namespace) -> int:
     space = _load(args)
+    runtime_family = family(space.runtime.family)
     if args.runtime_python:
-        # The real runtime's --help: flag names and aliases (value choices are checked with the bundled table).
-        launch = (args.runtime_python, "-m", "sglang.launch_server")
-        flag_set = runtime_flags.harvest(launch)
-        source = f"the --help of {shlex.join(launch)}"
-        space.validate_flags(flag_set.all_names())
+        # The real runtime's --help: flag names, aliases and (where its help lists them) choices.
+        launch = _python_launch(runtime_family, args.runtime_python)
+        flag_set = runtime_flags.harvest(launch, parse=runtime_family.parse_help, help_flag=runtime_family.help_flag,
+                                         env={**os.environ, **runtime_family.help_env})
+        source = f"the {runtime_family.help_flag} of {shlex.join(launch)}"
+        space.validate_flags(flag_set.shapes())
+    elif runtime_family.name is FamilyName.VLLM:
+        from elsa_tune.runtime.sim import vllm_flags as bundled_vllm
+
+        source = f"the bundled vLLM {bundled_vllm.VLLM_VERSION} flag table"
+        space.validate_flags(bundled_vllm.flag_shapes())
+    elif runtime_family.name is not FamilyName.SGLANG:
+        raise ConfigError(f"space {space.name!r} is for {runtime_family.name.value}; elsa-tune bundles the flag "
+                          "tables of SGLang and vLLM only",
+                          remedy="check it with `elsa-tune check` (which reads the runtime's own --help)")
     else:
         specs = sglang_flags.sglang_flags()
         source = f"the bundled SGLang {sglang_flags.SGLANG_VERSION} flag table"
@@ -118,10 +159,31 @@ def _check(args: argparse.Namespace) -> int:
     if space.model.path is None:
         raise ConfigError(f"search space {space.name!r} names no model, so no candidate can be built",
                           remedy="pass --model PATH")
-    space.baseline()
-    for name in screened:
-        space.candidate(techniques=[name])
+    candidates = [space.baseline(), *(space.candidate(techniques=[name]) for name in screened)]
     used = {use.flag for use in space.flag_uses()}
+    deeper = ""
+    if args.runtime_python and runtime_family.name is FamilyName.VLLM:
+        deeper = _vllm_engine_check(args.runtime_python, space, candidates, ["baseline", *screened])
     print(f"ok: {space.name}: {len(used)} flags checked against {source}; the baseline and "
-          f"{len(screened)} screened techniques build and obey {len(space.rules)} rules")
+          f"{len(screened)} screened techniques build and obey {len(space.rules)} rules{deeper}")
     return 0
+
+
+def _vllm_engine_check(python: str, space: SearchSpace, candidates: list[Candidate], names: list[str]) -> str:
+    """Every candidate through vLLM's own parser and engine config; ``ConfigError`` naming each refusal."""
+    model = space.model.path or ""
+    if not (Path(model).expanduser() / "config.json").is_file():
+        raise ConfigError(f"vLLM's engine config needs the model's config.json, and {model!r} is not a local folder "
+                          "holding one",
+                          remedy="pass --model DIR, a folder with the model's config.json (the weights are not read)")
+    argvs = []
+    for candidate in candidates:
+        flags = {k: v for k, v in candidate.flags.items() if vllm_flags.canonical(k) != "model"}
+        argvs.append([str(Path(model).expanduser()), *Candidate(flags=flags).argv()])
+    refused = vllm_flags.rejected_by_vllm(python, argvs)
+    if refused:
+        lines = "; ".join(f"{names[i]}: {why}" for i, why in refused)
+        raise ConfigError(f"vLLM refuses {len(refused)} of {len(argvs)} candidates of {space.name!r}: {lines}",
+                          remedy="change the flags named above in the space (vLLM's own parser and engine config "
+                                 "would refuse these boots)")
+    return f"; vLLM's parser and engine config accept all {len(argvs)} ({model})"

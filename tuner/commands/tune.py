@@ -22,6 +22,7 @@ from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import positive_float, positive_int
+from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.tuner.load import ServerLoad
@@ -56,9 +57,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", default=None, metavar="NAME", help="the study's name (default from the space)")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="require an existing study in --out and continue it (rerunning also resumes)")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"),
+    parser.add_argument("--runtime", default=None, choices=(*RUNTIMES, *FAMILIES),
                         help="how the runtime is launched (default process; --gpu sim implies sim), or a runtime "
-                             "family run as a process (sglang, llamacpp; default: the space's runtime.family)")
+                             "family run as a process or simulated with --gpu sim (sglang, llamacpp, vllm; default: "
+                             "the space's runtime.family)")
     parser.add_argument("--launch", default=None, metavar="CMD",
                         help="the runtime's launch command, e.g. "
                              "\"/opt/sglang-venv/bin/python -m sglang.launch_server\"")

@@ -23,6 +23,7 @@ from elsa_tune.tuner.argument_types import (
     positive_float,
     positive_int,
 )
+from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.tuner.settings import Settings
@@ -45,7 +46,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traffic", default=None, metavar="FILE|demo")
     parser.add_argument("--space", default=None, metavar="NAME|PATH")
     parser.add_argument("--model", default=None, metavar="PATH")
-    parser.add_argument("--runtime", default=None, choices=("process", "docker", "sim", "sglang", "llamacpp"))
+    parser.add_argument("--runtime", default=None, choices=(*RUNTIMES, *FAMILIES))
     parser.add_argument("--launch", default=None, metavar="CMD")
     parser.add_argument("--image", default=None, metavar="IMAGE")
     parser.add_argument("--sim-profile", default=None, metavar="NAME")

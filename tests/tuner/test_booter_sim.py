@@ -16,7 +16,7 @@ from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
-from elsa_tune.tuner.sampler import ABSampler, BootContext, BootPlan, CandidateBooter
+from elsa_tune.tuner.booter import ABSampler, BootContext, BootPlan, CandidateBooter
 from elsa_tune.tuner.schedule import Arm
 
 BASE = {"mem-fraction-static": 0.6, "max-running-requests": 2, "max-mamba-cache-size": 24}
@@ -43,7 +43,7 @@ def test_a_first_boot_is_probed_measured_recorded_and_reused(ctx: BootContext) -
     assert record.outcome is BootOutcome.MEASURED and record.failure is None
     assert record.report is not None and record.report.max_total_num_tokens
     assert [p.name for p in record.probes] == ["long_context", "long_context_concurrent", "quality"]
-    assert record.extra["tag"] == "baseline:0" and "quality_reference" in record.extra
+    assert record.tag == "baseline:0" and record.quality_reference is not None
     assert len(result.sample.passes) == 3 and result.sample.passes[0].warmup
     assert record.throughput_tok_s and record.throughput_tok_s > 0
     assert (ctx.store.run_dir / (record.log_path or "x")).exists()
@@ -72,7 +72,7 @@ def test_ab_sampler_tags_boots_by_arm_and_slot(ctx: BootContext) -> None:
                         phase=Phase.SCREENING, tag="screening:x:ab")
     sample = sampler.boot(Arm.CANDIDATE, 0, 1)
     assert sample.arm is Arm.CANDIDATE and sample.failed is None and len(sample.measured) == 2
-    assert [r.extra["tag"] for r in ctx.store.load().boots] == ["screening:x:ab:B0.1"]
+    assert [r.tag for r in ctx.store.load().boots] == ["screening:x:ab:B0.1"]
     assert sampler.boot_ids[Arm.CANDIDATE] and not sampler.boot_ids[Arm.INCUMBENT]
 
 

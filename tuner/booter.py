@@ -47,8 +47,6 @@ from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)
 
-QUALITY_REFERENCE = "quality_reference"
-
 
 @dataclass(frozen=True)
 class BootPlan:
@@ -119,9 +117,8 @@ class CandidateBooter:
         self.before_boot = before_boot
         self._done: dict[str, BootRecord] = {}
         for record in ctx.store.load().boots:
-            tag = record.extra.get("tag")
-            if isinstance(tag, str) and record.outcome is not BootOutcome.INTERRUPTED:
-                self._done[tag] = record
+            if record.tag is not None and record.outcome is not BootOutcome.INTERRUPTED:
+                self._done[record.tag] = record
         self.boots = 0
         self.failed = 0
         self._counted: set[str] = set()     # boot ids already counted: a boot reused within this run counts once
@@ -130,10 +127,9 @@ class CandidateBooter:
         self.quality: dict[str, bool] = {}
         for record in self._done.values():       # a resumed study knows what its probed boots found
             quality = _quality_of(record)
-            if quality is not None and (record.probes or record.extra.get(QUALITY_REFERENCE)):
+            if quality is not None and (record.probes or record.quality_reference):
                 self.quality[record.candidate.key()] = quality
-        reference = next((r.extra.get(QUALITY_REFERENCE) for r in self._done.values()
-                          if r.extra.get(QUALITY_REFERENCE)), None)
+        reference = next((r.quality_reference for r in self._done.values() if r.quality_reference), None)
         if reference and ctx.reference is None:
             ctx.reference = QualitySample.from_dict(reference)
 
@@ -174,8 +170,7 @@ class CandidateBooter:
         probes: list[ProbeResult] = []
         measurements: list[dict[str, Any]] = []
         passes: list[PassMeasurement] = []
-        extra: dict[str, Any] = {"tag": plan.tag, "block": plan.block, "position": plan.position,
-                                 "gate_arm": plan.arm.value}
+        reference: dict[str, Any] | None = None
         failure: Failure | None = None
         quality_passed: bool | None = None
         min_free: int | None = None
@@ -196,7 +191,7 @@ class CandidateBooter:
                 note = f"KV pool {pool:,} tokens < context target {ctx.context_target:,}: not probed or measured"
             try:
                 if plan.probes and not short:
-                    failure, quality_passed, note = self._probe(server, probes, extra)
+                    failure, quality_passed, note, reference = self._probe(server, probes)
                     if failure is not None or quality_passed is False:
                         outcome = BootOutcome.PROBE_FAILED
                 if failure is None and quality_passed is not False and plan.passes and not short:
@@ -213,11 +208,11 @@ class CandidateBooter:
                 if exit_.failure is not None and failure is None and outcome is not BootOutcome.INTERRUPTED:
                     failure, outcome = exit_.failure, BootOutcome.DIED
                 record = self._record(plan, slot.boot_id, slot.number, slot.log_relpath, started, outcome, report,
-                                      failure, state, min_free, probes, measurements, passes, extra, note)
+                                      failure, state, min_free, probes, measurements, passes, reference, note)
                 ctx.store.record_boot(record)
         else:
             record = self._record(plan, slot.boot_id, slot.number, slot.log_relpath, started, outcome, report,
-                                  failure, state, min_free, probes, measurements, passes, extra, note)
+                                  failure, state, min_free, probes, measurements, passes, reference, note)
             ctx.store.record_boot(record)
         if failure is not None:
             log.info("boot %s failed: %s: %s", slot.boot_id, failure.kind.value, failure.summary)
@@ -233,9 +228,10 @@ class CandidateBooter:
                           quality_passed=quality_passed, covariates=_covariates(state, started, min_free),
                           failed=failure, candidate_key=plan.candidate.key())
 
-    def _probe(self, server: Server, probes: list[ProbeResult],
-               extra: dict[str, Any]) -> tuple[Failure | None, bool | None, str]:
-        """The stress probes that apply to this boot (``probes/plan.py``), then the quality gate, until one fails."""
+    def _probe(self, server: Server, probes: list[ProbeResult]
+               ) -> tuple[Failure | None, bool | None, str, dict[str, Any] | None]:
+        """The stress probes that apply to this boot (``probes/plan.py``), then the quality gate, until one fails;
+        with the quality reference this boot recorded (``None`` when it recorded none)."""
         ctx = self.ctx
         budget = ctx.probe_budget
         notes: list[str] = []
@@ -246,27 +242,28 @@ class CandidateBooter:
             probes.append(result)
             log.info("probe %s: %s — %s", result.name, result.status.value, result.detail)
             if result.status is ProbeStatus.FAILED:
-                return result.failure or _probe_failure(result, ctx.runtime, server), None, result.detail
+                return result.failure or _probe_failure(result, ctx.runtime, server), None, result.detail, None
             if result.status is ProbeStatus.LOW_HEADROOM:
                 notes.append(f"{result.name}: {result.detail}")
             if result.status is ProbeStatus.REGRESSED:
-                return None, False, f"{result.name} regressed: {result.detail}"
+                return None, False, f"{result.name} regressed: {result.detail}", None
         if ctx.quality is None:
-            return None, None, "; ".join(notes)
+            return None, None, "; ".join(notes), None
         check = self.load.quality(server, budget, ctx.reference)
         result = check.result
         probes.append(result)
         log.info("quality: %s — %s", result.status.value, result.detail)
+        reference = None
         if check.reference is not None:
             ctx.reference = check.reference
-            extra[QUALITY_REFERENCE] = check.reference.to_dict()
+            reference = check.reference.to_dict()
             notes.append(result.detail)
         if result.status is ProbeStatus.FAILED or (result.status is not ProbeStatus.PASSED
                                                    and ctx.runtime.check(server).state is HealthState.DEAD):
-            return _probe_failure(result, ctx.runtime, server), None, result.detail
+            return _probe_failure(result, ctx.runtime, server), None, result.detail, reference
         if result.status is ProbeStatus.REGRESSED:
-            return None, False, f"{result.name} regressed: {result.detail}"
-        return None, result.status is ProbeStatus.PASSED, "; ".join(notes)
+            return None, False, f"{result.name} regressed: {result.detail}", reference
+        return None, result.status is ProbeStatus.PASSED, "; ".join(notes), reference
 
     def _soak(self, server: Server, seconds: float, probes: list[ProbeResult]) -> Failure | None:
         ctx = self.ctx
@@ -294,10 +291,9 @@ class CandidateBooter:
     def _record(self, plan: BootPlan, boot_id: str, number: int, log_path: str | None, started: float,
                 outcome: BootOutcome, report: Any, failure: Failure | None, state: GpuState | None,
                 min_free: int | None, probes: list[ProbeResult], measurements: list[dict[str, Any]],
-                passes: list[PassMeasurement], extra: dict[str, Any], note: str) -> BootRecord:
+                passes: list[PassMeasurement], reference: dict[str, Any] | None, note: str) -> BootRecord:
         measured = [p.output_throughput_tok_s for p in passes if not p.warmup]
         tput = statistics.fmean(measured) if measured and all(math.isfinite(x) and x > 0 for x in measured) else None
-        extra = {**extra, "passes": [vars(p).copy() for p in passes]}
         return BootRecord(study=self.ctx.study, boot_id=boot_id, boot_number=number, phase=plan.phase,
                           arm=RecordArm.CANDIDATE if plan.arm is Arm.CANDIDATE else RecordArm.INCUMBENT,
                           candidate=plan.candidate, fingerprint=self.ctx.fingerprint, started_at=started,
@@ -307,7 +303,8 @@ class CandidateBooter:
                           covariates=RecordCovariates.from_gpu_state(state) if state else None,
                           min_free_gpu_bytes=min_free, probes=tuple(probes), measurements=tuple(measurements),
                           throughput_tok_s=tput if failure is None else None, log_path=log_path, note=note,
-                          extra=extra)
+                          tag=plan.tag, block=plan.block, position=plan.position,
+                          gate_passes=tuple(vars(p).copy() for p in passes), quality_reference=reference)
 
 
 class ABSampler:
@@ -379,7 +376,7 @@ def _quality_of(record: BootRecord) -> bool | None:
     for probe in record.probes:
         if probe.name == "quality":
             quality = probe.status is ProbeStatus.PASSED
-    if record.extra.get(QUALITY_REFERENCE):
+    if record.quality_reference:
         quality = True
     if record.outcome is BootOutcome.PROBE_FAILED and record.failure is None:
         quality = False
@@ -388,7 +385,7 @@ def _quality_of(record: BootRecord) -> bool | None:
 
 def _sample_of(record: BootRecord, plan: BootPlan) -> BootSample:
     """The gate's view of a recorded boot (a resumed study reuses it instead of booting again)."""
-    passes = tuple(PassMeasurement(**p) for p in record.extra.get("passes", ()))
+    passes = tuple(PassMeasurement(**p) for p in record.gate_passes)
     quality = _quality_of(record)
     cov = record.covariates
     return BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=passes,
