@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 MiB = 1024 * 1024
 
@@ -48,6 +49,13 @@ def when(epoch: float) -> str:
 #: What a report says about its numbers when the runtime was the simulated SGLang (fingerprint ``sglang-sim``).
 SIMULATED_TIME = ("simulated: every rate and latency is the simulated system's, in simulated seconds (the load "
                   "generator reads the simulated server's clock), not a measurement of real hardware")
+
+
+def budget_clock(extra: Mapping[str, Any]) -> str:
+    """`` (in <clock>)`` when the study recorded which clock its budget counts in (``Budget.counts``), else ``""``."""
+    budget = extra.get("budget")
+    clock = budget.get("clock") if isinstance(budget, Mapping) else None
+    return f" (in {clock})" if isinstance(clock, str) and clock else ""
 
 
 def simulated(runtime: str | None) -> bool:

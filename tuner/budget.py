@@ -19,6 +19,11 @@ DEFAULT_SHARES: Mapping[str, float] = {
     "confirmation": 0.15,
 }
 
+#: what a budget counts in: the host's wall clock (a real runtime) or the simulated system's seconds (the virtual
+#: runtime, and the live simulated runtime through ``tuner/simulated_time.py``)
+WALL_CLOCK = "wall-clock seconds"
+SIMULATED_CLOCK = "the simulated system's seconds"
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -40,12 +45,13 @@ class Budget:
 
     ``allowance(phase)`` is the time the phase may still spend: its share of the whole budget plus
     whatever earlier phases left unused, never more than the time left overall minus the reserves of
-    later phases.
+    later phases. ``counts`` names the clock ``clock`` reads (``WALL_CLOCK`` or ``SIMULATED_CLOCK``).
     """
 
     total_s: float
     shares: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARES))
     clock: Callable[[], float] = time.monotonic
+    counts: str = WALL_CLOCK
     started_at: float = -1.0
     spent: dict[str, float] = field(default_factory=dict)
     _phase: str | None = None

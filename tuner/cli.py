@@ -123,7 +123,7 @@ def epilog() -> str:
     names = ", ".join(ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Settings) if f.name != "schema_version")
     lines = ["examples:",
              "  elsa-tune --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space qwen3.8-27b-nvfp4-rtx5090 "
-             "--traffic demo --budget 8m",
+             "--traffic demo --budget 8h",
              "  elsa-tune --gpu 0 --traffic prod.parquet --model /models/qwen --budget 8h --dry-run",
              "  elsa-tune report elsa-runs/demo --json",
              "  eval \"$(elsa-tune completion bash)\"",

@@ -38,7 +38,7 @@ from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.booter import BootPlan
-from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
 from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import dimension
@@ -190,9 +190,10 @@ def compare_flags(pre: Preflight, a: Candidate, b: Candidate, *, files: tuple[st
     the gate decided is *no difference shown*.
     """
     settings = pre.settings
+    counts = WALL_CLOCK if clock is None else SIMULATED_CLOCK
     clock = clock or StudyClock()
     store = StudyStore(run_dir, name=settings.study_name, heartbeat_interval=None)
-    night = Night(pre, store=store, budget=Budget(settings.budget_s, clock=clock.now), clock=clock,
+    night = Night(pre, store=store, budget=Budget(settings.budget_s, clock=clock.now, counts=counts), clock=clock,
                   view=StudyView(live=False), interrupts=interrupts or Interrupts(), on_decision=lambda: None,
                   load=load)
     night.incumbent = Incumbent({}, [], a, None)

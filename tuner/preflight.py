@@ -202,15 +202,17 @@ def load_traffic(traffic: str) -> Trace:
 
 
 def workloads(trace: Trace, settings: Settings, concurrency: int) -> tuple[Workload, Workload]:
-    """The measured pass (closed loop over the trace's requests) and the burst (its busiest window)."""
-    speed = settings.speedup
+    """The measured pass (closed loop over the trace's requests) and the burst (its busiest window).
+
+    ``settings.pass_s`` is in the seconds the budget counts in, the runtime's own: a simulated runtime's study
+    counts the simulated system's seconds (``tuner/simulated_time.py``), so its passes are sized in them too and
+    the same budget gives the same passes at any ``--sim-speedup``."""
     ins = trace.column("input_tokens")
     outs = trace.column("output_tokens")
     per_request = (float(statistics.fmean(outs)) / _DECODE_TOK_S + float(statistics.fmean(ins)) / _PREFILL_TOK_S)
-    per_request /= speed
     n = int(max(4, min(len(trace), round(settings.pass_s * concurrency / max(per_request, 1e-6)))))
     measured = closed_loop(trace, concurrency=concurrency, n_requests=n)
-    burst = busiest_window(trace, duration_s=max(1.0, settings.pass_s), compress=max(1.0, speed / 4),
+    burst = busiest_window(trace, duration_s=max(1.0, settings.pass_s), compress=1.0,
                            max_requests=max(2 * concurrency, n // 2), concurrency=None)
     return measured, burst
 

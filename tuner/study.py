@@ -42,7 +42,7 @@ from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKi
 from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.booter import BootPlan
-from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
 from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension, outlier_boot
@@ -97,7 +97,8 @@ class Study:
         self.clock = clock or StudyClock()
         self.virtual_time = clock is not None
         self.outputs_each_decision = outputs_each_decision
-        self.budget = Budget(self.settings.budget_s, clock=self.clock.now)
+        self.budget = Budget(self.settings.budget_s, clock=self.clock.now,
+                             counts=SIMULATED_CLOCK if self.virtual_time else WALL_CLOCK)
         self.name = self.settings.study_name
         self.store = StudyStore(self.settings.run_dir, name=self.name, heartbeat_interval=10, grace_period=30)
         self.store.check_fingerprint(pre.fingerprint)
@@ -124,6 +125,8 @@ class Study:
         self.view.update(study=self.name, phase="preflight", time_left_s=self.budget.left_s)
         for line in self.pre.lines():
             log.info("preflight: %s", line)
+        log.info("budget: %.0f s (%.1f h) counted in %s", self.budget.total_s, self.budget.total_s / 3600,
+                 self.budget.counts)
         try:
             with self.interrupts:
                 self._phase("baseline", self._baseline)
@@ -213,11 +216,12 @@ class Study:
 
         The pass is sized before anything was measured, from a guess of a stream's speed; a slow card or model can
         make it many times longer, and a night of such passes has too few boots to decide anything. Only where a
-        pass's duration is in the runtime's own seconds (a GPU, a virtual-time study). Returns whether it changed.
+        pass's duration is in the seconds the budget counts in (a GPU's wall clock, a simulated runtime's simulated
+        seconds). Returns whether it changed.
         """
         settings, night = self.settings, self.night
         durations = [p.duration_s for p in passes if not p.warmup and p.duration_s]
-        if settings.speedup != 1.0 or not durations:
+        if not durations:
             return False
         took, target = statistics.median(durations), settings.pass_s
         current = len(self.pre.workload)
@@ -397,7 +401,7 @@ class Study:
         night = self.night
         noise = night.noise.record() if night.noise is not None else None
         extra = {"budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
-                            "left_s": self.budget.left_s},
+                            "left_s": self.budget.left_s, "clock": self.budget.counts},
                  "memory_model": {"boots": len(night.memory.observations), "loo_error": night.memory.error(),
                                   "prediction_errors": list(night.memory_errors),
                                   "skipped_candidates": night.skipped_by_model},

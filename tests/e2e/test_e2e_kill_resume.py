@@ -44,7 +44,7 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path, small_trace: Path)
     card = tmp_path / "card"
     env = {**os.environ, "ELSA_SIM_CARD_DIR": str(card), "ELSA_TUNE_BASELINE_BOOTS": "3"}
     argv = [sys.executable, "-m", "elsa_tune", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TINY_SPACE,
-            "--traffic", str(small_trace), "--budget", "150s", "--out", str(run_dir), "--no-live",
+            "--traffic", str(small_trace), "--budget", "50m", "--out", str(run_dir), "--no-live",
             "--sim-speedup", "20", "--seed", "2", "-q"]
     rng = random.Random(11)
     seen: dict[str, str] = {}

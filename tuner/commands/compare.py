@@ -23,6 +23,8 @@ from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.search_spaces.candidate import Candidate
     from elsa_tune.search_spaces.flag_file import FlagFile
+    from elsa_tune.tuner.load import ServerLoad
+    from elsa_tune.tuner.night import StudyClock
     from elsa_tune.tuner.preflight import Preflight
     from elsa_tune.tuner.settings import Settings
 
@@ -165,12 +167,18 @@ def _compare(args: argparse.Namespace, pre: Preflight, settings: Settings, a: Ca
 
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(run_dir / "compare.log")
-    clock, load = None, None
+    clock: StudyClock | None = None
+    load: ServerLoad | None = None
     if settings.virtual:
         from elsa_tune.tuner.virtual import VirtualTestbed
 
         bed = VirtualTestbed.of(pre)
         pre, clock, load = bed.pre, bed.clock, bed.load
+    elif settings.simulated:         # the live simulated server: the budget counts in its simulated seconds
+        from elsa_tune.tuner.simulated_time import SimulatedTestbed
+
+        sim = SimulatedTestbed.of(pre)
+        pre, clock, load = sim.pre, sim.clock, sim.load
     min_effect = args.min_effect / 100.0 if args.min_effect is not None else None
     try:
         with Interrupts() as interrupts:

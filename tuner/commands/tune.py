@@ -25,6 +25,8 @@ from elsa_tune.tuner.argument_types import positive_float, positive_int
 from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
+    from elsa_tune.tuner.load import ServerLoad
+    from elsa_tune.tuner.night import StudyClock
     from elsa_tune.tuner.preflight import Preflight
     from elsa_tune.tuner.settings import Settings
 
@@ -33,7 +35,7 @@ HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic
 EXAMPLES = ('elsa-tune --gpu 0 --traffic prod.parquet --space qwen3.8-27b-nvfp4-rtx5090 --model '
             '/models/qwen --budget 8h',
             'elsa-tune --gpu sim --sim-profile rtx5090-qwen3.8-27b-nvfp4 --space '
-            'qwen3.8-27b-nvfp4-rtx5090 --traffic demo --budget 8m --out elsa-runs/demo',
+            'qwen3.8-27b-nvfp4-rtx5090 --traffic demo --budget 8h --out elsa-runs/demo',
             'elsa-tune --gpu 0 --traffic prod.parquet --budget 8h --dry-run --json')
 
 
@@ -48,7 +50,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--space", default=None, metavar="NAME|PATH", help="the search space (elsa-tune space list)")
     parser.add_argument("--model", default=None, metavar="PATH", help="the model to serve (overrides the space's)")
     parser.add_argument("--budget", dest="budget_s", default=None, metavar="DURATION",
-                        help="the whole study's time, e.g. 8h, 90m, 1h30m (default 8h)")
+                        help="the whole study's time, e.g. 8h, 90m, 1h30m (default 8h): wall-clock time on a "
+                             "GPU or CPU, the simulated system's time with --gpu sim")
     parser.add_argument("--out", default=None, type=Path, metavar="DIR",
                         help="the run folder (default ./elsa-runs/<study>/); the ledger is kept beside it")
     parser.add_argument("--study", default=None, metavar="NAME", help="the study's name (default from the space)")
@@ -159,12 +162,18 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         from elsa_tune.tuner.fleet import FleetSearch
 
         search = FleetSearch(gpus, verbose=int(args.verbose))
-    clock, load = None, None
+    clock: StudyClock | None = None
+    load: ServerLoad | None = None
     if settings.virtual:
         from elsa_tune.tuner.virtual import VirtualTestbed
 
         bed = VirtualTestbed.of(pre)
         pre, clock, load = bed.pre, bed.clock, bed.load
+    elif settings.simulated and not gpus:    # the live simulated server: the budget counts in its simulated seconds
+        from elsa_tune.tuner.simulated_time import SimulatedTestbed
+
+        sim = SimulatedTestbed.of(pre)
+        pre, clock, load = sim.pre, sim.clock, sim.load
     with StudyView(live=live) as view:
         outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, load=load).run()
     if args.json:
