@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import enum
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -127,8 +128,11 @@ def _truth(args: argparse.Namespace) -> int:
             fields["requests"] = tuple(SimRequest(**{**r, "block_hashes": tuple(r.get("block_hashes", ()))})
                                        for r in fields["requests"])
         workload = TruthWorkload(**fields)
-    except TypeError as exc:
+    except (TypeError, AttributeError) as exc:
         raise ConfigError(f"--workload: {exc}", remedy="use the fields of runtime/sim/truth.py TruthWorkload") from exc
+    problem = workload.problem()
+    if problem is not None:
+        raise ConfigError(f"--workload: {problem}", remedy="use the fields of runtime/sim/truth.py TruthWorkload")
     env = _config_env(args)
     for item in args.env:
         name, sep, value = item.partition("=")
@@ -136,7 +140,7 @@ def _truth(args: argparse.Namespace) -> int:
             raise ConfigError(f"--env {item!r}: expected NAME=VALUE", remedy="write --env NAME=VALUE")
         env[name] = value
     result = truth(load_profile(args.sim_profile), sglang_flags.requested_flags(_given(args)), env, workload)
-    print(json.dumps(_jsonable(result), indent=2, sort_keys=True))
+    print(json.dumps(_jsonable(result), indent=2, sort_keys=True, allow_nan=False))
     return 0
 
 
@@ -162,4 +166,6 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None     # JSON has no NaN: a figure that cannot be computed is null
     return value
