@@ -3,8 +3,9 @@
 A command checks every output before it reads a byte of input, queries a server or creates a file: an output that
 names one of the command's inputs (the same file, whatever path names it), an existing folder, anything but a regular
 file (a FIFO, a device node, a socket: replacing one would replace what another program reads or writes), a symbolic
-link that loops, a name that is not UTF-8, a path under ``/proc``, ``/sys`` or ``/dev``, or a parent that is not a writable folder is a
-``ConfigError`` naming the flag and the remedy. Checking first means a refused command leaves nothing behind.
+link that loops, a name that is not UTF-8, a path under ``/proc``, ``/sys`` or ``/dev``, or a parent that is not a
+writable folder is a ``ConfigError`` naming the flag and the remedy. Checking first means a refused command leaves
+nothing behind.
 """
 
 from __future__ import annotations
