@@ -49,7 +49,8 @@ MAX_ITEMS = 10_000
 
 class BoundedLoader(yaml.SafeLoader):
     """PyYAML's ``SafeLoader`` with bounds: at most ``MAX_DEPTH`` levels of nesting, ``MAX_ALIASES`` aliases and
-    ``MAX_ITEMS`` items in one list or mapping; a document past one raises ``Problem`` at its line."""
+    ``MAX_ITEMS`` values in one list or mapping, its aliases expanded (a value printed in a message is printed whole);
+    a document past one raises ``Problem`` at its line."""
 
     def __init__(self, stream: str) -> None:
         if len(stream) > MAX_BYTES:
@@ -58,6 +59,7 @@ class BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
         self._aliases = 0
+        self._sizes: dict[int, int] = {}     # values a list or mapping holds once its aliases are expanded
 
     def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
         event = self.peek_event()
@@ -73,8 +75,17 @@ class BoundedLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)  # type: ignore[misc]
         finally:
             self._depth -= 1
-        if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and len(node.value) > MAX_ITEMS:
-            raise Problem(f"a list or mapping of {len(node.value):,} items, more than {MAX_ITEMS:,}", line)
+        if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+            if len(node.value) > MAX_ITEMS:
+                raise Problem(f"a list or mapping of {len(node.value):,} items, more than {MAX_ITEMS:,}", line)
+            if id(node) not in self._sizes:     # an alias returns its anchor's node: already counted
+                children = (node.value if isinstance(node, yaml.SequenceNode)
+                            else [part for pair in node.value for part in pair])
+                size = 1 + sum(self._sizes.get(id(child), 1) for child in children)
+                if size > MAX_ITEMS:
+                    raise Problem(f"the aliases expand to more than {MAX_ITEMS:,} values (an alias bomb): write the "
+                                  "values out", line)
+                self._sizes[id(node)] = size
         return node  # type: ignore[no-any-return]
 
 

@@ -121,6 +121,9 @@ def parse_flag_text(text: str, where: str) -> FlagFile:
         loader = BoundedLoader(text)
     except Problem as exc:
         raise ConfigError(f"{where}: {exc}", remedy=_EXAMPLE) from None
+    except yaml.YAMLError as exc:    # a character YAML does not allow (a NUL byte)
+        raise ConfigError(f"{where}: malformed YAML: {str(exc).splitlines()[0]}",
+                          remedy="fix the YAML syntax (a flag file is `name: value` lines)") from None
     try:
         node = loader.get_single_node()
         if node is None:

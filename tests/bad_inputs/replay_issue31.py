@@ -1,6 +1,6 @@
 """Replay every concrete case of issue 31 against the installed ``elsa-tune`` and print what each one did.
 
-    .venv/bin/python tests/bad_inputs/replay_issue31.py [--bound 60] [--jobs 3] [--only SUBSTRING]
+    .venv/bin/python tests/bad_inputs/replay_issue31.py [--bound 60] [--jobs 3] [--only REGEX] [--json FILE]
 
 Each case runs in its own scratch folder, as the issue ran it: ``E=elsa-tune``, ``TS=benchmarks/workers/
 tiny-space.yaml``, ``SIMV="--gpu sim --sim-profile tiny-test --space $TS --traffic demo --virtual --no-live"``. A
@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -37,7 +38,7 @@ ENV = {"E": E, "TS": TS, "SIMV": SIMV}
 FLAGS = ("model-path: tiny-hybrid\nmem-fraction-static: 0.6\nmax-running-requests: 2\nmax-mamba-cache-size: 24\n"
          "speculative-algorithm: EAGLE\nspeculative-eagle-topk: 1\nspeculative-num-steps: 2\n"
          "speculative-num-draft-tokens: 3\n")
-COMPARE = "$E compare --gpu sim --virtual --sim-profile tiny-test --space $TS --no-live"
+COMPARE = "$E compare --gpu sim --virtual --sim-profile tiny-test --space $TS"
 GOOD_MC = '{"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}'
 
 
@@ -154,7 +155,8 @@ def cases() -> list[Case]:
     add(x, "step: 1e-300", "$E space check s.yaml", setup="sed 's/step: 0.05/step: 1e-300/' $TS > s.yaml")
     add(x, "--gpu ²", "$E --gpu ² --traffic demo --out r")
     add(x, "record --seed -1", "$E record --prometheus http://127.0.0.1:9 --since 1h --seed -1 -o o.parquet")
-    add(x, "sim serve --port 99999", "timeout 20 $E sim serve --sim-profile tiny-test --port 99999")
+    add(x, "sim serve --port 99999",
+        "timeout 20 $E sim serve --sim-profile tiny-test --model-path tiny-hybrid --port 99999")
     add(x, "NUL byte in a flag file", f"{COMPARE} --a a.yaml --b b.yaml --out c",
         setup=f"{flags}; printf 'page-size: 1\\0\\n' >> b.yaml")
     add(x, "unclosed quote in runtime.command", "$E space check s.yaml",
@@ -169,12 +171,12 @@ def cases() -> list[Case]:
 
     # ---- hangs
     h = "hang"
-    bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{b}: &{b} [{','.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefg", "bcdefgh", strict=True))
+    bomb = "[&a [x,x,x,x,x,x,x,x,x], " + ", ".join(
+        f"&{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefg", "bcdefgh", strict=True)) + "]"
     add(h, "anchor bomb in a space's name:", "$E space check s.yaml",
-        setup=_write("s.yaml", bomb + "name: *h\n"))
+        setup=_write("s.yaml", Path(TS).read_text().replace("name: tiny-distributed", "name: " + bomb)))
     add(h, "anchor bomb as a flag file key", f"{COMPARE} --a a.yaml --b b.yaml --out c",
-        setup=flags + "; " + _write("b.yaml", bomb + "? *h\n: 1\n", mode="a"))
+        setup=flags + "; " + _write("b.yaml", "? " + bomb + "\n: 1\n", mode="a"))
     add(h, "50 MB space", "$E space check s.yaml",
         setup="cp $TS s.yaml; " + _py("f=open('s.yaml','a'); f.write('# ' + 'x'*50_000_000 + chr(10))"))
     add(h, "FIFO to compare --b", f"{COMPARE} --a a.yaml --b f --out c", setup=f"{flags}; mkfifo f")
@@ -349,10 +351,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bound", type=float, default=60.0, help="seconds before a command counts as a hang")
     parser.add_argument("--jobs", type=int, default=3)
-    parser.add_argument("--only", default="", help="run only cases whose name contains this")
+    parser.add_argument("--only", default="", help="run only cases whose name matches this regular expression")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
-    chosen = [c for c in cases() if args.only in c.name]
+    chosen = [c for c in cases() if re.search(args.only, c.name)]
     base = Path(tempfile.mkdtemp(prefix="i31-template-"))
     try:
         template = base / "r"

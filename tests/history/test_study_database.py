@@ -26,12 +26,12 @@ def test_a_database_killed_inside_a_transaction_passes_and_is_left_as_it_was(tmp
         connection.execute("CREATE TABLE studies (study_id INTEGER PRIMARY KEY, name TEXT)")
         connection.execute("INSERT INTO studies (name) VALUES ('s')")
     # a process that dies (no rollback, no close) while it writes: SQLite leaves study.db-journal, a hot journal
-    code = ("import os, sqlite3; c = sqlite3.connect(%r); c.execute('BEGIN'); "
+    code = (f"import os, sqlite3; c = sqlite3.connect({str(db)!r}); c.execute('BEGIN'); "
             "c.execute(\"INSERT INTO studies (name) VALUES ('t')\"); "
             "c.execute('CREATE TABLE elsa_boots_v1 (x)'); "
             "c.execute(\"UPDATE studies SET name = 'u' WHERE name = 's'\"); c.execute('PRAGMA cache_size = 1'); "
             "[c.execute('INSERT INTO elsa_boots_v1 VALUES (?)', (b'x' * 4000,)) for _ in range(50)]; "
-            "os._exit(9)") % str(db)
+            "os._exit(9)")
     subprocess.run([sys.executable, "-c", code], check=False)
     journal = tmp_path / "study.db-journal"
     assert journal.exists() and journal.stat().st_size > 0

@@ -101,7 +101,11 @@ def _serve(args: argparse.Namespace) -> int:
     from elsa_tune.runtime.sim.launch import SimOptions, serve
 
     given = _given(args)
-    options = SimOptions(profile=args.sim_profile, server_args=sglang_flags.resolve_defaults(given),
+    server_args = sglang_flags.resolve_defaults(given)
+    port = server_args.get("port")
+    if isinstance(port, int) and not 0 < port < 65536:   # SGLang's parser takes any integer; a socket does not
+        raise ConfigError(f"--port {port} is not a TCP port", remedy="give --port a number from 1 to 65535")
+    options = SimOptions(profile=args.sim_profile, server_args=server_args,
                          flags=sglang_flags.requested_flags(given), seed=args.sim_seed, fault=args.sim_fault,
                          speedup=args.sim_speedup, card_dir=args.sim_card_dir, quiet=args.sim_noise == "off",
                          argv=tuple(sys.argv),
