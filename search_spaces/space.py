@@ -408,8 +408,9 @@ def value_problem(shape: FlagShape, value: FlagValue) -> str | None:
         return "needs a value, not true"
     if value is False:
         return None
-    if isinstance(value, (int, float)) and number_problem(value) is not None:
-        return f"takes a finite number, not {value!r}"
+    problem = number_problem(value) if isinstance(value, (int, float)) else None
+    if problem is not None:
+        return f"takes a finite number: {problem}"
     kind = getattr(shape, "kind", None)
     if kind in ("int", "hint") and (isinstance(value, float) or (kind == "int" and isinstance(value, str))):
         return f"takes a whole number, not {value!r}"
