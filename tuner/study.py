@@ -151,10 +151,11 @@ class Study:
         finally:
             self.budget.end()
         self._write(final=True)
+        boots = len(self.store.load().boots)    # the boot records the report counts, not this run's boot calls
         log.info("study %s %s: incumbent %s; %d decisions, %d boots; outputs in %s", self.name,
-                 self.status.value, night.incumbent.candidate.label, night.decision_number, night.booter.boots,
+                 self.status.value, night.incumbent.candidate.label, night.decision_number, boots,
                  self.store.run_dir)
-        return StudyOutcome(self.status, night.incumbent.candidate, night.decision_number, night.booter.boots,
+        return StudyOutcome(self.status, night.incumbent.candidate, night.decision_number, boots,
                             str(self.store.run_dir))
 
     def _phase(self, name: str, body: Callable[[], object]) -> None:

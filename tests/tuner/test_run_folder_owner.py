@@ -130,6 +130,30 @@ def test_extend_without_a_finished_study_is_refused(finished: Path, tmp_path: Pa
     assert snapshot(run.parent) == before
 
 
+def test_the_console_counts_the_boots_the_report_counts_after_a_resume(
+        finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study stopped during a boot leaves that boot's record (outcome ``interrupted``); the resumed study boots it
+    again. The console counted only the boots the resumed run asked for, the report every record ("132 boots" vs
+    "149"): both now count the records."""
+    run = copy_of(finished, tmp_path)
+    data = json.loads((run / "study.json").read_text())
+    data["status"] = "interrupted"
+    (run / "study.json").write_text(json.dumps(data))
+    last = sorted((run / "boots").iterdir())[-1]
+    number = int(last.name.split("-", 1)[0]) + 1
+    stopped = run / "boots" / f"{number:04d}-stopped"
+    shutil.copytree(last, stopped)
+    record = json.loads((stopped / "boot.json").read_text())
+    record.update(boot_id=stopped.name, boot_number=number, outcome="interrupted")
+    record["extra"]["tag"] = "stopped:0"
+    (stopped / "boot.json").write_text(json.dumps(record))
+    assert main([*study_argv(run)[:-1]]) == exit_codes.OK     # without -q: the console's summary
+    console = capsys.readouterr().out
+    assert main(["report", "--json", "--no-plots", str(run)]) == exit_codes.OK
+    report = json.loads(capsys.readouterr().out)
+    assert f"  {report['boots']} boots, " in console, (report["boots"], console)
+
+
 def test_ctrl_c_during_the_rerun_of_a_finished_study_leaves_it_byte_identical(finished: Path,
                                                                               tmp_path: Path) -> None:
     """The issue's case: SIGINT while rerunning a finished study rewound it (finished → interrupted, trial-18 →
