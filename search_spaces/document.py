@@ -61,8 +61,8 @@ class BoundedLoader(yaml.SafeLoader):
         self._aliases = 0
         self._sizes: dict[int, int] = {}     # values a list or mapping holds once its aliases are expanded
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
-        event = self.peek_event()
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         line = event.start_mark.line + 1 if event.start_mark is not None else None
         if isinstance(event, yaml.AliasEvent):
             self._aliases += 1
@@ -72,7 +72,7 @@ class BoundedLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH:
                 raise Problem(f"nested more than {MAX_DEPTH} levels deep", line)
-            node = super().compose_node(parent, index)  # type: ignore[misc]
+            node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
         if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
@@ -86,7 +86,7 @@ class BoundedLoader(yaml.SafeLoader):
                     raise Problem(f"the aliases expand to more than {MAX_ITEMS:,} values (an alias bomb): write the "
                                   "values out", line)
                 self._sizes[id(node)] = size
-        return node  # type: ignore[no-any-return]
+        return node
 
 
 class _LineLoader(BoundedLoader):

@@ -170,15 +170,16 @@ def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[S
                           remedy="drop --extend to start a study there, or point --out at a finished study's folder")
     if previous is None or (added is None and not extended):
         return settings, None
+    recorded = previous.budget_s if previous.budget_s is not None else settings.budget_s
     if added is not None and previous.status is StudyStatus.FINISHED:
-        budget = previous.budget_s + added
+        budget = recorded + added
         return (dataclasses.replace(settings, budget_s=budget),
-                {"from_budget_s": previous.budget_s, "added_s": added, "budget_s": budget})
+                {"from_budget_s": recorded, "added_s": added, "budget_s": budget})
     if added is not None and not extended:
         raise ConfigError(f"--extend: study {previous.name} in {run_dir} has not finished ({previous.status.value}), "
                           "so there is nothing to extend yet",
                           remedy="rerun the same command without --extend to resume it; extend it once it finished")
-    return dataclasses.replace(settings, budget_s=previous.budget_s), None
+    return dataclasses.replace(settings, budget_s=recorded), None
 
 
 def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: list[str], live: bool,
