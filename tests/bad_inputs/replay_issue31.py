@@ -7,7 +7,8 @@ tiny-space.yaml``, ``SIMV="--gpu sim --sim-profile tiny-test --space $TS --traff
 case is a set-up (not judged) and a command (judged, under a wall-clock bound). Per case the script prints the exit
 code, whether a traceback was printed, whether the command ran past the bound, and the files created or changed
 outside the paths the command owns (its ``--out`` when it legitimately writes one; none for a refusal).
-A case is ``ok`` when it exits 0–5 without a traceback or a hang and changes nothing it does not own; the summary
+A case is ``ok`` when it exits 0–5 without a traceback, a hang or a megabyte of output (a value printed whole) and
+changes nothing it does not own; the summary
 line counts the others. This is a diagnostic of the whole CLI (minutes), not part of the test suite.
 """
 
@@ -327,6 +328,8 @@ def run_case(case: Case, template: Path, bound: float) -> dict[str, object]:
             problems.append(f"exit {code}")
         if "Traceback" in output:
             problems.append("traceback")
+        if len(output_bytes) > 1_000_000:    # a value printed whole: an alias bomb expanded into a message
+            problems.append(f"printed {len(output_bytes) / 1e6:.0f} MB")
         if changed:
             problems.append("changed " + ",".join(changed[:4]) + (" …" if len(changed) > 4 else ""))
         if case.check:
