@@ -30,7 +30,7 @@ from elsa_tune.finite_number import number_problem
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.run_dir import LEDGER_FILE
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.input_file import input_problem
 from elsa_tune.search_spaces.candidate import FlagValue
 
@@ -96,13 +96,13 @@ class LedgerEntry:
     @property
     def unresolved(self) -> bool:
         """The test behind the entry did not decide, and its interval still reaches a gain: it ended INCONCLUSIVE
-        with an interval, or an early look stopped it to save boots (``extra["futility"] == "boot_saving"``),
+        with an interval, or an early look stopped it to save boots (``Futility.BOOT_SAVING``),
         with its upper bound above no change. A later study on the setup may test it again."""
         if self.ci_high is None or self.ci_high <= 1.0 or self.verdict is None:
             return False
         if self.decision is Decision.INCONCLUSIVE:
             return True
-        return self.decision is Decision.REJECT and self.verdict.extra.get("futility") == "boot_saving"
+        return self.decision is Decision.REJECT and self.verdict.futility is Futility.BOOT_SAVING
 
     def key(self) -> str:
         """Identity of the measurement behind the entry (study, decision, technique, setup, boots), not its date:

@@ -5,9 +5,10 @@ object has no attribute 'layer_num'", "accepted and silently ignored: server_arg
 "no demonstrated benefit: +1.2% [−4%, +7%] over 12 boots". A missing number is said, never shown as 0.
 
 ``reason_category`` files a decision under one of the tables' few words (crash, oom, hang, ignored, context drop,
-memory loss, wrong answers, slower, no gain, kept) from typed facts: a failure's kind, a silent ignore, or the
-category the decider set on its verdict. "Slower" is said only where the evidence shows it (an interval below no
-change, a guardrail confidently worse, a screening boot far below the incumbent); otherwise "no gain".
+memory loss, wrong answers, slower, no gain, kept, kept for memory) from typed facts: a failure's kind, a silent
+ignore, or the category the decider set on its verdict. "Slower" is said only where the evidence shows it (an
+interval below no change, a guardrail confidently worse, a screening boot far below the incumbent); otherwise "no
+gain".
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, PolicyKind, Verdict
 from elsa_tune.runtime.boot_report import Adjustment
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
@@ -63,9 +64,8 @@ def interval(low: float | None, high: float | None) -> str:
 def effect_text(verdict: Verdict) -> str:
     """"+1.2% [−4%, +7%] over 12 boots" (or the per-workload effects when the gate reported them)."""
     boots = verdict.boots_incumbent + verdict.boots_candidate
-    by_workload = verdict.extra.get("by_workload") if isinstance(verdict.extra, Mapping) else None
-    if isinstance(by_workload, Mapping) and by_workload:
-        return ", ".join(f"{pct(float(r))} at {name}" for name, r in by_workload.items() if _is_number(r))
+    if verdict.by_workload:
+        return ", ".join(f"{pct(r)} at {name}" for name, r in verdict.by_workload.items() if _is_number(r))
     if verdict.effect is None:
         return f"no estimate over {boots} boots"
     return f"{pct(verdict.effect)} {interval(verdict.ci_low, verdict.ci_high)} over {boots} boots" + \
@@ -84,34 +84,47 @@ def _outlier_note(verdict: Verdict) -> str:
         f" (1 boot down-weighted as an outlier: {what})"
 
 
+def pool_text(verdict: Verdict) -> str:
+    """"pool 300,144 → 600,288 tokens (×2.0)" for a memory technique's test; "" when it recorded no pools."""
+    a, b = verdict.kv_pool_incumbent, verdict.kv_pool_candidate
+    if not a or not b:
+        return ""
+    return f"pool {a:,} → {b:,} tokens (×{b / a:.1f})"
+
+
+def _margin_text(verdict: Verdict) -> str:
+    return pct(1.0 - verdict.speed_margin) if verdict.speed_margin is not None else "its margin"
+
+
 def reason_from_verdict(verdict: Verdict) -> str:
     """The ledger/report sentence for an A/B verdict, read from its decision, category and typed facts."""
     failed = [g for g in verdict.guardrails if g.passed is False]
-    extra = verdict.extra if isinstance(verdict.extra, Mapping) else {}
     category = verdict.category or _legacy_category(verdict)
-    boot_failure = extra.get("failure")
-    if verdict.decision is Decision.REJECT and isinstance(boot_failure, Mapping) and verdict.effect is None:
+    if verdict.decision is Decision.REJECT and verdict.failure is not None and verdict.effect is None:
         # an A/B boot of the candidate failed before any estimate: that failure is the reason
-        return f"an A/B boot failed: {reason_from_failure(Failure.from_dict(boot_failure))}"
+        return f"an A/B boot failed: {reason_from_failure(verdict.failure)}"
     if verdict.decision is Decision.INCONCLUSIVE:
-        if extra.get("not_tested"):         # the night's control left no level to run a test at: said as such
+        if verdict.not_tested:         # the night's control left no level to run a test at: said as such
             return verdict.reason
-        level = extra.get("multiplicity_level")
-        if extra.get("held_by_night_control") and verdict.adjusted_p_value is not None and \
-                isinstance(level, (int, float)):
+        control = verdict.night_control
+        if control is not None and control.held and verdict.adjusted_p_value is not None:
             # the gate kept it; the night's false-keep control did not: a gain shown, not strongly enough for the night
             return (f"not kept under the night's false-keep control: {effect_text(verdict)}, adjusted p "
-                    f"{verdict.adjusted_p_value:.2g} > {float(level):.2f}")
-        guard = next((g for g in verdict.guardrails if g.name == extra.get("pending_guardrail")), None)
+                    f"{verdict.adjusted_p_value:.2g} > {control.level:.2f}")
+        guard = next((g for g in verdict.guardrails if g.name == verdict.pending_guardrail), None)
         if guard is not None:
             return (f"{effect_text(verdict)}, but {guard.name} not shown within {pct(guard.margin)}: "
                     f"{pct(guard.ratio)} {interval(guard.ci_low, guard.ci_high)}")
-        text = f"no demonstrated benefit: {effect_text(verdict)}"
+        pool = pool_text(verdict) if verdict.kind is PolicyKind.MEMORY else ""
+        text = (f"{pool}, speed {effect_text(verdict)}, not shown within the margin {_margin_text(verdict)}"
+                if pool else f"no demonstrated benefit: {effect_text(verdict)}")
         if verdict.mde is not None:
             text += f"; smallest detectable effect {pct(mde_ratio(verdict.mde))}"
         return text
+    if verdict.decision is Decision.KEEP and verdict.kind is PolicyKind.MEMORY and pool_text(verdict):
+        return f"{pool_text(verdict)}, speed {effect_text(verdict)}, within the margin {_margin_text(verdict)}"
     if verdict.decision is Decision.REJECT and failed and (verdict.effect is None or verdict.effect >= 1.0) \
-            and not extra.get("futile"):        # a futility stop's guardrails were only not yet shown
+            and not verdict.futile:        # a futility stop's guardrails were only not yet shown
         g = failed[0]
         return (f"{g.name} {pct(g.ratio)} {interval(g.ci_low, g.ci_high)}, allowed {pct(g.margin)}"
                 + (f" ({g.detail})" if g.detail else ""))
@@ -121,7 +134,7 @@ def reason_from_verdict(verdict: Verdict) -> str:
         # stopped for futility with an interval that still reaches a gain: not shown slower, only not better
         return f"no demonstrated benefit (stopped early, futile): {effect_text(verdict)}"
     if verdict.decision is Decision.REJECT and category is ReasonCategory.SLOWER and verdict.effect is not None \
-            and not extra.get("failed_guardrail") and not extra.get("by_workload"):
+            and not verdict.failed_guardrail and not verdict.by_workload:
         return f"slower: {effect_text(verdict)}"
     return effect_text(verdict)
 
@@ -182,25 +195,24 @@ def reason_category(verdict: Verdict | None, failure: Failure | None = None,
 
 
 def _legacy_category(verdict: Verdict) -> ReasonCategory:
-    """The category of a verdict written without one (schema 1), from its decision and the facts in ``extra``."""
+    """The category of a verdict written without one (schema 1), from its decision and its typed facts."""
     if verdict.decision is Decision.KEEP:
-        return ReasonCategory.KEPT
-    extra = verdict.extra if isinstance(verdict.extra, Mapping) else {}
-    gate_failure = extra.get("failure")
-    if isinstance(gate_failure, Mapping) and verdict.decision is Decision.REJECT:
-        return failure_category(Failure.from_dict(gate_failure))
-    if "context_target" in extra:
+        return ReasonCategory.KEPT_FOR_MEMORY if verdict.kind is PolicyKind.MEMORY else ReasonCategory.KEPT
+    if verdict.failure is not None and verdict.decision is Decision.REJECT:
+        return failure_category(verdict.failure)
+    pool = verdict.pool
+    if pool is not None and pool.context_target is not None:
         return ReasonCategory.CONTEXT_DROP
-    if extra.get("quality_failed"):
+    if verdict.quality_failed:
         return ReasonCategory.WRONG_ANSWERS
-    guardrail = extra.get("failed_guardrail")
+    guardrail = verdict.failed_guardrail
     memory = next((g for g in verdict.guardrails if g.name == "memory_gain"), None)
-    if "incumbent_kv_pool" in extra or (verdict.decision is Decision.REJECT and (
+    if (pool is not None and pool.incumbent_kv_pool is not None) or (verdict.decision is Decision.REJECT and (
             guardrail == "kv_pool_tokens" or (memory is not None and memory.passed is False))):
         return ReasonCategory.MEMORY_LOSS
     if verdict.decision is not Decision.REJECT:
         return ReasonCategory.NO_GAIN
-    if extra.get("z") is not None or guardrail in ("ttft_p50", "ttft_p99"):
+    if verdict.slow_boot_z is not None or guardrail in ("ttft_p50", "ttft_p99"):
         return ReasonCategory.SLOWER
     if verdict.ci_high is not None and verdict.ci_high < 1.0:
         return ReasonCategory.SLOWER

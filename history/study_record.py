@@ -50,6 +50,8 @@ class NoiseRecord:
     ``sigma_boot``: spread of per-boot means between restarts of the same config; ``sigma_run``: spread of
     passes within one boot; ``warmup_bias``: first pass after a boot relative to steady state (−0.127 =
     the cold pass reads 12.7% low). ``mde``: the smallest effect the planned gate can detect, as a ratio.
+    ``set_aside_boot``: the baseline boot (0-based) left out of σ_boot as an outlier, ``set_aside_off_median`` its
+    mean against the others' median − 1, ``sigma_boot_all`` σ_boot with it (all ``None`` when none was).
     """
 
     sigma_boot: float | None
@@ -59,6 +61,9 @@ class NoiseRecord:
     passes_per_boot: float
     mde: float | None = None
     derived_from: str = "study"            # "study" (the tuner's numbers) or "boots" (recomputed by a report)
+    set_aside_boot: int | None = None
+    set_aside_off_median: float | None = None
+    sigma_boot_all: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -143,7 +143,12 @@ def _noise(report: Report) -> list[str]:
     if noise is None:
         return [*out, "Not measured: no baseline boot has two or more passes.", ""]
     source = "recorded by the study" if noise.derived_from == "study" else "recomputed from the baseline boots"
-    out += [f"- σ_boot (restart to restart): {units.frac(noise.sigma_boot)}",
+    aside = ""
+    if noise.set_aside_boot is not None and noise.set_aside_off_median is not None:
+        aside = (f" (boot {noise.set_aside_boot + 1} of {noise.boots} set aside as an outlier: "
+                 f"{pct(1 + noise.set_aside_off_median)} off the others' median; with it "
+                 f"{units.frac(noise.sigma_boot_all)})")
+    out += [f"- σ_boot (restart to restart): {units.frac(noise.sigma_boot)}{aside}",
             f"- σ_run (pass to pass within a boot): {units.frac(noise.sigma_run)}",
             f"- warm-up: the first pass after a boot reads {units.frac(noise.warmup_bias, signed=True)} vs "
             "steady state (discarded)",

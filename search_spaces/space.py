@@ -42,6 +42,7 @@ class ReasonCategory(StrEnum):
     """
 
     KEPT = "kept"
+    KEPT_FOR_MEMORY = "kept for memory"  # a memory technique kept for the pool it buys, its speed within the margin
     CRASH = "crash"                # a code path crashed, an unsupported kernel, a refused flag
     OOM = "oom"                    # out of GPU (or host) memory at boot or under load
     HANG = "hang"                  # the server stopped producing tokens (or never became ready)

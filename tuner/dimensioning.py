@@ -7,7 +7,12 @@ passes of the identical workload per boot. From that matrix this module estimate
   half of its passes); the warm-up ends at the changepoint after which no pass index differs from
   steady state by more than max(3 SE, 1%); at least one pass is always discarded;
 - the Kalibera–Jones variance components on the log scale: σ_run² = T_1² (within boot) and
-  σ_boot² = T_2² = S_2² − S_1²/m (between boots);
+  σ_boot² = T_2² = S_2² − S_1²/m (between boots), over every boot but one that stands apart from the others
+  (``outlier_boot``: at least ``OUTLIER_MIN_BOOTS`` boots, and the boot farthest from the median lies beyond
+  ``OUTLIER_Z`` in MAD units of all boot means and beyond ``OUTLIER_PREDICTION_Z`` in prediction-interval units
+  of the other boots), so that one high or low boot cannot set the night's σ_boot; the report keeps that boot's
+  index and σ_boot with it. Four boots cannot tell such a boot from normal noise often enough to drop it: the
+  study boots more baseline boots when one of its first ones stands apart (``outlier_boot(..., min_boots=4)``);
 - the lag-1 correlation of consecutive boot means (≥ 0.3 → analyse block differences, paired) and the
   correlation of boot means with each recorded covariate (clocks, temperature, free memory, boot
   order as a time trend);
@@ -46,6 +51,12 @@ DEFAULT_MDES = (0.02, 0.03, 0.05, 0.10, 0.15)
 PAIRED_CORRELATION = 0.3
 PAIRED_P = 0.05
 _WARMUP_FLOOR = 0.01
+#: a boot mean stands apart when it lies this many MAD-scaled standard deviations from the median of all boots
+OUTLIER_Z = 3.5
+#: ... and this many of the other boots' standard deviations (widened for one new boot) from their mean
+OUTLIER_PREDICTION_Z = 4.5
+#: the fewest boots among which one is set aside from σ_boot (with 4 normal boots the rule fires in ~16% of draws)
+OUTLIER_MIN_BOOTS = 6
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,11 @@ class NoiseReport:
     alpha: float = 0.05
     power: float = 0.8
     schema_version: int = SCHEMA_VERSION
+    #: the boot (0-based, in run order) set aside from σ_boot as an outlier, and its mean against the others' median
+    set_aside_boot: int | None = None
+    set_aside_off_median: float | None = None
+    #: σ_boot with every boot, set aside or not (equals ``sigma_boot`` when none was)
+    sigma_boot_all: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -96,7 +112,9 @@ class NoiseReport:
         """What the study record keeps of this report (relative σ's, the warm-up bias, the MDE at the cap)."""
         return NoiseRecord(sigma_boot=self.sigma_boot, sigma_run=self.sigma_run,
                            warmup_bias=self.first_pass_ratio - 1.0, boots=self.boots,
-                           passes_per_boot=float(self.passes_per_boot), mde=self.mde_at_cap)
+                           passes_per_boot=float(self.passes_per_boot), mde=self.mde_at_cap,
+                           set_aside_boot=self.set_aside_boot, set_aside_off_median=self.set_aside_off_median,
+                           sigma_boot_all=self.sigma_boot_all if self.set_aside_boot is not None else None)
 
     def summary_lines(self) -> list[str]:
         """A short Markdown block for the report."""
@@ -106,7 +124,11 @@ class NoiseReport:
             f"- warm-up: first pass at {self.first_pass_ratio - 1:+.1%} of steady state; "
             f"{self.warmup_detected} pass(es) detected, {self.warmup_passes} discarded per boot",
             f"- boot-to-boot σ {self.sigma_boot:.1%}, run-to-run σ {self.sigma_run:.1%}"
-            + ("" if self.boot_level_resolved else " (boot level not resolvable above run noise)"),
+            + ("" if self.boot_level_resolved else " (boot level not resolvable above run noise)")
+            + (f" (boot {self.set_aside_boot + 1} of {self.boots} set aside as an outlier: "
+               f"{self.set_aside_off_median:+.0%} off the others' median; with it σ_boot {self.sigma_boot_all:.1%})"
+               if self.set_aside_boot is not None and self.set_aside_off_median is not None
+               and self.sigma_boot_all is not None else ""),
             "- consecutive boots correlate at ρ = "
             + (f"{self.lag1_correlation:.2f}" if self.lag1_correlation is not None else "n/a")
             + f" → {self.analysis} analysis, k = {self.measured_passes} measured passes per boot",
@@ -162,9 +184,16 @@ def dimension_passes(throughput: FloatArray, *, covariates: Mapping[str, Sequenc
     if m - warmup < 2:
         raise InsufficientData(f"{m} passes per boot leave fewer than 2 measured passes after a warm-up of "
                                f"{warmup}; run more passes per baseline boot")
-    t_boot, t_run = variance_components(logs[:, warmup:])
-    sigma_boot, sigma_run = math.sqrt(t_boot), math.sqrt(t_run)
     boot_means = logs[:, warmup:].mean(axis=1)
+    set_aside = outlier_boot(boot_means)
+    t_boot_all, t_run = variance_components(logs[:, warmup:])
+    t_boot = t_boot_all
+    off_median: float | None = None
+    if set_aside is not None:
+        kept = np.delete(logs[:, warmup:], set_aside, axis=0)
+        t_boot, t_run = variance_components(kept)
+        off_median = math.expm1(float(boot_means[set_aside] - np.median(np.delete(boot_means, set_aside))))
+    sigma_boot, sigma_run = math.sqrt(t_boot), math.sqrt(t_run)
     lag1 = _correlation(boot_means[:-1], boot_means[1:]) if n >= 4 else None
     paired = lag1 is not None and lag1[0] >= PAIRED_CORRELATION and lag1[1] / 2.0 <= PAIRED_P
     analysis = "paired" if paired else "unpaired"
@@ -193,7 +222,34 @@ def dimension_passes(throughput: FloatArray, *, covariates: Mapping[str, Sequenc
         mde_at_cap=mde_for(cap_boots_per_arm, sigma_boot=sigma_boot, sigma_run=sigma_run, measured_passes=k,
                            alpha=alpha, power=power),
         cost_ratio=cost_ratio, kv_pool_deterministic=kv_pool_deterministic, context=dict(context or {}),
-        alpha=alpha, power=power)
+        alpha=alpha, power=power, set_aside_boot=set_aside, set_aside_off_median=off_median,
+        sigma_boot_all=math.sqrt(t_boot_all))
+
+
+def outlier_boot(boot_means: FloatArray, *, min_boots: int = OUTLIER_MIN_BOOTS) -> int | None:
+    """The one boot (index) whose mean log throughput stands apart from the others, or None.
+
+    With at least ``min_boots`` boots, the boot farthest from the median is an outlier when it lies more than
+    ``OUTLIER_Z`` from the median in units of 1.4826 × the median absolute deviation of all boot means, and more
+    than ``OUTLIER_PREDICTION_Z`` from the other boots' mean in units of their standard deviation widened for one
+    new boot (a prediction interval). Both must hold: the MAD of few boots can be tiny when two agree by chance, and
+    the others' spread alone ignores how far the rest lie from each other. At most one boot is ever set aside.
+    """
+    means = np.asarray(boot_means, dtype=np.float64)
+    n = means.size
+    if n < max(4, min_boots):
+        return None
+    median = float(np.median(means))
+    far = int(np.argmax(np.abs(means - median)))
+    mad = 1.4826 * float(np.median(np.abs(means - median)))
+    others = np.delete(means, far)
+    spread = float(np.std(others, ddof=1)) * math.sqrt(1.0 + 1.0 / others.size)
+    distance = abs(float(means[far]) - float(others.mean()))
+    if mad <= 0 or spread <= 0:
+        return None
+    if abs(float(means[far]) - median) / mad > OUTLIER_Z and distance / spread > OUTLIER_PREDICTION_Z:
+        return far
+    return None
 
 
 def _warmup(logs: FloatArray) -> tuple[int, FloatArray]:

@@ -132,7 +132,7 @@ class FlagComparison:
         low, high = self.interval
         return {"schema_version": self.schema_version, "outcome": self.outcome.value, "exit_code": self.exit_code,
                 "reason": self.reason, "effect": v.effect if v else None, "ci_low": low, "ci_high": high,
-                "ci_level": v.extra.get("ci_level") if v else None, "p_value": v.p_value if v else None,
+                "ci_level": v.statistics.ci_level if v and v.statistics else None, "p_value": v.p_value if v else None,
                 "gate_decision": v.decision.value if v else None, "min_effect": self.min_effect,
                 "a": self.a.to_dict(), "b": self.b.to_dict(), "boots": self.boots, "run_dir": self.run_dir,
                 "simulated": self.simulated, "context": dict(self.context),
@@ -145,7 +145,7 @@ class FlagComparison:
                f"B: {self.b.file} ({_tok_s(self.b)}, {_boots(self.b.boots)})"]
         v = self.verdict
         if v is not None and v.effect is not None:
-            level = v.extra.get("ci_level", 0.9)
+            level = v.statistics.ci_level if v.statistics is not None else 0.9
             interval = (f", {level:.0%} interval {v.ci_low:.3f}–{v.ci_high:.3f}"
                         if v.ci_low is not None and v.ci_high is not None else "")
             out.append(f"B/A throughput: {v.effect:.3f}×{interval}"
@@ -163,11 +163,11 @@ def outcome_of(verdict: Verdict, *, min_effect: float) -> tuple[Outcome, str]:
     low, high = verdict.ci_low, verdict.ci_high
     if verdict.decision is Decision.KEEP:
         return Outcome.BETTER, verdict.reason
-    if verdict.decision is Decision.REJECT and verdict.extra.get("failure"):
+    if verdict.decision is Decision.REJECT and verdict.failure is not None:
         return Outcome.B_FAILED, verdict.reason
-    if verdict.decision is Decision.REJECT and verdict.extra.get("quality_failed"):
+    if verdict.decision is Decision.REJECT and verdict.quality_failed:
         return Outcome.B_FAILED, "B failed the quality gate: its answers differ from A's"
-    if verdict.decision is Decision.REJECT and verdict.extra.get("failed_guardrail"):
+    if verdict.decision is Decision.REJECT and verdict.failed_guardrail:
         return Outcome.WORSE, verdict.reason
     if high is not None and high < 1.0:
         return Outcome.WORSE, f"the interval of B/A throughput lies below 1 ({_range(low, high)}); {verdict.reason}"
@@ -237,7 +237,7 @@ class _Comparison:
         self.probe_boot = probe.record.boot_id
         failure = probe.sample.failed
         immediate = Screening(night).immediate_reject(probe) if failure is None else None
-        if immediate is not None and immediate.extra.get("z") is not None:
+        if immediate is not None and immediate.slow_boot_z is not None:
             immediate = None          # one slow boot is no verdict: the A/B measures it
         if failure is not None or immediate is not None:
             reason = (f"{failure.kind.value}: {failure.summary}" + (f" ({failure.remedy})" if failure.remedy else "")
@@ -256,7 +256,7 @@ class _Comparison:
                                 a=Side(files[0], a, len(samples) + len(ids[Arm.INCUMBENT]),
                                        arm_mean(ab, Arm.INCUMBENT)),
                                 b=Side(files[1], b, 1 + len(ids[Arm.CANDIDATE]), arm_mean(ab, Arm.CANDIDATE)),
-                                verdict=ab.verdict, failure=_failure(ab.verdict), boots=night.booter.boots,
+                                verdict=ab.verdict, failure=ab.verdict.failure, boots=night.booter.boots,
                                 run_dir=str(store.run_dir), simulated=settings.simulated, min_effect=self.min_effect,
                                 context=_context(pre), ab_result=ab.to_dict())
         _record(night, result, a, b, probe_boot=probe.record.boot_id, ids=ids)
@@ -308,11 +308,6 @@ def _record(night: Night, result: FlagComparison, a: Candidate, b: Candidate, *,
                               result=f"{result.outcome.sentence}: {result.reason}",
                               ab_result=result.ab_result)
     night.store.record_decision(decision)
-
-
-def _failure(verdict: Verdict) -> Failure | None:
-    data = verdict.extra.get("failure")
-    return Failure.from_dict(data) if isinstance(data, Mapping) else None
 
 
 def _context(pre: Preflight) -> dict[str, str]:

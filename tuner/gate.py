@@ -42,7 +42,16 @@ from typing import Any
 
 from elsa_tune.errors import BootFailed, ServerDied
 from elsa_tune.history.reasons import failure_category
-from elsa_tune.history.verdict import Decision, GuardrailResult, OutlierBoot, Verdict
+from elsa_tune.history.verdict import (
+    CapLook,
+    Decision,
+    Futility,
+    GateStatistics,
+    GuardrailResult,
+    OutlierBoot,
+    PolicyKind,
+    Verdict,
+)
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
@@ -85,7 +94,7 @@ class GatePolicy:
     and the KV pool grows by ``memory_min_gain``. σ's are on the log scale and only shape the Monte
     Carlo calibration and the planned MDE; the test itself uses the observed variance. ``robust`` is the biweight
     constant of the robust comparison (``statistics.biweight``, from 4 boots per arm; ``None``: the plain t): a boot
-    its host slowed counts less or not at all, and the verdict names it (``extra["outlier_boots"]``). ``winsor``
+    its host slowed counts less or not at all, and the verdict names it (``Verdict.outlier_boots``). ``winsor``
     (off by default, the rule before) clips each arm to its median ± that many robust σ. The boundaries are
     calibrated on the same statistic. ``level`` (``None``: ``alpha``) is the overall one-sided false-keep level the
     efficacy boundaries are calibrated at: the night's false-keep control gives each screening test its share
@@ -277,7 +286,7 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
                      verdict.decision.value, verdict.reason)
             looks.append({"look": verdict.stopped_at_look, "boots": len(samples), "decision": verdict.decision.value,
                           "reason": verdict.reason, "effect": verdict.effect, "p_value": verdict.p_value})
-            if verdict.decision is not Decision.INCONCLUSIVE or verdict.extra.get("final"):
+            if verdict.decision is not Decision.INCONCLUSIVE or verdict.final:
                 break
     if verdict is None:  # unreachable: the last slot always completes the last look
         raise RuntimeError("the schedule ended without a look")
@@ -292,7 +301,7 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
            *, boundaries: Boundaries | None = None) -> Verdict:
     """The decision at look ``look`` (1-based, into ``policy.looks``) from the boots so far.
 
-    Pure: the same samples and policy always give the same verdict. ``extra["final"]`` is true when no
+    Pure: the same samples and policy always give the same verdict. ``Verdict.final`` is true when no
     further look can change the outcome (a decision, or the cap).
     """
     if not 1 <= look <= policy.last_look:
@@ -305,23 +314,23 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
     if failed_b:
         return ctx.verdict(Decision.REJECT, f"a candidate boot failed: {failed_b[0].kind.value}: "
                                             f"{failed_b[0].summary}", final=True,
-                           extra={"failure": failed_b[0].to_dict()}, category=failure_category(failed_b[0]))
+                           failure=failed_b[0], category=failure_category(failed_b[0]))
     failed_a = [f for f in (failure_of(s, max_error_fraction=policy.max_error_fraction) for s in samples_a) if f]
     if failed_a:
         return ctx.verdict(Decision.INCONCLUSIVE, f"an incumbent boot failed ({failed_a[0].kind.value}: "
                                                   f"{failed_a[0].summary}); the machine is not stable enough to "
                                                   "compare, the incumbent stays", final=True,
-                           extra={"failure": failed_a[0].to_dict()}, category=ReasonCategory.NO_GAIN)
+                           failure=failed_a[0], category=ReasonCategory.NO_GAIN)
     if policy.guardrails.require_quality and any(s.quality_passed is False for s in samples_b):
         return ctx.verdict(Decision.REJECT, "the candidate failed the quality gate", final=True,
-                           extra={"quality_failed": True}, category=ReasonCategory.WRONG_ANSWERS)
+                           quality_failed=True, category=ReasonCategory.WRONG_ANSWERS)
 
     if look > len(policy.looks):
         return _extension(samples_a, samples_b, policy, bounds, ctx)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
+    ctx.samples = (sa, sb)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
-    ctx.extra["excluded_boots"] = excluded
-    ctx.extra["unsteady_boots"] = sum(s.unsteady for s in sa + sb)
+    ctx.excluded_boots, ctx.unsteady_boots = excluded, sum(s.unsteady for s in sa + sb)
 
     memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
     if memory is not None and memory.passed is False:
@@ -337,19 +346,19 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                            mde=_planned_mde(policy, min(len(ya), len(yb)), bounds, look),
                            category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
-    ctx.extra["outlier_boots"] = [o.to_dict() for o in _outlier_boots(comparison, sa, sb, policy)]
+    ctx.outlier_boots = _outlier_boots(comparison, sa, sb, policy)
     guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[look - 1])
     guards += (memory,) if memory is not None else ()
     ctx.guardrails = guards
     boundary_p = bounds.nominal_p[look - 1]
     mde = comparison.mde(boundary_p, policy.power)
-    ctx.extra.update({"nominal_p": comparison.p_one_sided, "boundary_p": boundary_p,
-                      "t_critical": bounds.t_critical(look, comparison.df)})
+    ctx.nominal_p, ctx.boundary_p = comparison.p_one_sided, boundary_p
+    ctx.t_critical = bounds.t_critical(look, comparison.df)
     p_adj = bounds.adjusted_p(look, comparison.p_one_sided)
 
     if worse:
         return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed: {worse[0].detail}", final=True,
-                           p_value=p_adj, mde=mde, extra={"failed_guardrail": worse[0].name},
+                           p_value=p_adj, mde=mde, failed_guardrail=worse[0].name,
                            category=_guard_category(worse[0]))
 
     gain = comparison.ratio - 1.0
@@ -362,29 +371,32 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
                     if policy.kind == "memory" else f"{gain:+.1%} throughput")
             return ctx.verdict(Decision.KEEP, f"{what} (p = {comparison.p_one_sided:.4f} ≤ {boundary_p:.4f} "
                                               f"at look {look})", final=True, p_value=p_adj, mde=None,
-                               category=ReasonCategory.KEPT)
+                               category=_kept(policy))
         if last and policy.guard_extension and _extendable(pending):
             return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crossed the boundary at the cap but guardrail "
                                                       f"{pending[0].name} is not yet shown non-inferior "
                                                       f"({pending[0].detail}); {policy.guard_extension} more blocks "
                                                       "for the guardrail", final=False, p_value=p_adj, mde=mde,
-                               extra={"crossed_at_cap": True, "pending_guardrail": pending[0].name},
+                               crossed_at_cap=True, pending_guardrail=pending[0].name,
                                category=ReasonCategory.NO_GAIN)
         if last:
             return ctx.verdict(Decision.INCONCLUSIVE, f"the gain passed but guardrail {pending[0].name} was not "
                                                       f"shown non-inferior at the cap ({pending[0].detail}); the "
                                                       "incumbent stays", final=True, p_value=p_adj, mde=mde,
-                               extra={"pending_guardrail": pending[0].name}, category=ReasonCategory.NO_GAIN)
+                               pending_guardrail=pending[0].name, category=ReasonCategory.NO_GAIN)
         return ctx.verdict(Decision.INCONCLUSIVE, f"{gain:+.1%} crosses the boundary but guardrail "
                                                   f"{pending[0].name} is not yet shown non-inferior "
                                                   f"({pending[0].detail}); continue to look {look + 1}",
-                           final=False, p_value=p_adj, mde=mde, extra={"pending_guardrail": pending[0].name},
+                           final=False, p_value=p_adj, mde=mde, pending_guardrail=pending[0].name,
                            category=ReasonCategory.NO_GAIN)
 
     futile, rule = _futility(comparison, policy, look)
-    if futile:
+    if rule is not None:
+        plain = comparison if policy.robust is None else compare(
+            ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio, null_delta=policy.null_delta,
+            winsor=policy.winsor, robust=None)
         return ctx.verdict(Decision.REJECT, futile, final=True, p_value=p_adj, mde=mde,
-                           extra={"futile": True, "futility": rule}, category=_futile_category(comparison, policy))
+                           futility=rule, category=_futile_category(comparison, plain, boundary_p))
     if last:
         low, high = comparison.ratio_bounds(policy.alpha)
         return ctx.verdict(Decision.INCONCLUSIVE,
@@ -409,26 +421,45 @@ class _Context:
     n_b: int
     comparison: Comparison | None = None
     guardrails: tuple[GuardrailResult, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
+    excluded_boots: int | None = None
+    unsteady_boots: int | None = None
+    nominal_p: float | None = None
+    boundary_p: float | None = None
+    t_critical: float | None = None
+    outlier_boots: tuple[OutlierBoot, ...] = ()
+    at_cap: CapLook = field(default_factory=lambda: CapLook(p=None, boundary_p=None, effect=None))
+    samples: tuple[Sequence[BootSummary], Sequence[BootSummary]] = ((), ())
 
     def verdict(self, decision: Decision, reason: str, *, final: bool, category: ReasonCategory,
                 p_value: float | None = None, mde: float | None = None,
-                guardrails: tuple[GuardrailResult, ...] | None = None,
-                extra: Mapping[str, Any] | None = None) -> Verdict:
+                guardrails: tuple[GuardrailResult, ...] | None = None, failure: Failure | None = None,
+                quality_failed: bool = False, failed_guardrail: str | None = None,
+                pending_guardrail: str | None = None, crossed_at_cap: bool = False,
+                futility: Futility | None = None) -> Verdict:
         c = self.comparison
         low, high = c.ratio_bounds(self.policy.alpha) if c is not None else (None, None)
-        details: dict[str, Any] = {"final": final, "look_blocks": self.policy.blocks_at(self.look),
-                                   "ci_level": 1 - 2 * self.policy.alpha, "ci_note": "not adjusted for the "
-                                   "sequential design; a kept effect is biased upward (winner's curse)",
-                                   **self.extra, **(extra or {})}
-        if c is not None:
-            details.update({"delta_log": c.delta, "se": c.se, "df": c.df, "t": c.t, "test": c.test,
-                            "sd_incumbent": c.sd_a, "sd_candidate": c.sd_b, "null_delta": c.null_delta})
+        statistics = GateStatistics(
+            look_blocks=self.policy.blocks_at(self.look), ci_level=1 - 2 * self.policy.alpha,
+            excluded_boots=self.excluded_boots, unsteady_boots=self.unsteady_boots, nominal_p=self.nominal_p,
+            boundary_p=self.boundary_p, t_critical=self.t_critical,
+            delta_log=c.delta if c is not None else None, se=c.se if c is not None else None,
+            df=c.df if c is not None else None, t=c.t if c is not None else None,
+            test=c.test if c is not None else None, sd_incumbent=c.sd_a if c is not None else None,
+            sd_candidate=c.sd_b if c is not None else None, null_delta=c.null_delta if c is not None else None)
+        at_cap = self.at_cap if self.at_cap.p is not None or self.at_cap.effect is not None else None
         return Verdict(decision=decision, reason=reason, effect=c.ratio if c is not None else None,
                        ci_low=low, ci_high=high, p_value=p_value, boots_incumbent=self.n_a,
                        boots_candidate=self.n_b, mde=mde,
-                       guardrails=self.guardrails if guardrails is None else guardrails, kind=self.policy.kind,
-                       stopped_at_look=self.look, extra=details, category=category)
+                       guardrails=self.guardrails if guardrails is None else guardrails,
+                       kind=PolicyKind(self.policy.kind), stopped_at_look=self.look, extra={"ci_note": CI_NOTE},
+                       category=category, final=final, failure=failure, quality_failed=quality_failed,
+                       failed_guardrail=failed_guardrail, pending_guardrail=pending_guardrail,
+                       crossed_at_cap=crossed_at_cap, futility=futility, outlier_boots=self.outlier_boots,
+                       statistics=statistics, at_cap=at_cap, **_memory_facts(self.policy, self.samples))
+
+
+#: what a gate verdict's interval is not (stored in its ``extra`` beside the interval)
+CI_NOTE = "not adjusted for the sequential design; a kept effect is biased upward (winner's curse)"
 
 
 def _boot(sampler: BootSampler, arm: Arm, block: int, position: int) -> BootSample:
@@ -485,13 +516,15 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     cap = policy.looks[-1]
     at_cap = decide([s for s in samples_a if s.block < cap], [s for s in samples_b if s.block < cap], policy,
                     len(policy.looks), boundaries=bounds)
-    if not at_cap.extra.get("crossed_at_cap"):
+    if not at_cap.crossed_at_cap:
         return at_cap          # nothing to extend: the cap's verdict stands (``run_ab`` never gets here)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
+    ctx.samples = (sa, sb)
     ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
-    ctx.extra.update({"excluded_boots": excluded, "unsteady_boots": sum(s.unsteady for s in sa + sb),
-                      "cap_p": at_cap.extra.get("nominal_p"), "cap_boundary_p": at_cap.extra.get("boundary_p"),
-                      "cap_effect": at_cap.effect})
+    ctx.excluded_boots, ctx.unsteady_boots = excluded, sum(s.unsteady for s in sa + sb)
+    cap_stats = at_cap.statistics
+    ctx.at_cap = CapLook(p=cap_stats.nominal_p if cap_stats else None,
+                         boundary_p=cap_stats.boundary_p if cap_stats else None, effect=at_cap.effect)
     memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
@@ -502,7 +535,7 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
                                                   "incumbent stays", final=True, p_value=at_cap.p_value,
                            category=ReasonCategory.NO_GAIN)
     ctx.comparison = comparison
-    ctx.extra["outlier_boots"] = [o.to_dict() for o in _outlier_boots(comparison, sa, sb, policy)]
+    ctx.outlier_boots = _outlier_boots(comparison, sa, sb, policy)
     guards, worse = _guardrails(sa, sb, policy, policy.guard_levels()[-1])
     ctx.guardrails = guards + ((memory,) if memory is not None else ())
     gain = comparison.ratio - 1.0
@@ -510,24 +543,25 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
     if worse:
         return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed after {more} more blocks: "
                                             f"{worse[0].detail}", final=True, p_value=at_cap.p_value,
-                           extra={"failed_guardrail": worse[0].name}, category=_guard_category(worse[0]))
+                           failed_guardrail=worse[0].name, category=_guard_category(worse[0]))
     holds = gain >= policy.noise_floor if policy.kind == "speed" else gain >= -policy.non_inferiority_margin
     pending = [g for g in ctx.guardrails if g.passed is not True]
-    crossed = f"p = {at_cap.extra.get('nominal_p', float('nan')):.4f} ≤ {at_cap.extra.get('boundary_p', 0.0):.4f} " \
-              f"at the cap"
+    cap_p = ctx.at_cap.p if ctx.at_cap.p is not None else float("nan")
+    cap_boundary = ctx.at_cap.boundary_p if ctx.at_cap.boundary_p is not None else 0.0
+    crossed = f"p = {cap_p:.4f} ≤ {cap_boundary:.4f} at the cap"
     if holds and not pending:
         what = (f"speed {gain:+.1%} is non-inferior within −{policy.non_inferiority_margin:.0%} and memory grew"
                 if policy.kind == "memory" else f"{gain:+.1%} throughput")
         shown = "; ".join(f"{g.name} {g.detail}" for g in guards if g.name in _STATISTICAL_GUARDS)
         return ctx.verdict(Decision.KEEP, f"{what} ({crossed}; guardrails shown non-inferior after {more} more "
                                           f"blocks: {shown})", final=True, p_value=at_cap.p_value, mde=None,
-                           category=ReasonCategory.KEPT)
+                           category=_kept(policy))
     why = (f"guardrail {pending[0].name} was still not shown non-inferior ({pending[0].detail})" if pending
            else f"the gain over all boots fell to {gain:+.1%}")
     return ctx.verdict(Decision.INCONCLUSIVE, f"the gain crossed at the cap ({crossed}) but after {more} more blocks "
                                               f"{why}; the incumbent stays", final=True, p_value=at_cap.p_value,
                        mde=comparison.mde(policy.alpha, policy.power),
-                       extra={"pending_guardrail": pending[0].name} if pending else {},
+                       pending_guardrail=pending[0].name if pending else None,
                        category=ReasonCategory.NO_GAIN)
 
 
@@ -630,6 +664,21 @@ def _tail_note(summaries: Sequence[BootSummary]) -> str:
             "estimate a p99")
 
 
+def _kept(policy: GatePolicy) -> ReasonCategory:
+    """A keep is filed "kept", a memory technique's "kept for memory" (kept for the pool it buys)."""
+    return ReasonCategory.KEPT_FOR_MEMORY if policy.kind == "memory" else ReasonCategory.KEPT
+
+
+def _memory_facts(policy: GatePolicy, samples: tuple[Sequence[BootSummary], Sequence[BootSummary]]
+                  ) -> dict[str, Any]:
+    """What a memory technique's verdict records of what it buys: both arms' median KV capacity and the margin."""
+    if policy.kind != "memory":
+        return {}
+    pools = [[s.kv_pool_tokens for s in arm if s.kv_pool_tokens] for arm in samples]
+    a, b = (int(pystats.median(p)) if p else None for p in pools)
+    return {"kv_pool_incumbent": a, "kv_pool_candidate": b, "speed_margin": policy.non_inferiority_margin}
+
+
 def _memory_check(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy) -> GuardrailResult:
     return _kv_ratio(sa, sb, 1.0 + policy.memory_min_gain, name="memory_gain", need_gain=True)
 
@@ -656,42 +705,49 @@ def _guard_category(guard: GuardrailResult) -> ReasonCategory:
     return ReasonCategory.MEMORY_LOSS if guard.name in ("kv_pool_tokens", "memory_gain") else ReasonCategory.SLOWER
 
 
-def _futile_category(c: Comparison, policy: GatePolicy) -> ReasonCategory:
-    """A futility stop is "slower" only when the interval shows it (its upper bound below no change), else "no gain"."""
-    _, high = c.bounds(policy.alpha)
-    return ReasonCategory.SLOWER if high < min(0.0, c.null_delta) else ReasonCategory.NO_GAIN
+def _futile_category(c: Comparison, plain: Comparison, level: float) -> ReasonCategory:
+    """A futility stop is "slower" only under the same control as a keep, else "no gain".
+
+    "Slower" needs the upper bound at ``level`` (the efficacy boundary's nominal one-sided level at this look, the
+    level a keep must reach there) below no change (below the margin for a non-inferiority test), in the robust
+    comparison and in the plain one (``plain``, every boot at full weight) alike: the outlier rule down-weights slow
+    boots on either arm, and a slow incumbent boot left out makes a candidate look slower than its boots show.
+    """
+    ceiling = min(0.0, c.null_delta)
+    slower = all(comparison.bounds(level)[1] < ceiling for comparison in (c, plain))
+    return ReasonCategory.SLOWER if slower else ReasonCategory.NO_GAIN
 
 
-def _futility(c: Comparison, policy: GatePolicy, look: int) -> tuple[str, str]:
-    """The futility reason at this look and the rule that gave it (``"ci"`` or
-    ``"boot_saving"``), or ``("", "")`` to go on.
+def _futility(c: Comparison, policy: GatePolicy, look: int) -> tuple[str, Futility | None]:
+    """The futility reason at this look and the rule that gave it (``Futility.CI`` or
+    ``Futility.BOOT_SAVING``), or ``("", None)`` to go on.
 
     Futility stops are non-binding for alpha: the efficacy boundaries ignore them, so a test a ``"boot_saving"``
     stop ended early can be continued later to its cap (``Screening.resume``) at the level it was calibrated at.
     """
     if policy.futility == "none":
-        return "", ""
+        return "", None
     if policy.kind == "memory":
         # A memory technique buys pool, shown at its screening boot; its speed is a non-inferiority question, never
         # stopped early for want of a gain: only an interval wholly below the margin ends it.
         _, high = c.bounds(policy.alpha)
         if high < c.null_delta:
             return (f"slower than the non-inferiority margin −{policy.non_inferiority_margin:.0%}: the upper bound "
-                    f"{math.expm1(high):+.1%} (estimate {c.ratio - 1:+.1%})", "ci")
-        return "", ""
+                    f"{math.expm1(high):+.1%} (estimate {c.ratio - 1:+.1%})", Futility.CI)
+        return "", None
     target = math.log1p(policy.min_effect)
     what = f"the minimum worthwhile {policy.min_effect:+.0%}" if policy.kind == "speed" else "no slowdown"
     _, high = c.bounds(policy.alpha)
     if high < target:
         return (f"futile: the gain's upper bound {math.expm1(high):+.1%} is below {what} "
-                f"(estimate {c.ratio - 1:+.1%})", "ci")
+                f"(estimate {c.ratio - 1:+.1%})", Futility.CI)
     looks = len(policy.looks)
     if policy.futility == "boot_saving" and look < looks:
         threshold = c.null_delta + (target - c.null_delta) * (look - 1) / max(looks - 1, 1)
         if c.delta <= threshold:
             return (f"futile at look {look}: estimate {c.ratio - 1:+.1%} is not above {math.expm1(threshold):+.1%}, "
-                    "too little to reach a keep with the remaining boots", "boot_saving")
-    return "", ""
+                    "too little to reach a keep with the remaining boots", Futility.BOOT_SAVING)
+    return "", None
 
 
 def _planned_mde(policy: GatePolicy, n: int, bounds: Boundaries, look: int) -> float | None:

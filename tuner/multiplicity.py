@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from scipy import stats
 
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, NightControl, Stages, Verdict
 from elsa_tune.search_spaces.space import ReasonCategory
 
 BATCH_METHODS = ("bh", "holm", "none")
@@ -168,12 +168,11 @@ def second_stage_level(p_first: float, level: float) -> float:
 
 
 def with_first_stage(verdict: Verdict, p_first: float) -> Verdict:
-    """A retest's verdict whose ``p_value`` is the combination with its first test's (both stages in ``extra``)."""
+    """A retest's verdict whose ``p_value`` is the combination with its first test's (both in ``Verdict.stages``)."""
     if verdict.p_value is None or not math.isfinite(verdict.p_value):
         return verdict
     p = combined_p(p_first, verdict.p_value)
-    return replace(verdict, p_value=p, extra={**verdict.extra, "stages": {
-        "first_p": p_first, "second_p": verdict.p_value, "combined_p": p, "rule": "inverse normal, equal weights"}})
+    return replace(verdict, p_value=p, stages=Stages(first_p=p_first, second_p=verdict.p_value, combined_p=p))
 
 
 def _z(p: float) -> float:
@@ -182,13 +181,13 @@ def _z(p: float) -> float:
 
 
 def _apply(verdict: Verdict, adjusted: float, level: float, how: str) -> Verdict:
-    extra = {**verdict.extra, "multiplicity": how, "multiplicity_level": level}
     if verdict.decision is Decision.KEEP and adjusted > level:
         return replace(verdict, decision=Decision.INCONCLUSIVE, adjusted_p_value=adjusted,
-                       extra={**extra, "held_by_night_control": True}, category=ReasonCategory.NO_GAIN,
+                       night_control=NightControl(method=how, level=level, held=True),
+                       category=ReasonCategory.NO_GAIN,
                        reason=f"{verdict.reason}; but after false-keep control ({how}) its adjusted p "
                               f"{adjusted:.4f} exceeds {level:.2f}: the incumbent stays")
-    return replace(verdict, adjusted_p_value=adjusted, extra=extra)
+    return replace(verdict, adjusted_p_value=adjusted, night_control=NightControl(method=how, level=level))
 
 
 def _checked(pvalues: Sequence[float]) -> list[float]:

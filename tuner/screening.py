@@ -36,7 +36,7 @@ from elsa_tune.errors import ConfigError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct, reason_from_verdict
 from elsa_tune.history.records import Phase
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, Futility, PoolFacts, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
@@ -425,16 +425,16 @@ class Screening:
         if ignored:
             return self._record(after, ignored=ignored, boots_candidate=boots, with_=with_, **base)
         immediate = self.immediate_reject(result)
-        if immediate is None or immediate.extra.get("z") is not None:
+        if immediate is None or immediate.slow_boot_z is not None:
             # A pool is a fact of the configuration, one boot shows it; a slow boot may be the host (rechecked).
             immediate = self.no_memory_gain(technique, result) or immediate
-        if immediate is not None and immediate.extra.get("z") is not None:
+        if immediate is not None and immediate.slow_boot_z is not None:
             # A single slow boot may be the host, not the technique: a second boot must be as slow.
             again = night.boot(BootPlan(tag=f"{tag}:recheck", candidate=candidate, phase=Phase.SCREENING,
                                         arm=Arm.CANDIDATE, technique=technique.name))
             boots += (again.record.boot_id,)
             second = self.immediate_reject(again) if again.sample.failed is None else None
-            immediate = second if second is not None and second.extra.get("z") is not None else None
+            immediate = second if second is not None and second.slow_boot_z is not None else None
             if immediate is not None:
                 immediate = replace(immediate, boots_candidate=2, reason=immediate.reason.replace(
                     "on its screening boot", "on two screening boots (the second shown)"))
@@ -474,7 +474,7 @@ class Screening:
             needed = Verdict(decision=Decision.INCONCLUSIVE, reason=(
                 f"not tested: a keep would need p ≤ {level:.2g}, below the {smallest:.2g} the gate can calibrate"),
                 effect=None, ci_low=None, ci_high=None, p_value=None,
-                boots_incumbent=0, boots_candidate=len(probed.boots), extra={"not_tested": True},
+                boots_incumbent=0, boots_candidate=len(probed.boots), not_tested=True,
                 category=ReasonCategory.NO_GAIN)
             return self._record(after, verdict=needed, with_=with_, boots_candidate=probed.boots, **base)
         guards = tuple((g.name, g.p_value) for g in (first.guardrails if first is not None else ())
@@ -497,7 +497,7 @@ class Screening:
             night.promising.append((probed.index, technique, verdict, with_))
         elif first is None and _unresolved(verdict, night.policy.min_effect):
             night.unresolved.append((probed.index, technique, verdict, with_))
-        if first is None and after is None and ab.verdict.extra.get("futility") == "boot_saving":
+        if first is None and after is None and ab.verdict.futility is Futility.BOOT_SAVING:
             night.paused.append(PausedTest(index=probed.index, technique=technique, candidate=probed.candidate,
                                            boots=probed.boots, tag=probed.tag, level=level,
                                            incumbent_key=night.incumbent.candidate.key(), verdict=verdict,
@@ -560,7 +560,7 @@ class Screening:
             reason = f"{pct(pool / before)} KV pool ({pool:,.0f} vs {before:,.0f} tokens), no memory gain"
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
                        boots_incumbent=0, boots_candidate=1,
-                       extra={"kv_pool": _whole(pool), "incumbent_kv_pool": _whole(before)},
+                       pool=PoolFacts(kv_pool=_whole(pool), incumbent_kv_pool=_whole(before)),
                        category=ReasonCategory.MEMORY_LOSS)
 
     def incumbent_pool(self) -> float | None:
@@ -574,16 +574,16 @@ class Screening:
         """A quality regression or a pool below the context target: rejected without an A/B."""
         night = self.night
         reason = ""
-        facts: dict[str, object] = {}
+        quality_failed, facts = False, None
         category = ReasonCategory.SLOWER
         if result.sample.quality_passed is False:
             detail = next((p.detail for p in result.record.probes if not p.passed), "")
             reason = f"answers regressed against the baseline: {detail}" if detail else "failed the quality gate"
-            facts, category = {"quality_failed": True}, ReasonCategory.WRONG_ANSWERS
+            quality_failed, category = True, ReasonCategory.WRONG_ANSWERS
         kv = result.sample.kv_pool_tokens
         if not reason and night.context_target and kv is not None and kv < night.context_target:
             reason = f"context drops to {kv:,} tokens, below the {night.context_target:,}-token target"
-            facts, category = {"kv_pool": kv, "context_target": night.context_target}, ReasonCategory.CONTEXT_DROP
+            facts, category = PoolFacts(kv_pool=kv, context_target=night.context_target), ReasonCategory.CONTEXT_DROP
         tput, incumbent = result.record.throughput_tok_s, night.incumbent.throughput
         z: float | None = None
         if not reason and tput and incumbent and night.noise is not None:
@@ -597,10 +597,9 @@ class Screening:
                 z = None
         if not reason:
             return None
-        if z is not None:
-            facts = {"z": z}
         return Verdict(decision=Decision.REJECT, reason=reason, effect=None, ci_low=None, ci_high=None, p_value=None,
-                       boots_incumbent=0, boots_candidate=1, extra=facts, category=category)
+                       boots_incumbent=0, boots_candidate=1, category=category, quality_failed=quality_failed,
+                       slow_boot_z=z, pool=facts)
 
 
 def _named(failure: Failure) -> Failure:

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import Phase
@@ -41,7 +43,7 @@ from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.dimensioning import NoiseReport, dimension
+from elsa_tune.tuner.dimensioning import NoiseReport, dimension, outlier_boot
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
@@ -59,6 +61,8 @@ log = logging.getLogger(__name__)
 
 #: A first pass this many times longer than planned is shortened (``Study._fit_pass``).
 PASS_TOLERANCE = 2.0
+#: baseline boots added when one of the first stands apart from the others (``dimensioning.outlier_boot``)
+EXTRA_BASELINE_BOOTS = 2
 #: A shortened pass still sends this many requests per client stream (the traffic's mix needs room to show).
 MIN_REQUESTS_PER_STREAM = 2
 
@@ -180,8 +184,8 @@ class Study:
     def _baseline(self) -> None:
         night = self.night
         samples: list[BootSample] = []
-        i, resized = 0, False
-        while len(samples) < self.settings.baseline_boots:
+        i, resized, wanted = 0, False, self.settings.baseline_boots
+        while len(samples) < wanted:
             result = night.boot(BootPlan(tag=f"baseline:{i}", candidate=night.baseline, phase=Phase.BASELINE,
                                          probes=i == 0))
             i += 1
@@ -196,13 +200,15 @@ class Study:
                 resized = True       # the first boot measured a pass of another length: it is not a noise sample
                 continue
             samples.append(result.sample)
+            if len(samples) == wanted == self.settings.baseline_boots and _disagree(samples):
+                wanted += EXTRA_BASELINE_BOOTS    # one boot stands apart: more boots, so σ_boot rests on more
         try:
             noise = dimension(samples, context={"runtime": self.pre.fingerprint.describe()})
         except InsufficientData as exc:
             raise StudyError(f"the baseline boots cannot be dimensioned: {exc}",
                              remedy="give the study more passes per boot (pass_seconds) or a steadier machine") from exc
         night.noise = noise
-        measured = [boot_mean(s.passes) for s in samples]
+        measured = [boot_mean(s.passes) for i, s in enumerate(samples) if i != noise.set_aside_boot]
         night.incumbent.throughput = geo([m for m in measured if m is not None])
         night.policy = policy = self._policy(noise)
         for line in noise.summary_lines():
@@ -395,3 +401,12 @@ class Study:
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 
         write_outputs(self.store.run_dir, with_plots=final and self.with_plots)
+
+
+def _disagree(samples: Sequence[BootSample]) -> bool:
+    """Whether one of the first baseline boots' mean log throughput stands apart from the others' (``outlier_boot``
+    at as few as 4 boots: too few to set it aside, enough to ask for more boots)."""
+    means = [boot_mean(s.passes) for s in samples]
+    if any(m is None or m <= 0 for m in means):
+        return False
+    return outlier_boot(np.log(np.asarray(means, dtype=np.float64)), min_boots=len(samples)) is not None

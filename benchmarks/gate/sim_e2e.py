@@ -160,8 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{look['reason']} -->", flush=True)
         measured = (f"{v.effect:.3f} ({v.ci_low:.3f}–{v.ci_high:.3f})" if v.effect and v.ci_low and v.ci_high
                     else "n/a")
-        sd = (f"{v.extra['sd_incumbent']:.1%} / {v.extra['sd_candidate']:.1%}" if "sd_incumbent" in v.extra
-              else "n/a")
+        stats = v.statistics
+        sd = (f"{stats.sd_incumbent:.1%} / {stats.sd_candidate:.1%}"
+              if stats is not None and stats.sd_incumbent is not None and stats.sd_candidate is not None else "n/a")
         print(f"| {name} | {case.kind} | {speed:.3f} | {kv:.3f} | {v.decision.value.upper()} | {measured} | {sd} | "
               f"{result.boots} ({elapsed:.0f} s) | {result.schedule.letters()} | {v.reason} |"
               if speed and kv else f"| {name} | {case.kind} | n/a | n/a | {v.decision.value} | | | | | {v.reason} |",

@@ -74,7 +74,7 @@ class TechniqueTruth:
     @property
     def harmless_keep(self) -> bool:
         """Whether keeping it is right: a real gain (speed) or a pool gain at no real cost (memory)."""
-        return ReasonCategory.KEPT in self.expected
+        return ReasonCategory.KEPT in self.expected or ReasonCategory.KEPT_FOR_MEMORY in self.expected
 
     def true_effect_positive(self, kind: TechniqueKind) -> bool:
         if self.crashed or self.ratio is None or self.quality_damage:
@@ -243,7 +243,7 @@ class Oracle:
                 return (C.SLOWER, C.NO_GAIN)
             if any(r > m * 1.1 for r, m in ttft):
                 return (C.SLOWER,)
-            return (C.KEPT,) if ratio >= 1.0 else (C.KEPT, C.NO_GAIN)
+            return (C.KEPT_FOR_MEMORY,) if ratio >= 1.0 else (C.KEPT_FOR_MEMORY, C.NO_GAIN)
         if kv_ratio < 1.0 - MEMORY_MARGIN and not self.target:
             return (C.MEMORY_LOSS,)     # the study's KV guardrail; with a context target the target is the guardrail
         if any(r > m * 1.1 for r, m in ttft):

@@ -7,7 +7,11 @@
   decision's incumbent key), kept or not;
 - ``false_keeps``: techniques kept although their true effect is ≤ 0 (speed: not faster; memory: no larger pool
   or slower than the margin) or they damage answers; ``damage_keeps``: kept techniques with any quality damage;
-  ``harmful_total``: the techniques decided whose true effect is ≤ 0 (the false-keep rate's denominator).
+  ``harmful_total``: the techniques decided whose true effect is ≤ 0 (the false-keep rate's denominator);
+- ``noops`` / ``noops_slower``: techniques whose true effect is within ±0.5% (speed and pool, no crash, no damage)
+  and those of them recorded "slower"; ``memory_gains`` / ``memory_gains_filed``: memory techniques whose truth is a
+  pool gain at no real cost (``TechniqueTruth.harmless_keep``) and those of them recorded as kept (any
+  ``ReasonCategory`` whose name begins with ``KEPT``, so a kept-for-memory category counts).
 
 For a comparator the "decisions" are the techniques in its recommendation, each judged by its marginal truth in
 that configuration (the recommendation with and without it).
@@ -27,7 +31,12 @@ from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
-from elsa_tune.search_spaces.space import SearchSpace, TechniqueKind
+from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
+
+#: a technique whose true speed and pool ratios are within this of 1 does nothing
+NOOP_BAND = 0.005
+#: the categories that file a technique as kept (a kept-for-memory category, once it exists, among them)
+KEPT_CATEGORIES = frozenset(c.value for c in ReasonCategory if c.name.startswith("KEPT"))
 
 
 @dataclass(frozen=True)
@@ -39,17 +48,32 @@ class Judged:
     kept: str
     truth: TechniqueTruth
     incumbent_matched: bool
+    kind: TechniqueKind = TechniqueKind.SPEED
 
     @property
     def right(self) -> bool:
         return self.category is not None and self.category in {c.value for c in self.truth.expected}
+
+    @property
+    def noop(self) -> bool:
+        """Whether the technique truly changes nothing: speed and pool within ±``NOOP_BAND``, no crash, no damage."""
+        t = self.truth
+        return (not t.crashed and not t.quality_damage and t.ratio is not None and abs(t.ratio - 1.0) <= NOOP_BAND
+                and (t.kv_ratio is None or abs(t.kv_ratio - 1.0) <= NOOP_BAND))
+
+    @property
+    def memory_gain(self) -> bool:
+        """Whether it is a memory technique whose truth is a pool gain at no real cost (keeping it is right)."""
+        return self.kind is TechniqueKind.MEMORY and self.truth.true_effect_positive(self.kind) \
+            and self.truth.harmless_keep
 
     def to_dict(self) -> dict[str, Any]:
         t = self.truth
         return {"technique": self.technique, "category": self.category, "kept": self.kept,
                 "expected": [c.value for c in t.expected], "right": self.right,
                 "true_ratio": t.ratio, "true_kv_ratio": t.kv_ratio, "quality_damage": list(t.quality_damage),
-                "crashed": t.crashed, "incumbent_matched": self.incumbent_matched}
+                "crashed": t.crashed, "incumbent_matched": self.incumbent_matched, "kind": self.kind.value,
+                "noop": self.noop, "memory_gain": self.memory_gain}
 
 
 @dataclass(frozen=True)
@@ -65,10 +89,28 @@ class Score:
     def right(self) -> int:
         return sum(j.right for j in self.judged)
 
+    @property
+    def noops(self) -> int:
+        return sum(j.noop for j in self.judged)
+
+    @property
+    def noops_slower(self) -> int:
+        return sum(j.noop and j.category == ReasonCategory.SLOWER.value for j in self.judged)
+
+    @property
+    def memory_gains(self) -> int:
+        return sum(j.memory_gain for j in self.judged)
+
+    @property
+    def memory_gains_filed(self) -> int:
+        return sum(j.memory_gain and j.category in KEPT_CATEGORIES for j in self.judged)
+
     def to_dict(self) -> dict[str, Any]:
         return {"recommended_share": self.share, "regret": 1.0 - self.share, "recommended_label": self.label,
                 "false_keeps": self.false_keeps, "damage_keeps": self.damage_keeps,
-                "harmful_total": self.harmful_total, "right_categories": self.right, "judged": len(self.judged)}
+                "harmful_total": self.harmful_total, "right_categories": self.right, "judged": len(self.judged),
+                "noops": self.noops, "noops_slower": self.noops_slower, "memory_gains": self.memory_gains,
+                "memory_gains_filed": self.memory_gains_filed}
 
 
 def share_of(oracle: Oracle, recommended: Candidate, best: float) -> float:
@@ -102,7 +144,8 @@ def score_study(oracle: Oracle, recommended: Candidate, decisions: Sequence[Deci
         truth = oracle.technique_truth(record.technique, oracle.space.candidate(dict(values), list(techniques)),
                                        with_it)
         category = record.category.value if record.category is not None else None
-        judged.append(Judged(record.technique, category, record.kept.value, truth, matched))
+        judged.append(Judged(record.technique, category, record.kept.value, truth, matched,
+                             space.technique(record.technique).kind))
         if record.kept is Kept.YES:
             kept_so_far.extend(t for t in (*partners, record.technique) if t not in kept_so_far)
     return _score(oracle, recommended, judged, best)
@@ -130,7 +173,8 @@ def score_protocol(oracle: Oracle, values: dict[str, Value], techniques: Sequenc
         rest = [x for x in techniques if x != t]
         without = oracle.space.candidate(dict(values), rest)
         with_it = oracle.space.candidate(dict(values), list(techniques))
-        judged.append(Judged(t, None, Kept.YES.value, oracle.technique_truth(t, without, with_it), True))
+        judged.append(Judged(t, None, Kept.YES.value, oracle.technique_truth(t, without, with_it), True,
+                             oracle.space.technique(t).kind))
     return _score(oracle, oracle.space.candidate(dict(values), list(techniques)), judged, best)
 
 

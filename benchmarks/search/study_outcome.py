@@ -120,7 +120,8 @@ def score_reasons(history: History, space: SearchSpace, bench: Any) -> list[Reas
                 ratio = cand.value / inc.value
                 if technique.prior.verdict == "reject" and _worth_keeping(technique.kind, ratio, cand.kv, inc.kv,
                                                                           bench.target):
-                    expected = (ReasonCategory.KEPT,)
+                    expected = (ReasonCategory.KEPT_FOR_MEMORY if technique.kind is TechniqueKind.MEMORY
+                                else ReasonCategory.KEPT,)
                     note = (f"the seed's verdict does not hold on this workload: truth ×{ratio:.2f}, KV pool "
                             f"{inc.kv:,} → {cand.kv:,} tokens")
                 elif (ReasonCategory.SLOWER in expected and ReasonCategory.NO_GAIN not in expected

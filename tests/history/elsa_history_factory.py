@@ -114,10 +114,12 @@ class HistoryBuilder:
         return record
 
 
-def verdict(decision: Decision, effect: float, low: float, high: float, n: int, **extra: object) -> Verdict:
+def verdict(decision: Decision, effect: float, low: float, high: float, n: int,
+            by_workload: dict[str, float] | None = None) -> Verdict:
     return Verdict(decision=decision, reason="gate", effect=effect, ci_low=low, ci_high=high, p_value=0.03,
                    boots_incumbent=n, boots_candidate=n, mde=1.06,
-                   guardrails=(GuardrailResult("ttft_p50", True, 0.97, 0.9, 1.05, 1.10),), extra=extra)
+                   guardrails=(GuardrailResult("ttft_p50", True, 0.97, 0.9, 1.05, 1.10),),
+                   by_workload=by_workload or {})
 
 
 _TEMPLATES: dict[str, HistoryBuilder] = {}

@@ -139,11 +139,11 @@ def test_a_resumed_study_records_each_decision_once(history: HistoryBuilder) -> 
 
 def _unresolved(technique: str, fp: Fingerprint, study: str, *, decision: Decision = Decision.INCONCLUSIVE,
                 ci_high: float = 1.07, futility: str | None = None) -> LedgerEntry:
-    from elsa_tune.history.verdict import Verdict
+    from elsa_tune.history.verdict import Futility, Verdict
 
-    extra = {"futile": True, "futility": futility} if futility else {}
     verdict = Verdict(decision=decision, reason="no demonstrated benefit", effect=1.01, ci_low=0.95, ci_high=ci_high,
-                      p_value=0.4, boots_incumbent=4, boots_candidate=4, extra=extra)
+                      p_value=0.4, boots_incumbent=4, boots_candidate=4,
+                      futility=Futility(futility) if futility else None)
     return LedgerEntry(technique=technique, fingerprint=fp, decision=decision, reason="no demonstrated benefit",
                        evidence=Evidence(study=study, boot_ids=(f"0001-{study}",)), date="2026-11-29T01:00:00+00:00",
                        retest_when=fp.retest_condition(), effect=1.01, ci_low=0.95, ci_high=ci_high, boots=8,

@@ -15,9 +15,11 @@ from elsa_tune.search_spaces.space import ReasonCategory as C
 
 def _verdict(decision: Decision, reason: str = "gate", effect: float | None = None, high: float | None = None,
              guardrails: tuple[GuardrailResult, ...] = (), **extra: object) -> Verdict:
-    return Verdict(decision=decision, reason=reason, effect=effect, ci_low=None if effect is None else effect - 0.1,
-                   ci_high=high, p_value=None, boots_incumbent=6, boots_candidate=6, guardrails=guardrails,
-                   extra=extra)
+    """A verdict as a schema-3 record stored it (its facts in ``extra``), read back through ``Verdict.from_dict``:
+    the categories and sentences below hold for old records as for new ones (the typed fields they are read into)."""
+    old = Verdict(decision=decision, reason=reason, effect=effect, ci_low=None if effect is None else effect - 0.1,
+                  ci_high=high, p_value=None, boots_incumbent=6, boots_candidate=6, guardrails=guardrails).to_dict()
+    return Verdict.from_dict({**old, "schema_version": 3, "extra": extra})
 
 
 @pytest.mark.parametrize(("kind", "expected"), [
@@ -119,8 +121,7 @@ def test_an_ab_whose_candidate_boot_failed_says_that_failure() -> None:
     failure = Failure(FailureKind.UNKNOWN_CRASH, "pass 0 failed 25.0% of its requests (limit 0.5%)", "read the log",
                       phase="serve")
     failed = Verdict(decision=Decision.REJECT, reason="a candidate boot failed", effect=None, ci_low=None,
-                     ci_high=None, p_value=None, boots_incumbent=0, boots_candidate=1,
-                     extra={"failure": failure.to_dict()})
+                     ci_high=None, p_value=None, boots_incumbent=0, boots_candidate=1, failure=failure)
     assert reason_from_verdict(failed) == ("an A/B boot failed: crashes: pass 0 failed 25.0% of its requests "
                                            "(limit 0.5%)")
 

@@ -23,6 +23,7 @@ from shapes import write_shape
 from elsa_tune.history.decision import Kept
 from elsa_tune.history.records import Phase
 from elsa_tune.history.run_dir import RunDir
+from elsa_tune.history.verdict import Futility
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ReasonCategory
@@ -194,7 +195,7 @@ def test_a_night_with_nothing_to_confirm_spends_its_end_on_the_tests_it_left_ope
     mine = [d for d in result.decisions if d.technique == "t3-speed-gain"]
     assert [d.kept for d in mine] == [Kept.NO, Kept.INCONCLUSIVE, Kept.YES]
     stopped, continued, longer = mine
-    assert stopped.verdict is not None and stopped.verdict.extra.get("futility") == "boot_saving"
+    assert stopped.verdict is not None and stopped.verdict.futility is Futility.BOOT_SAVING
     assert continued.result.startswith("continued to its cap (an early look had stopped it to save boots")
     assert set(stopped.boots_incumbent) <= set(continued.boots_incumbent)
     assert longer.result.startswith("retest with fresh boots") and longer.ab_result is not None

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from elsa_tune import exit_codes
 from elsa_tune.history.records import Phase
 from elsa_tune.history.run_dir import RunDir
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.tuner.cli import main
 from elsa_tune.tuner.flag_comparison import Outcome, outcome_of
 
@@ -112,19 +113,19 @@ def test_a_budget_spent_before_the_gate_decides_is_no_difference_shown(
     assert decision.verdict is None and len(decision.boots_candidate) == 1   # B's probed boot (the A/B's are in boots/)
 
 
-def _verdict(decision: Decision, low: float, high: float, **extra: object) -> Verdict:
+def _verdict(decision: Decision, low: float, high: float, **facts: Any) -> Verdict:
     return Verdict(decision=decision, reason="r", effect=(low * high) ** 0.5, ci_low=low, ci_high=high, p_value=0.5,
-                   boots_incumbent=12, boots_candidate=12, extra=extra)
+                   boots_incumbent=12, boots_candidate=12, **facts)
 
 
 @pytest.mark.parametrize(("verdict", "outcome"), [
     (_verdict(Decision.KEEP, 1.04, 1.20), Outcome.BETTER),
-    (_verdict(Decision.REJECT, 0.85, 0.97, futile=True), Outcome.WORSE),
+    (_verdict(Decision.REJECT, 0.85, 0.97, futility=Futility.CI), Outcome.WORSE),
     (_verdict(Decision.INCONCLUSIVE, 0.90, 0.99), Outcome.WORSE),
-    (_verdict(Decision.REJECT, 0.98, 1.02, futile=True), Outcome.EQUIVALENT),
+    (_verdict(Decision.REJECT, 0.98, 1.02, futility=Futility.CI), Outcome.EQUIVALENT),
     (_verdict(Decision.INCONCLUSIVE, 0.99, 1.025), Outcome.EQUIVALENT),
     (_verdict(Decision.INCONCLUSIVE, 0.95, 1.10), Outcome.NO_DIFFERENCE),
-    (_verdict(Decision.REJECT, 0.96, 1.02, futile=True), Outcome.NO_DIFFERENCE),  # the low end beyond −3%
+    (_verdict(Decision.REJECT, 0.96, 1.02, futility=Futility.CI), Outcome.NO_DIFFERENCE),  # the low end beyond −3%
     (_verdict(Decision.REJECT, 1.01, 1.30, failed_guardrail="ttft_p99"), Outcome.WORSE),
     (_verdict(Decision.REJECT, 1.01, 1.30, quality_failed=True), Outcome.B_FAILED),
 ])

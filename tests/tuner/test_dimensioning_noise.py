@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample, Covariates
-from elsa_tune.tuner.dimensioning import dimension, dimension_passes
+from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.dimensioning import dimension, dimension_passes, outlier_boot
 from elsa_tune.tuner.noise_model import NoiseModelSampler
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.statistics import InsufficientData
+from elsa_tune.tuner.study import EXTRA_BASELINE_BOOTS, _disagree
 
 
 def matrix(n: int, m: int, *, sigma_boot: float, sigma_run: float, warm: tuple[float, ...] = (0.873,),
@@ -93,3 +94,45 @@ def test_four_boots_that_happen_to_decline_stay_unpaired() -> None:
     report = dimension_passes(passes)
     assert report.lag1_correlation is not None and report.lag1_correlation > 0.3
     assert report.analysis == "unpaired"
+
+
+def _boots_at(means: list[float], *, passes: int = 4, sigma_run: float = 0.01, seed: int = 3) -> np.ndarray:
+    """Boots whose steady passes centre on ``means`` (tok/s), with a cold first pass."""
+    rng = np.random.default_rng(seed)
+    logs = np.log(np.asarray(means))[:, None] + rng.normal(0, sigma_run, (len(means), passes))
+    logs[:, 0] += math.log(0.873)
+    return np.exp(logs)
+
+
+def test_one_high_first_boot_is_set_aside_from_sigma_boot() -> None:
+    first = _boots_at([53.4, 40.1, 36.6, 40.5])
+    assert dimension_passes(first).set_aside_boot is None              # four boots: not enough to drop one
+    assert outlier_boot(np.log(first[:, 1:].mean(axis=1)), min_boots=4) == 0   # but enough to ask for more
+    report = dimension_passes(_boots_at([53.4, 40.1, 36.6, 40.5, 38.9, 41.7]))
+    assert report.set_aside_boot == 0
+    assert report.set_aside_off_median == pytest.approx(53.4 / 40.1 - 1, abs=0.02)
+    assert report.sigma_boot_all is not None and report.sigma_boot_all > 0.12     # what the high boot makes of it
+    assert report.sigma_boot < 0.07                                                 # the others agree
+    everything = dimension_passes(_boots_at([45.0, 40.1, 36.6, 40.5, 38.9, 41.7]))   # none apart: all count
+    assert everything.set_aside_boot is None and everything.sigma_boot == everything.sigma_boot_all
+    line = next(x for x in report.summary_lines() if "σ_boot" in x or "boot-to-boot" in x)
+    assert "boot 1 of 6 set aside as an outlier" in line
+    assert report.record().set_aside_boot == 0 and report.record().mde == report.mde_at_cap
+
+
+def test_outlier_rule_rarely_sets_a_boot_aside_on_normal_noise() -> None:
+    assert outlier_boot(np.log(np.asarray([53.4, 40.1, 36.6])), min_boots=3) is None
+    fired = sum(outlier_boot(np.log(matrix(6, 3, sigma_boot=0.10, sigma_run=0.0, warm=(), seed=s)[:, 0])) is not None
+                for s in range(2000))
+    assert fired / 2000 < 0.08
+
+
+def test_the_study_asks_for_more_baseline_boots_when_one_of_its_first_four_stands_apart() -> None:
+    def boots(means: list[float]) -> list[BootSample]:
+        return [BootSample(arm=Arm.INCUMBENT, block=i, position=0, passes=(
+            PassMeasurement(m * 0.873, 0.5, 1.5, warmup=True), PassMeasurement(m, 0.5, 1.5),
+            PassMeasurement(m * 1.005, 0.5, 1.5))) for i, m in enumerate(means)]
+
+    assert _disagree(boots([53.4, 40.1, 36.6, 40.5])) and EXTRA_BASELINE_BOOTS >= 2
+    assert not _disagree(boots([45.0, 40.1, 36.6, 40.5]))
+    assert not _disagree(boots([53.4, 40.1, 36.6]))                  # three boots leave two to judge one by

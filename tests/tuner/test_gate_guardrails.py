@@ -38,25 +38,26 @@ def test_a_gain_whose_tail_is_unresolved_at_the_cap_runs_the_extension_and_is_ke
     assert "crossed the boundary at the cap" in looks[2]["reason"] and "6 more blocks for the guardrail" in \
         looks[2]["reason"]
     assert v.decision is Decision.KEEP and result.boots == 24
-    assert v.stopped_at_look == 4 and v.extra["look_blocks"] == 12
+    assert v.stopped_at_look == 4 and v.statistics is not None and v.statistics.look_blocks == 12
     assert "at the cap; guardrails shown non-inferior after 6 more blocks: ttft_p99 ratio" in v.reason
     tail = next(g for g in v.guardrails if g.name == "ttft_p99")
     assert tail.passed is True and tail.ci_high is not None and tail.ci_high <= 1.20
     # The primary decision is the cap's: its p is the cap's, the effect and CI come from every boot.
-    assert v.extra["cap_p"] is not None and v.extra["cap_p"] <= v.extra["cap_boundary_p"]
+    assert v.at_cap is not None and v.at_cap.p is not None and v.at_cap.boundary_p is not None
+    assert v.at_cap.p <= v.at_cap.boundary_p
     assert v.boots_incumbent == v.boots_candidate == 12
 
 
 def test_the_extension_ends_inconclusive_when_the_tail_stays_unresolved() -> None:
     v = run_ab(seed004(seed=17), POLICY, 17).verdict
-    assert v.decision is Decision.INCONCLUSIVE and v.extra["final"] is True
+    assert v.decision is Decision.INCONCLUSIVE and v.final is True
     assert "after 6 more blocks guardrail ttft_p99 was still not shown non-inferior" in v.reason
     assert v.reason.endswith("the incumbent stays")
 
 
 def test_without_an_extension_the_cap_is_final() -> None:
     v = run_ab(seed004(seed=17), replace(POLICY, guard_extension=0), 17).verdict
-    assert v.decision is Decision.INCONCLUSIVE and v.extra["final"] is True
+    assert v.decision is Decision.INCONCLUSIVE and v.final is True
     assert len(v.extra["looks"]) == 3 and "was not shown non-inferior at the cap" in v.reason
 
 
@@ -69,7 +70,7 @@ def test_a_candidate_crash_in_the_extension_rejects() -> None:
 def test_a_missing_quality_result_is_not_extended() -> None:
     # More boots cannot produce a quality result the candidate's boots do not have.
     v = run_ab(seed004(seed=0, quality_b=None), POLICY, 0).verdict
-    assert v.decision is Decision.INCONCLUSIVE and v.extra["final"] is True
+    assert v.decision is Decision.INCONCLUSIVE and v.final is True
     assert len(v.extra["looks"]) <= 3
 
 
@@ -161,4 +162,4 @@ def test_a_retest_combines_its_tail_guardrail_with_the_first_tests_and_still_rej
     assert nothing.decision is Decision.INCONCLUSIVE
 
     worse = run_ab(seed004(ttft=1.8, seed=3), replace(POLICY, first_stage_guards=(("ttft_p99", 1e-6),)), 3).verdict
-    assert worse.decision is Decision.REJECT and worse.extra.get("failed_guardrail") == "ttft_p99"
+    assert worse.decision is Decision.REJECT and worse.failed_guardrail == "ttft_p99"

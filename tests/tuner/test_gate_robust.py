@@ -10,6 +10,7 @@ import pytest
 
 from elsa_tune.history.reasons import reason_from_verdict
 from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
@@ -115,3 +116,31 @@ def test_operating_characteristics_outside_the_calibration_model(family: str) ->
 
     assert keep_rate(0.0) <= 0.075            # α = 5% plus two Monte Carlo standard errors
     assert keep_rate(0.10) >= 0.88            # 0.933 contaminated, 0.983 t3, 0.960 step drift on these seeds
+
+
+def _futile(a: list[float], b: list[float]) -> Verdict:
+    policy = GatePolicy(looks=(len(a),), replicates=4000, guardrails=GuardrailPolicy(ttft_p50_margin=None,
+                                                                                      ttft_p99_margin=None))
+    verdict = decide(_boots(Arm.INCUMBENT, a), _boots(Arm.CANDIDATE, b), policy, 1)
+    assert verdict.decision is Decision.REJECT and verdict.futile
+    return verdict
+
+
+def test_slower_needs_the_keep_level_in_the_robust_and_the_plain_comparison_alike() -> None:
+    """An incumbent block 37% slow, left out by the outlier rule, makes a no-op look slower: filed "no gain"."""
+    slow_block = math.log(0.63)
+    a = [0.05, 0.06, 0.04, 0.05, 0.06, 0.05 + slow_block]
+    b = [-0.04, -0.06, -0.05, -0.04, -0.06, -0.05]           # the plain means agree within 1%: a no-op
+    robust = compare(a, b, robust=4.685)
+    assert robust.outliers_a == (5,) and robust.bounds(0.05)[1] < 0     # the robust interval alone reads slower
+    verdict = _futile(a, b)
+    assert verdict.category is ReasonCategory.NO_GAIN
+    assert any(o.arm == "incumbent" and o.weight < 0.5 for o in verdict.outlier_boots)
+    assert reason_from_verdict(verdict).startswith("no demonstrated benefit")
+    # the candidate's own arm: a no-op with one candidate boot 40% slow is not filed slower either
+    c = [0.0, 0.01, -0.01, 0.0, 0.01, -0.01]
+    assert _futile(c, [0.0, 0.01, -0.01, 0.0, 0.01, math.log(0.6)]).category is ReasonCategory.NO_GAIN
+    # a candidate slower in every block is slower under both comparisons
+    slower = _futile(c, [y - 0.12 for y in c])
+    assert slower.category is ReasonCategory.SLOWER
+    assert reason_from_verdict(slower).startswith("slower: −11%")

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from elsa_tune.errors import BootFailed
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.boundaries import Design, calibrate, null_maxima
@@ -62,7 +62,7 @@ def test_crashed_candidate_boot_rejects_at_once_with_the_reason() -> None:
     assert result.verdict.decision is Decision.REJECT
     assert "oom_under_load" in result.verdict.reason
     assert result.samples[-1].failed is not None and result.samples[-1].arm is Arm.CANDIDATE
-    assert result.verdict.extra["failure"]["kind"] == "oom_under_load"
+    assert result.verdict.failure is not None and result.verdict.failure.kind.value == "oom_under_load"
 
 
 class RaisingSampler(NoiseModelSampler):
@@ -119,7 +119,7 @@ def test_inconclusive_at_the_cap_states_estimate_ci_and_mde() -> None:
         result = run_ab(NoiseModelSampler(effect=0.04, seed=seed), policy, seed)
         v = result.verdict
         if v.decision is Decision.INCONCLUSIVE:
-            assert result.boots == 24 and v.extra["final"]
+            assert result.boots == 24 and v.final
             assert v.mde is not None and v.mde > 0.04
             assert v.effect is not None and v.ci_low is not None and v.ci_high is not None
             assert "incumbent stays" in v.reason and "could not be detected" in v.reason
@@ -145,7 +145,7 @@ def test_degenerate_samples_are_inconclusive_never_keep() -> None:
     assert decide(a[:1], b[:1], POLICY, 3).decision is Decision.INCONCLUSIVE
     short = [dataclasses.replace(s, passes=s.passes[:2]) for s in b]   # one measured pass, protocol needs 2
     v = decide(a, short, POLICY, 3)
-    assert v.decision is Decision.INCONCLUSIVE and v.extra["excluded_boots"] == 4
+    assert v.decision is Decision.INCONCLUSIVE and v.statistics is not None and v.statistics.excluded_boots == 4
 
 
 def test_first_pass_is_discarded_even_unflagged() -> None:
@@ -260,17 +260,17 @@ def test_a_boot_saving_futility_stop_says_so_and_the_same_test_can_go_on() -> No
     policy = dataclasses.replace(POLICY, futility="boot_saving")
     seed = next(s for s in range(200)
                 if (v := run_ab(NoiseModelSampler(effect=0.05, sigma_boot=0.08, seed=s), policy, s).verdict)
-                .extra.get("futility") == "boot_saving" and v.stopped_at_look == 1)
+                .futility is Futility.BOOT_SAVING and v.stopped_at_look == 1)
     stopped = run_ab(NoiseModelSampler(effect=0.05, sigma_boot=0.08, seed=seed), policy, seed)
-    assert stopped.verdict.decision is Decision.REJECT and stopped.verdict.extra["futile"] is True
+    assert stopped.verdict.decision is Decision.REJECT and stopped.verdict.futile
     assert stopped.verdict.ci_high is not None and stopped.verdict.ci_high > 1.0 + policy.min_effect
     going_on = run_ab(NoiseModelSampler(effect=0.05, sigma_boot=0.08, seed=seed),
                       dataclasses.replace(policy, futility="ci"), seed)
     first = len(stopped.samples)
     assert [s.passes for s in going_on.samples[:first]] == [s.passes for s in stopped.samples]
     assert len(going_on.samples) > first
-    if going_on.verdict.extra.get("futile"):
-        assert going_on.verdict.extra["futility"] == "ci"
+    if going_on.verdict.futile:
+        assert going_on.verdict.futility is Futility.CI
 
 
 def test_continuing_futility_stopped_tests_keeps_a_no_op_at_most_alpha() -> None:
@@ -280,7 +280,7 @@ def test_continuing_futility_stopped_tests_keeps_a_no_op_at_most_alpha() -> None
     keeps = 0
     for seed in range(300):
         first = run_ab(NoiseModelSampler(effect=0.0, seed=seed), policy, seed).verdict
-        if first.extra.get("futility") == "boot_saving":
+        if first.futility is Futility.BOOT_SAVING:
             first = run_ab(NoiseModelSampler(effect=0.0, seed=seed), dataclasses.replace(policy, futility="ci"),
                            seed).verdict
         keeps += first.decision is Decision.KEEP

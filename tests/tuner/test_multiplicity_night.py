@@ -130,9 +130,9 @@ def test_a_continued_test_is_judged_at_its_own_level_and_spends_none() -> None:
     control.review(verdict(0.7, Decision.REJECT))
     tests, keeps = control.tests, control.keeps
     weak = control.resume(verdict(2 * first), first)
-    assert weak.decision is Decision.INCONCLUSIVE and weak.extra["held_by_night_control"]
+    assert weak.decision is Decision.INCONCLUSIVE and weak.night_control is not None and weak.night_control.held
     assert control.tests == tests and control.keeps == keeps
     kept = control.resume(verdict(first / 2), first)
     assert kept.decision is Decision.KEEP and kept.adjusted_p_value == pytest.approx(0.05)
     assert control.tests == tests and control.keeps == keeps + 1
-    assert "a continued test at level" in kept.extra["multiplicity"]
+    assert kept.night_control is not None and "a continued test at level" in kept.night_control.method

@@ -115,7 +115,8 @@ def test_a_memory_technique_without_memory_gain_is_rejected_at_its_screening_boo
     assert len(decisions) == 1 and night.booter.boots == 2         # the incumbent's boot, one screening boot
     decision = decisions[0]
     assert decision.kept is Kept.NO and decision.verdict is not None and decision.ab_result is None, decision
-    pool, before = decision.verdict.extra["kv_pool"], decision.verdict.extra["incumbent_kv_pool"]
+    assert decision.verdict.pool is not None
+    pool, before = decision.verdict.pool.kv_pool, decision.verdict.pool.incumbent_kv_pool
     assert pool < before
     assert decision.result == f"{pct(pool / before)} KV pool ({pool:,} vs {before:,} tokens), no memory gain"
     assert decision.result.startswith("−")
@@ -198,14 +199,14 @@ def test_a_resumed_night_knows_what_its_probed_boots_found(tmp_path: Path) -> No
 
 def _promising(night: Night, name: str) -> tuple[int, object, object, None]:
     """A technique as the night files it after an inconclusive first test whose interval showed a gain."""
-    from elsa_tune.history.verdict import Decision, Verdict
+    from elsa_tune.history.verdict import Decision, NightControl, Verdict
 
     index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == name)
     first = Verdict(decision=Decision.INCONCLUSIVE, reason="+20.0% throughput (p = 0.0200 ≤ 0.0410 at look 3); but "
                     "after false-keep control (lond online, test 9 at level 0.0075) its adjusted p 0.2667 exceeds "
                     "0.10: the incumbent stays", effect=1.20, ci_low=1.08, ci_high=1.33, p_value=0.02,
-                    boots_incumbent=6, boots_candidate=6, adjusted_p_value=0.2667, extra={"multiplicity_level": 0.10,
-                                                                                  "held_by_night_control": True})
+                    boots_incumbent=6, boots_candidate=6, adjusted_p_value=0.2667,
+                    night_control=NightControl(method="lond online, test 9 at level 0.0075", level=0.10, held=True))
     return index, technique, first, None
 
 
@@ -232,9 +233,9 @@ def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_pat
     # the second stage of the first test: its boundaries at the level the combination needs, its p the combination
     assert decisions[0].ab_result is not None
     assert decisions[0].ab_result["policy"]["level"] == pytest.approx(second_level)
-    stages = decisions[0].verdict.extra["stages"] if decisions[0].verdict else {}
-    assert stages["first_p"] == 0.02 and stages["combined_p"] == pytest.approx(
-        combined_p(0.02, stages["second_p"]))
+    stages = decisions[0].verdict.stages if decisions[0].verdict else None
+    assert stages is not None and stages.first_p == 0.02
+    assert stages.combined_p == pytest.approx(combined_p(0.02, stages.second_p))
     tags = [str(b.extra.get("tag")) for b in night.store.load().boots]
     assert "screening:fused-qk-norm-rope:retest:probe1" in tags
     assert any(t.startswith("screening:fused-qk-norm-rope:retest:ab:") for t in tags)
@@ -284,12 +285,12 @@ def test_a_screening_a_b_is_run_at_its_share_of_the_nights_false_keep_control(tm
     decision = Screening(night).screen(index, technique)
     assert decision is not None and decision.ab_result is not None, "the technique reached the gate"
     assert decision.ab_result["policy"]["level"] == pytest.approx(level)
-    assert not (decision.verdict and decision.verdict.extra.get("held_by_night_control"))
+    assert not (decision.verdict and decision.verdict.night_control and decision.verdict.night_control.held)
 
 
 def _first_look(night: Night, name: str, *, level: float) -> tuple[int, object, object, dict[object, list[str]]]:
     """The first look (2 blocks per arm) of ``name``'s screening A/B, as an early futility stop leaves it."""
-    from elsa_tune.history.verdict import Decision, Verdict
+    from elsa_tune.history.verdict import Decision, Futility, Verdict
 
     index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == name)
     candidate = night.space.candidate(night.incumbent.values, [name], label=name)
@@ -298,7 +299,7 @@ def _first_look(night: Night, name: str, *, level: float) -> tuple[int, object, 
     stopped = Verdict(decision=Decision.REJECT, reason="futile at look 1: estimate −3.0% is not above +0.0%, too "
                       "little to reach a keep with the remaining boots", effect=0.97, ci_low=0.51, ci_high=1.86,
                       p_value=0.75, boots_incumbent=2, boots_candidate=2, stopped_at_look=1,
-                      extra={"futile": True, "futility": "boot_saving"})
+                      futility=Futility.BOOT_SAVING)
     return index, technique, (candidate, stopped), ids
 
 
@@ -335,7 +336,7 @@ def test_a_test_an_early_look_stopped_to_save_boots_is_continued_on_its_recorded
 
 
 def test_a_stopped_test_is_not_continued_against_another_incumbent(tmp_path: Path) -> None:
-    from elsa_tune.history.verdict import Decision, Verdict
+    from elsa_tune.history.verdict import Decision, Futility, Verdict
     from elsa_tune.tuner.night import PausedTest
 
     pre = _preflight(tmp_path, TINY_SPACE)
@@ -345,7 +346,7 @@ def test_a_stopped_test_is_not_continued_against_another_incumbent(tmp_path: Pat
     index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
     stopped = Verdict(decision=Decision.REJECT, reason="futile at look 1", effect=0.97, ci_low=0.51, ci_high=1.86,
                       p_value=0.75, boots_incumbent=2, boots_candidate=2, stopped_at_look=1,
-                      extra={"futile": True, "futility": "boot_saving"})
+                      futility=Futility.BOOT_SAVING)
     candidate = night.space.candidate(night.incumbent.values, [technique.name], label=technique.name)
     night.paused = [PausedTest(index=index, technique=technique, candidate=candidate, boots=(),
                                tag="screening:fused-qk-norm-rope", level=0.02,
@@ -383,8 +384,8 @@ def test_an_unresolved_technique_is_retested_with_the_longest_test_the_time_left
     assert night.fdr.tests == tests_before + 1
     assert decision.result.startswith("retest with fresh boots (the first: "), decision.result
     assert decision.verdict is not None and decision.verdict.p_value is not None
-    stages = decision.verdict.extra.get("stages")
-    assert stages is None or stages["first_p"] == 0.2   # combined when the second stage measured a p
+    stages = decision.verdict.stages
+    assert stages is None or stages.first_p == 0.2   # combined when the second stage measured a p
 
 
 def test_a_longer_retest_without_time_for_the_nights_own_cap_is_a_note(tmp_path: Path) -> None:
