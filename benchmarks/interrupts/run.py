@@ -111,10 +111,12 @@ def running_study(work: Path, rng: random.Random, budget: str, ref: tuple[str, d
         if code == 0 or recommendation(work / "r")[0] == "finished":   # it finished before the signal came
             final = (code, out)
             break
+    said = ""
     if final is None:
         done = run_to_end(study_argv(budget, "r"), work)
         codes.append(done.returncode)
         final = (done.returncode, done.stdout)
+        said = done.stderr.strip().splitlines()[-1][:300] if done.returncode and done.stderr.strip() else ""
     got = recommendation(work / "r")
     console = console_boots(final[1])
     report = report_boots(work / "r", work)
@@ -122,7 +124,7 @@ def running_study(work: Path, rng: random.Random, budget: str, ref: tuple[str, d
     # a signal after the study finished (while it printed its summary or exited) may leave no console count
     ok = same and got[0] == "finished" and (console == report or (final[0] != 0 and console is None))
     detail = ("same recommendation" if same else f"DIFFERENT: {got[0]} {got[1]}") + \
-        f"; console {console} boots, report {report}"
+        f"; console {console} boots, report {report}" + (f"; the last run said: {said}" if said else "")
     return {"kind": "running study", "signal": "+".join(signals), "at_s": moments, "exit": codes, "ok": ok,
             "detail": detail}
 
