@@ -3,8 +3,9 @@
 A command checks every output before it reads a byte of input, queries a server or creates a file: an output that
 names one of the command's inputs (the same file, whatever path names it), an existing folder, anything but a regular
 file (a FIFO, a device node, a socket: replacing one would replace what another program reads or writes), a symbolic
-link that loops, a path under ``/proc``, ``/sys`` or ``/dev``, or a parent that is not a writable folder is a
-``ConfigError`` naming the flag and the remedy. Checking first means a refused command leaves nothing behind.
+link that loops, a name that is not UTF-8, a path under ``/proc``, ``/sys`` or ``/dev``, or a parent that is not a
+writable folder is a ``ConfigError`` naming the flag and the remedy. Checking first means a refused command leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class OutputPath:
         """``path`` when it can be written without destroying an input; raises ``ConfigError`` otherwise."""
         path = Path(self.path)
         what = "folder" if self.folder else "file"
+        try:
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:    # bytes that are not UTF-8 (a Latin-1 name): records and reports name it
+            raise ConfigError(f"{self.flag} {str(path).encode('utf-8', 'surrogateescape')!r} is not UTF-8 text",
+                              remedy=f"give {self.flag} a name of UTF-8 characters") from None
         for given in inputs:
             if given is not None and _same_file(path, Path(given)):
                 raise ConfigError(f"{self.flag} {path} is also an input of this command: writing it would destroy "

@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from elsa_tune.errors import HistoryError
+from elsa_tune.finite_number import number_problem
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.history.run_dir import LEDGER_FILE
 from elsa_tune.history.verdict import Decision, Futility, Verdict
+from elsa_tune.input_file import input_problem
 from elsa_tune.search_spaces.candidate import FlagValue
 
 log = logging.getLogger(__name__)
@@ -125,8 +127,8 @@ class LedgerEntry:
                    decision=Decision(data["decision"]), reason=str(data["reason"]),
                    evidence=Evidence.from_dict(data.get("evidence", {})), date=str(data["date"]),
                    retest_when=str(data.get("retest_when", "")), flags_delta=dict(data.get("flags_delta", {})),
-                   env_delta=dict(data.get("env_delta", {})), effect=data.get("effect"), ci_low=data.get("ci_low"),
-                   ci_high=data.get("ci_high"), boots=int(data.get("boots", 0)),
+                   env_delta=dict(data.get("env_delta", {})), effect=_ratio(data, "effect"),
+                   ci_low=_ratio(data, "ci_low"), ci_high=_ratio(data, "ci_high"), boots=_count(data, "boots"),
                    verdict=Verdict.from_dict(verdict) if verdict else None,
                    schema_version=int(data.get("schema_version", SCHEMA_VERSION)))
 
@@ -240,6 +242,11 @@ class JsonlLedger:
         return bool(lines)
 
     def read(self) -> LedgerContents:
+        problem = input_problem(self.path)
+        if problem is not None:
+            raise HistoryError(f"{self.path} {problem}, not the ledger's file",
+                               remedy="move it aside: the studies of this folder keep their ledger there, one JSON "
+                                      "line per decision")
         try:
             with open(self.path, "rb") as handle:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
@@ -269,6 +276,24 @@ class JsonlLedger:
             except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError, RecursionError) as exc:
                 corrupt.append(CorruptLine(number, text, f"{type(exc).__name__}: {exc}"))
         return LedgerContents(tuple(entries), tuple(corrupt))
+
+
+def _ratio(data: Mapping[str, Any], key: str) -> float | None:
+    """``data[key]``: absent, null or a number within the one finite-number rule; anything else is a ``TypeError``."""
+    value = data.get(key)
+    if value is None:
+        return None
+    problem = number_problem(value)
+    if problem is not None:
+        raise TypeError(f"{key}: {problem}")
+    return float(value)
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or number_problem(value) is not None or value < 0:
+        raise TypeError(f"{key}: {value!r} is not a count")
+    return value
 
 
 class Ledger:

@@ -153,8 +153,9 @@ def refuse_finished(run_dir: Path, *, flag: str = "--out") -> None:
     raise ConfigError(f"{flag} {run_dir} holds study {study.name}, which has finished (recommended: "
                       f"{study.incumbent.label or study.incumbent.key()}); running it again would replay it over its "
                       "own result, so nothing was run",
-                      remedy=f"read its result (elsa-tune report {run_dir}, {run_dir / 'best'}), or give {flag} a "
-                             "fresh folder to run another study (the ledger beside it carries this one's rejections)")
+                      remedy=f"read its result (elsa-tune report {run_dir}, {run_dir / 'best'}); add --extend 2h "
+                             f"(any duration) to continue it with more budget; or give {flag} a fresh folder to run "
+                             "another study (the ledger beside it carries this one's rejections)")
 
 
 def _legacy(study: StudyRecord) -> RunIdentity:

@@ -2,13 +2,16 @@
 
 Opening a SQLite file through Optuna's storage creates Optuna's tables and the boot registry's in it. In a file that
 belongs to another application that is damage done before anything can be refused, so ``check_study_database``
-reads the file's table list read-only first and refuses a file that is not a SQLite database or that holds any table
+reads the file's table list read-only first (from a copy when
+a killed process left a hot journal beside it) and refuses a file that is not a SQLite database or that holds any table
 neither Optuna nor elsa-tune creates. A missing or empty file is a new study's.
 """
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
@@ -37,11 +40,7 @@ def check_study_database(path: Path, *, what: str = "the study database", remedy
     if not path.is_file():
         raise HistoryError(f"{what} {path} is not a file", remedy=remedy)
     try:
-        connection = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
-        try:
-            tables = {str(row[0]) for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        finally:
-            connection.close()
+        tables = _tables(path)
     except sqlite3.Error as exc:
         raise HistoryError(f"{what} {path} is not a SQLite database elsa-tune can read, or its SQLite file is "
                            f"damaged ({exc}); it was left untouched",
@@ -57,3 +56,25 @@ _DAMAGED = ("move it aside (boots/ and decisions/ keep every measurement) and re
             "storage afresh, or give --out a fresh folder")
 _REMEDY = ("move that file out of the run folder, or give --out a fresh folder (a study's database is created there "
            "as study.db)")
+
+
+def _tables(path: Path) -> set[str]:
+    """The tables of ``path``, read without changing it. A process killed inside a transaction leaves a hot
+    rollback journal (``study.db-journal``) that a read-only connection cannot roll back: the file and its journal
+    are then read from a copy, where SQLite recovers, and the study's own next connection rolls the original back."""
+    journal = path.with_name(path.name + "-journal")
+    if not journal.exists():
+        return _read_tables(f"file:{quote(str(path.resolve()))}?mode=ro")
+    with tempfile.TemporaryDirectory(prefix="elsa-db-check-") as scratch:
+        copy = Path(scratch) / path.name
+        shutil.copyfile(path, copy)
+        shutil.copyfile(journal, copy.with_name(copy.name + "-journal"))
+        return _read_tables(f"file:{quote(str(copy))}")
+
+
+def _read_tables(uri: str) -> set[str]:
+    connection = sqlite3.connect(uri, uri=True)
+    try:
+        return {str(row[0]) for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        connection.close()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from elsa_tune.durable_file import write_atomic
+from elsa_tune.input_file import input_problem
 from elsa_tune.runtime.gpu import GpuView
 from elsa_tune.runtime.host_memory import HOST_UUID_PREFIX
 from elsa_tune.runtime.process_group import ProcessGroup, boot_id, is_running, start_time
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 ENV_LEASE_DIR = "ELSA_LEASE_DIR"
 _SUFFIX = ".lease.json"
+_MAX_LEASE_BYTES = 1 << 20   # a lease is a few hundred bytes; anything larger is not one
 
 
 def lease_dir() -> Path:
@@ -219,13 +221,18 @@ class LeaseBook:
             return found
         for path in paths:
             try:
+                if input_problem(path) is not None or path.stat().st_size > _MAX_LEASE_BYTES:
+                    log.warning("skipping %s: not a lease file (a special file, or larger than a lease)", path)
+                    continue
                 data = json.loads(path.read_text())
+                if not isinstance(data, dict):
+                    raise TypeError("not a JSON object")
                 if data.get("schema_version") != SCHEMA_VERSION:
                     log.warning("skipping %s: lease schema %s, this elsa-tune reads %d", path,
                                 data.get("schema_version"), SCHEMA_VERSION)
                     continue
                 found.append(ServerLease.from_dict(data))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
                 log.debug("skipping unreadable lease %s: %s", path, exc)
         return found
 

@@ -1,6 +1,7 @@
 """A YAML document that remembers where each value came from, and typed reads that blame a line.
 
-``read_document(text)`` parses YAML with a PyYAML ``SafeLoader`` subclass whose mappings are ``LineMap``
+``read_document(text)`` parses YAML with a bounded PyYAML ``SafeLoader`` (``BoundedLoader``: size, nesting, aliases,
+items) whose mappings are ``LineMap``
 (the line of the mapping and of each key) and whose lists are ``LineList`` (the line of each item);
 duplicate keys and non-string keys are refused. The readers (``string``, ``integer``, ``fraction``...)
 raise ``Problem(message, line)``, which the search-space loader turns into a ``SpaceError`` with the file.
@@ -9,10 +10,11 @@ raise ``Problem(message, line)``, which the search-space loader turns into a ``S
 from __future__ import annotations
 
 import difflib
-import math
 from typing import Any, Literal, NoReturn, overload
 
 import yaml
+
+from elsa_tune.finite_number import number_problem
 
 
 class LineMap(dict[str, Any]):
@@ -37,7 +39,57 @@ class Problem(Exception):
         self.line = line
 
 
-class _LineLoader(yaml.SafeLoader):
+#: the bounds of every YAML document elsa-tune reads (a search space, a flag file): checked while it is composed,
+#: before any value is built, so an alias bomb or a nesting a hundred thousand deep is refused in milliseconds
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_ALIASES = 100
+MAX_ITEMS = 10_000
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """PyYAML's ``SafeLoader`` with bounds: at most ``MAX_DEPTH`` levels of nesting, ``MAX_ALIASES`` aliases and
+    ``MAX_ITEMS`` values in one list or mapping, its aliases expanded (a value printed in a message is printed whole);
+    a document past one raises ``Problem`` at its line."""
+
+    def __init__(self, stream: str) -> None:
+        if len(stream) > MAX_BYTES:
+            raise Problem(f"the document is {len(stream):,} characters, more than the {MAX_BYTES:,} a search space "
+                          "or a flag file may have", None)
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+        self._sizes: dict[int, int] = {}     # values a list or mapping holds once its aliases are expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        line = event.start_mark.line + 1 if event.start_mark is not None else None
+        if isinstance(event, yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise Problem(f"more than {MAX_ALIASES} YAML aliases (*name): write the values out", line)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise Problem(f"nested more than {MAX_DEPTH} levels deep", line)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+            if len(node.value) > MAX_ITEMS:
+                raise Problem(f"a list or mapping of {len(node.value):,} items, more than {MAX_ITEMS:,}", line)
+            if id(node) not in self._sizes:     # an alias returns its anchor's node: already counted
+                children = (node.value if isinstance(node, yaml.SequenceNode)
+                            else [part for pair in node.value for part in pair])
+                size = 1 + sum(self._sizes.get(id(child), 1) for child in children)
+                if size > MAX_ITEMS:
+                    raise Problem(f"the aliases expand to more than {MAX_ITEMS:,} values (an alias bomb): write the "
+                                  "values out", line)
+                self._sizes[id(node)] = size
+        return node
+
+
+class _LineLoader(BoundedLoader):
     pass
 
 
@@ -70,8 +122,13 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _co
 
 
 def read_document(text: str) -> Any:
-    """The YAML ``text`` as ``LineMap``/``LineList``/scalars; YAML errors propagate as ``yaml.YAMLError``."""
-    return yaml.load(text, Loader=_LineLoader)
+    """The YAML ``text`` as ``LineMap``/``LineList``/scalars; YAML errors propagate as ``yaml.YAMLError``, a document
+    past the loader's bounds as ``Problem``."""
+    loader = _LineLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def fail(message: str, m: LineMap, key: str | None) -> NoReturn:
@@ -130,8 +187,9 @@ def _number(m: LineMap, key: str, default: Any, *, kinds: tuple[type, ...], requ
     if isinstance(value, bool) or not isinstance(value, kinds):
         what = "an integer" if kinds == (int,) else "a number"
         fail(f"{key} must be {what}, not {value!r}", m, key)
-    if not math.isfinite(value):
-        fail(f"{key} must be a finite number, not {value!r}", m, key)
+    problem = number_problem(value)
+    if problem is not None:
+        fail(f"{key} must be a finite number: {problem}", m, key)
     if low is not None and value < low:
         fail(f"{key} = {value!r} is below the minimum {low:g}", m, key)
     if high is not None and value > high:

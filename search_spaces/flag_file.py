@@ -32,7 +32,10 @@ from typing import Protocol
 import yaml
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.input_file import check_input
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
+from elsa_tune.search_spaces.document import BoundedLoader, Problem
+from elsa_tune.search_spaces.space import value_problem
 
 SCHEMA_VERSION = 1
 #: Flags of the deployment's address: the runtime of every boot chooses its own.
@@ -90,6 +93,7 @@ class FlagFile:
 def read_flag_file(path: str | Path) -> FlagFile:
     """Parse ``path``; raises ``ConfigError`` naming the file (and line) and the remedy when it is no flag file."""
     where = str(path)
+    check_input(path, "the flag file")
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_BYTES + 1)
@@ -113,7 +117,13 @@ def read_flag_file(path: str | Path) -> FlagFile:
 
 def parse_flag_text(text: str, where: str) -> FlagFile:
     """The flags of ``text`` (the contents of the file ``where``)."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = BoundedLoader(text)
+    except Problem as exc:
+        raise ConfigError(f"{where}: {exc}", remedy=_EXAMPLE) from None
+    except yaml.YAMLError as exc:    # a character YAML does not allow (a NUL byte)
+        raise ConfigError(f"{where}: malformed YAML: {str(exc).splitlines()[0]}",
+                          remedy="fix the YAML syntax (a flag file is `name: value` lines)") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -145,6 +155,8 @@ def parse_flag_text(text: str, where: str) -> FlagFile:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{where}{at}: malformed YAML: {problem}",
                           remedy="fix the YAML syntax (a flag file is `name: value` lines)") from None
+    except Problem as exc:
+        raise ConfigError(f"{where}:{exc.line or 1}: {exc}: not a flag file", remedy=_EXAMPLE) from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply to be a flag file", remedy=_EXAMPLE) from None
     finally:
@@ -220,20 +232,7 @@ def _value(value: object, name: str, at: str) -> FlagValue:
 
 
 def _type_problem(shape: FlagType, value: FlagValue) -> str | None:
-    if not shape.takes_value:
-        return None if isinstance(value, bool) else f"is a switch, not {value!r} (write true, or delete the line)"
-    if value is True:
-        return "needs a value, not true"
-    if value is False:
-        return None
-    kind = shape.kind
-    if kind in ("int", "hint") and (isinstance(value, float) or (kind == "int" and isinstance(value, str))):
-        return f"takes a whole number, not {value!r}"
-    if kind == "float" and isinstance(value, str):
-        return f"takes a number, not {value!r}"
-    if shape.choices and str(value) not in shape.choices:
-        return f"is {value!r}, not one of {', '.join(shape.choices)}"
-    return None
+    return value_problem(shape, value)
 
 
 def _node_kind(node: yaml.Node) -> str:

@@ -23,9 +23,11 @@ from typing import Any
 import yaml
 
 from elsa_tune.errors import ConfigError, SpaceError
+from elsa_tune.input_file import read_input
 from elsa_tune.runtime.family import FamilyName, family
 from elsa_tune.search_spaces.consistency import check_space
 from elsa_tune.search_spaces.document import (
+    MAX_BYTES,
     LineList,
     LineMap,
     Problem,
@@ -92,7 +94,7 @@ def load_space(path_or_name: str | Path) -> SearchSpace:
     """Load and fully validate a search space; raise ``SpaceError`` with file and line on any problem."""
     path = resolve_space_path(path_or_name)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input(path, "the search space", limit=MAX_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpaceError(f"cannot read the search space: {exc}", path=str(path),
                          remedy="check the file's permissions and that it is UTF-8 text") from exc
@@ -205,7 +207,12 @@ class _Parser:
             fail("runtime takes either command or image, not both", r, "image")
         command: tuple[str, ...] | None
         if isinstance(command_raw, str):
-            command = tuple(shlex.split(command_raw))
+            try:
+                command = tuple(shlex.split(command_raw))
+            except ValueError as exc:     # an unclosed quote
+                fail(f"runtime.command cannot be split as a shell would: {exc}", r, "command")
+            if not command:
+                fail("runtime.command is empty", r, "command")
         elif isinstance(command_raw, list) and command_raw and all(isinstance(a, str) for a in command_raw):
             command = tuple(command_raw)
         elif command_raw is None:

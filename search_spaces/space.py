@@ -18,10 +18,11 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from elsa_tune.errors import ConfigError, SpaceError
+from elsa_tune.finite_number import number_problem
 from elsa_tune.runtime.family import FamilyName
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 from elsa_tune.search_spaces.expression import Expression
-from elsa_tune.search_spaces.parameter import Parameter, Value
+from elsa_tune.search_spaces.parameter import Parameter, ParameterKind, Value
 from elsa_tune.search_spaces.rules import DerivationError, Derived, Rule, RuleViolation, Violation, check_rules
 
 SCHEMA_VERSION = 1
@@ -275,7 +276,8 @@ class SearchSpace:
         uses += [FlagUse(f, (v,), self.base_lines.get(f), "base") for f, v in self.base_flags.items()]
         for p in self.parameters:
             if p.flag:
-                uses.append(FlagUse(p.flag, (p.baseline, *p.choices) if p.choices else (p.baseline,), p.line,
+                ends = tuple(int(v) if p.kind is ParameterKind.INT else v for v in (p.low, p.high) if v is not None)
+                uses.append(FlagUse(p.flag, (p.baseline, *p.choices) if p.choices else (p.baseline, *ends), p.line,
                                     f"parameter {p.name!r}"))
         for t in self.techniques:
             uses += [FlagUse(f, (v,), t.flag_lines.get(f, t.line), f"technique {t.name!r}") for f, v in t.flags.items()]
@@ -309,9 +311,9 @@ class SearchSpace:
             if shape is None:
                 continue
             for value in use.values:
-                problem = _value_problem(shape, value)
+                problem = value_problem(shape, value)
                 if problem:
-                    raise SpaceError(f"{use.where} gives --{use.flag} {problem}", path=self.path, line=use.line,
+                    raise SpaceError(f"{use.where}: --{use.flag} {problem}", path=self.path, line=use.line,
                                      remedy="use a value the runtime accepts (see its --help)")
 
     def to_dict(self) -> dict[str, Any]:
@@ -390,15 +392,27 @@ def _label(space: SearchSpace, chosen: Mapping[str, Value], techniques: Sequence
     return "+".join(parts) if parts else "baseline"
 
 
-def _value_problem(shape: FlagShape, value: FlagValue) -> str | None:
+def value_problem(shape: FlagShape, value: FlagValue) -> str | None:
+    """Why the runtime's parser would refuse ``value`` for a flag of ``shape`` (``None`` when it takes it), as a
+    phrase that follows the flag's name (``is a switch, not 3``): the one check of a value against the runtime's flag
+    table, for a search space's values and a flag file's alike. A shape with a ``kind`` (``int``, ``float``; the
+    bundled table's) is also held to it."""
     if value is None:
         return None
     if not shape.takes_value:
-        return None if isinstance(value, bool) else f"the value {value!r}, but it is a switch (use true/false)"
+        return None if isinstance(value, bool) else f"is a switch, not {value!r} (write true, or delete the line)"
     if value is True:
-        return "no value, but it needs one"
+        return "needs a value, not true"
     if value is False:
         return None
+    problem = number_problem(value) if isinstance(value, (int, float)) else None
+    if problem is not None:
+        return f"takes a finite number: {problem}"
+    kind = getattr(shape, "kind", None)
+    if kind in ("int", "hint") and (isinstance(value, float) or (kind == "int" and isinstance(value, str))):
+        return f"takes a whole number, not {value!r}"
+    if kind == "float" and isinstance(value, str):
+        return f"takes a number, not {value!r}"
     if shape.choices and str(value) not in shape.choices:
-        return f"{value!r}, not one of {', '.join(shape.choices)}"
+        return f"is {value!r}, not one of {', '.join(shape.choices)}"
     return None

@@ -8,9 +8,11 @@ selector) is malformed, the answer is not Prometheus's.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +25,7 @@ from elsa_tune.errors import TrafficError
 
 log = logging.getLogger(__name__)
 
+MAX_ANSWER_BYTES = 256 << 20   # the largest answer read: a page of MAX_POINTS steps of a few series is megabytes
 MAX_POINTS = 10_000
 """Points per series per page: below Prometheus's hard limit of 11,000."""
 
@@ -107,7 +110,12 @@ class PrometheusClient:
         if not re.match(r"^https?://", url):
             raise TrafficError(f"{url!r} is not an http(s) URL", remedy="pass --prometheus http://host:9090")
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport)
+        self.timeout_s = timeout_s
+        try:
+            self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport)
+        except (httpx.InvalidURL, ValueError) as exc:     # 'http://[::1': an unclosed IPv6 address, a bad port
+            raise TrafficError(f"{url!r} is not a URL httpx can use: {exc}",
+                               remedy="pass --prometheus http://host:9090") from exc
 
     def __enter__(self) -> PrometheusClient:
         return self
@@ -167,9 +175,27 @@ class PrometheusClient:
                             remedy="check that the --prometheus URL points at Prometheus (e.g. http://host:9090), "
                                    "or at a proxy that passes its answers through unchanged")
 
+    def _fetch(self, path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
+        """The status and body of one GET, read within ``timeout_s`` in all (not per read: a server that sends a
+        byte a second is cut off) and at most ``MAX_ANSWER_BYTES`` long."""
+        deadline = time.monotonic() + self.timeout_s
+        with self._http.stream("GET", path, params=params) as response:
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise TrafficError(f"{self.url}{path} answered more than {MAX_ANSWER_BYTES >> 20} MiB",
+                                       remedy="query a shorter window or a coarser --step, or check that the URL "
+                                              "is Prometheus")
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"the answer took more than {self.timeout_s:g} s in all")
+            return response.status_code, b"".join(chunks)
+
     def _get(self, path: str, params: Mapping[str, str]) -> Mapping[str, Any]:
         try:
-            response = self._http.get(path, params=params)
+            status, body = self._fetch(path, params)
         except httpx.TimeoutException as exc:
             raise TrafficError(f"Prometheus at {self.url} did not answer in time: {exc}",
                                remedy="query a shorter window or a coarser --step, or check the server's load") from exc
@@ -177,14 +203,15 @@ class PrometheusClient:
             raise TrafficError(f"cannot reach Prometheus at {self.url}: {exc}",
                                remedy="check the --prometheus URL and that Prometheus is running "
                                       "(curl URL/-/ready)") from exc
+        text = body.decode("utf-8", errors="replace")
         try:
-            payload = response.json()
-        except ValueError as exc:
-            raise TrafficError(f"{self.url}{path} answered HTTP {response.status_code} with something that is "
+            payload = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise TrafficError(f"{self.url}{path} answered HTTP {status} with something that is "
                                "not Prometheus JSON", remedy="check that the --prometheus URL points at Prometheus "
                                "(e.g. http://host:9090), not at another service") from exc
         if not isinstance(payload, dict) or payload.get("status") != "success":
-            error = payload.get("error", response.text[:200]) if isinstance(payload, dict) else response.text[:200]
+            error = payload.get("error", text[:200]) if isinstance(payload, dict) else text[:200]
             kind = payload.get("errorType", "") if isinstance(payload, dict) else ""
             remedy = ("check the --selector: it must be label matchers such as '{job=\"sglang\"}'"
                       if kind == "bad_data" else "check the Prometheus server's log")

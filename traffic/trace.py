@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from elsa_tune.durable_file import replacing
 from elsa_tune.errors import TrafficError
+from elsa_tune.input_file import check_input
 
 SCHEMA_VERSION = 1
 META_PREFIX = "elsa_tune."
@@ -303,6 +304,7 @@ def _shift_iso(start: str | None, seconds: float) -> str | None:
 def read_trace(path: str | os.PathLike[str]) -> Trace:
     """Read and validate a trace file; ``TrafficError`` with a remedy when it is missing or wrong."""
     where = str(path)
+    check_input(path, "the trace")
     try:
         parquet = pq.ParquetFile(where)
         table = parquet.read()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import importlib
 import logging
 import pkgutil
@@ -188,14 +189,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader went away (`elsa-tune traffic show X --json | head`): not an error of ours
         _silence_stdout()
         return 0
+    except OSError as exc:
+        if not _stdout_failed(exc):
+            if debug:
+                raise
+            return _internal(exc)
+        _silence_stdout()   # stdout is a full disk (`> /dev/full`) or closed: the output could not be written
+        print(f"elsa-tune: error: the output could not be written to stdout: {exc.strerror or exc}\n"
+              "  remedy: redirect the output to a file system with room, or to a file you can write",
+              file=sys.stderr)
+        return exit_codes.FAILED
     except Exception as exc:  # the one catch-all: an internal bug, reported as such
         if debug:
             raise
-        log.exception("internal error")
-        print(f"elsa-tune: internal error: {type(exc).__name__}: {exc}\n"
-              "  remedy: this is a bug in elsa-tune; rerun with --debug and report the traceback",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal(exc)
+
+
+def _internal(exc: BaseException) -> int:
+    log.exception("internal error")
+    print(f"elsa-tune: internal error: {type(exc).__name__}: {exc}\n"
+          "  remedy: this is a bug in elsa-tune; rerun with --debug and report the traceback",
+          file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _stdout_failed(exc: OSError) -> bool:
+    """``exc`` came from writing stdout: flushing it now fails too (a full disk, a closed descriptor)."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        return True
+    return exc.errno in (errno.ENOSPC, errno.EBADF) and not getattr(exc, "filename", None)
 
 
 def _silence_stdout() -> None:

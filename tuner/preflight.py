@@ -198,7 +198,11 @@ def load_traffic(traffic: str) -> Trace:
         raise ConfigError(f"{traffic}: no such traffic file",
                           remedy="record one (elsa-tune record), import one (elsa-tune traffic import) "
                                  "or pass a bundled trace: --traffic demo or --traffic demo-chat")
-    return read_trace(traffic)
+    trace = read_trace(traffic)
+    if len(trace) == 0:    # nothing to replay: every pass would be empty
+        raise ConfigError(f"--traffic {traffic} holds no requests",
+                          remedy="record a window in which the server served requests, or import a trace with some")
+    return trace
 
 
 def workloads(trace: Trace, settings: Settings, concurrency: int) -> tuple[Workload, Workload]:
@@ -263,7 +267,7 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
     else:
         from elsa_tune.runtime.nvml import NvmlGpu
 
-        gpu = NvmlGpu(int(settings.gpu) if settings.gpu.isdigit() else settings.gpu)
+        gpu = NvmlGpu(int(settings.gpu) if settings.gpu.isascii() and settings.gpu.isdigit() else settings.gpu)
     launch = tuple(shlex.split(settings.launch)) if settings.launch else tuple(space.runtime.command or ())
     if settings.runtime == "docker":
         from elsa_tune.runtime.docker import SGLangDocker

@@ -17,10 +17,11 @@ from elsa_tune.history.study_database import check_study_database
 from elsa_tune.tuner.preflight import BUNDLED_TRACES, Preflight
 
 
-def refuse_before_preflight(run_dir: Path, kind: RunKind, name: str) -> None:
+def refuse_before_preflight(run_dir: Path, kind: RunKind, name: str, *, extending: bool = False) -> None:
     """Refuse a run folder that is not this run's to write, from what the settings say; creates nothing.
 
-    A study also reads the ledger beside the folder now: one it cannot read would end it after its first boots.
+    A study also reads the ledger beside the folder now: one it cannot read would end it after its first boots. A
+    finished study is refused unless the run extends it (``--extend``).
     """
     if kind is RunKind.STUDY:
         Ledger.for_run_dir(run_dir).backend.read()     # corrupt lines are skipped (the study warns of them)
@@ -28,7 +29,7 @@ def refuse_before_preflight(run_dir: Path, kind: RunKind, name: str) -> None:
         return
     check_study_database(run_dir / "study.db")
     check_owner(run_dir, RunIdentity(kind, name))
-    if kind is RunKind.STUDY:
+    if kind is RunKind.STUDY and not extending:
         refuse_finished(run_dir)
 
 

@@ -11,17 +11,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.finite_number import number_problem
 from elsa_tune.tuner.budget import parse_duration
 
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "ELSA_TUNE_"
+#: the fastest a simulated server may run its clock (simulated seconds per wall second)
+MAX_SPEEDUP = 1e6
 RUNTIMES = ("process", "docker", "sim")
 #: ``--runtime`` also takes a runtime family's name: that family as a local process.
 FAMILIES = ("sglang", "llamacpp", "vllm")
@@ -90,6 +94,23 @@ class Settings:
             raise ConfigError("the simulated runtime needs a profile",
                               remedy="pass --sim-profile NAME (see runtime/sim/profiles/, e.g. "
                                      "rtx5090-qwen3.8-27b-nvfp4)")
+        for name, kind in _KINDS.items():     # the one finite-number rule, whichever source gave the value
+            value = getattr(self, name, None)
+            numbers = value if kind == "ints" and isinstance(value, tuple) else (value,)
+            if kind in ("float", "int", "ints") and value is not None and any(number_problem(v) for v in numbers):
+                raise ConfigError(f"{_source(name)}: {number_problem(next(v for v in numbers if number_problem(v)))}",
+                                  remedy=f"give {_source(name)} a finite value")
+        if not re.fullmatch(r"[A-Za-z0-9_,.:-]+", self.gpu):
+            raise ConfigError(f"--gpu {self.gpu!r} is not a GPU: an NVML index, a UUID, sim or cpu",
+                              remedy="pass e.g. --gpu 0, --gpu 0,1, --gpu GPU-<uuid> (nvidia-smi -L), --gpu sim")
+        if self.boot_timeout_s is not None and self.boot_timeout_s <= 0:
+            raise ConfigError(f"{_source('boot_timeout_s')} is {self.boot_timeout_s:g}: a boot cannot be given no time",
+                              remedy="give it a positive number of seconds (e.g. 600), or unset it for the space's "
+                                     "probes.boot_timeout_s")
+        if self.sim_speedup > MAX_SPEEDUP:
+            raise ConfigError(f"{_source('sim_speedup')} {self.sim_speedup:g} is more than {MAX_SPEEDUP:g}: the "
+                              "simulated server's timers would be shorter than the host can keep",
+                              remedy="use e.g. 40 (the default), or --virtual for a study in simulated time alone")
         if self.budget_s <= 0:
             raise ConfigError("the budget must be positive", remedy="pass e.g. --budget 8h")
         if self.baseline_boots < 3:
@@ -188,6 +209,17 @@ def _parse(name: str, raw: str, *, source: str) -> Any:
     except ValueError as exc:
         raise ConfigError(f"{source}: cannot read {raw!r} as {_KINDS.get(name, 'text')}",
                           remedy=f"give {source} a valid value") from exc
+
+
+def _source(name: str) -> str:
+    """How a person sets ``name``: the environment variable, and the flag where ``elsa-tune tune`` has one."""
+    flag = _FLAGS.get(name)
+    return f"{flag} ({ENV_PREFIX}{name.upper()})" if flag else f"{ENV_PREFIX}{name.upper()}"
+
+
+_FLAGS = {"budget_s": "--budget", "sim_speedup": "--sim-speedup", "seed": "--seed",
+          "baseline_boots": "--baseline-boots", "pass_seconds": "--pass-seconds", "out": "--out",
+          "log_file": "--log-file"}
 
 
 def _coerce(name: str, value: Any) -> Any:

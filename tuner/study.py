@@ -25,8 +25,9 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,10 @@ class Study:
 
     def __init__(self, pre: Preflight, *, view: StudyView | None = None, interrupts: Interrupts | None = None,
                  with_plots: bool = True, search: SearchBackend | None = None, clock: StudyClock | None = None,
-                 load: ServerLoad | None = None, outputs_each_decision: bool = True) -> None:
+                 load: ServerLoad | None = None, outputs_each_decision: bool = True,
+                 extension: Mapping[str, float] | None = None) -> None:
+        """``extension``: this run continues a finished study with more budget (``elsa-tune --extend``); it is
+        appended to the extensions ``study.json`` records."""
         self.pre = pre
         self.settings = pre.settings
         self.space = pre.space
@@ -105,6 +109,12 @@ class Study:
         previous = self.store.read_study()
         self.started_at = previous.started_at if previous else time.time()
         self.resumed = previous is not None
+        recorded = previous.extra.get("extensions") if previous else None
+        self.extensions: list[dict[str, Any]] = [dict(e) for e in recorded] if isinstance(recorded, list) else []
+        if extension is not None:
+            self.extensions.append({**extension, "at": time.time()})
+            log.info("extending study %s: budget %.0f s + %.0f s", self.name, extension["from_budget_s"],
+                     extension["added_s"])
         self.reconcile = self.store.reconcile()
         self.night = Night(pre, store=self.store, budget=self.budget, clock=self.clock, view=self.view,
                            interrupts=self.interrupts, on_decision=self._write, load=load)
@@ -150,10 +160,11 @@ class Study:
             self.budget.end()
         self._file_memory_in_winner()
         self._write(final=True)
+        boots = len(self.store.load().boots)    # the boot records the report counts, not this run's boot calls
         log.info("study %s %s: incumbent %s; %d decisions, %d boots; outputs in %s", self.name,
-                 self.status.value, night.incumbent.candidate.label, night.decision_number, night.booter.boots,
+                 self.status.value, night.incumbent.candidate.label, night.decision_number, boots,
                  self.store.run_dir)
-        return StudyOutcome(self.status, night.incumbent.candidate, night.decision_number, night.booter.boots,
+        return StudyOutcome(self.status, night.incumbent.candidate, night.decision_number, boots,
                             str(self.store.run_dir))
 
     def _phase(self, name: str, body: Callable[[], object]) -> None:
@@ -406,7 +417,7 @@ class Study:
                                   "prediction_errors": list(night.memory_errors),
                                   "skipped_candidates": night.skipped_by_model},
                  "policy": night.policy.to_dict() if night.policy else None,
-                 "reconcile": dataclasses.asdict(self.reconcile)}
+                 "reconcile": dataclasses.asdict(self.reconcile), "extensions": self.extensions}
         record = StudyRecord(name=self.name, fingerprint=self.pre.fingerprint, started_at=self.started_at,
                              updated_at=self._unix(), baseline=night.baseline, incumbent=night.incumbent.candidate,
                              budget_s=self.budget.total_s, status=self.status, phases=tuple(self.phases),

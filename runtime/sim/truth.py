@@ -23,6 +23,9 @@ from elsa_tune.search_spaces.candidate import FlagValue
 
 SCHEMA_VERSION = 1
 MAX_STEPS = 5_000_000
+#: the bounds of a workload ``TruthWorkload.problem`` accepts
+MAX_REQUESTS = 100_000
+MAX_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,26 @@ class TruthWorkload:
     name: str = ""
     block_hashes: tuple[tuple[int, ...], ...] = ()
     max_in_flight: int = 0
+
+    def problem(self) -> str | None:
+        """Why this workload cannot be simulated in bounded time (``None`` when it can): every count and length a
+        positive whole number within ``MAX_REQUESTS`` / ``MAX_TOKENS``."""
+        counts = {"concurrency": self.concurrency, "num_requests": self.num_requests, "block_size": self.block_size,
+                  "max_in_flight": self.max_in_flight}
+        for name, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                return f"{name} must be a whole number ≥ 0, not {value!r}"
+        if self.concurrency < 1 or self.block_size < 1:
+            return "concurrency and block_size must be at least 1"
+        if max(self.num_requests, self.concurrency, len(self.requests)) > MAX_REQUESTS:
+            return f"at most {MAX_REQUESTS:,} requests (and clients) are simulated in one truth"
+        given = [(f"requests[{i}].{name}", (getattr(r, name),)) for i, r in enumerate(self.requests)
+                 for name in ("input_tokens", "output_tokens")]
+        for name, lengths in (("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens), *given):
+            if not lengths or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_TOKENS
+                                  for n in lengths):
+                return f"{name} must be whole numbers of tokens from 1 to {MAX_TOKENS:,}, not {list(lengths)!r}"
+        return None
 
     def closed_loop_requests(self) -> list[SimRequest]:
         count = self.num_requests or self.concurrency * 2

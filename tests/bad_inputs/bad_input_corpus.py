@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,9 @@ SPACE = (REPO / "benchmarks" / "workers" / "tiny-space.yaml").read_text()
 FLAGS = ("model-path: tiny-hybrid\nmem-fraction-static: 0.6\nmax-running-requests: 2\nmax-mamba-cache-size: 24\n"
          "speculative-algorithm: EAGLE\nspeculative-eagle-topk: 1\nspeculative-num-steps: 2\n"
          "speculative-num-draft-tokens: 3\n")
+#: an alias bomb as one flow value: nine aliases a level, eight levels (43 million leaves once expanded)
+BOMB = "[&a [x,x,x,x,x,x,x,x,x], " + ", ".join(
+    f"&{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefg", "bcdefgh", strict=True)) + "]"
 COMPARE = ("compare", "--gpu", "sim", "--virtual", "--sim-profile", "tiny-test", "--space", TS)
 
 
@@ -119,6 +123,33 @@ FILES: dict[str, str | bytes] = {
     "flags-no-model-b.yaml": FLAGS.replace("model-path: tiny-hybrid\n", "").replace("0.6", "0.7"),
     "flags-only-host.yaml": "host: 0.0.0.0\nport: 30000\n",
     "flags-env.yaml": "# Environment (not a flag; export it first): X='unclosed\n" + FLAGS,
+    # issue 31: numbers past the finite-number rule, documents past the loader's bounds, values of the wrong type
+    "space-huge-int.yaml": SPACE.replace("high: 4,", "high: " + "9" * 400 + ","),
+    "space-deep.yaml": "[" * 100_000 + "\n",
+    "space-deep-value.yaml": SPACE.replace("description: ", "description: " + "[" * 40 + "1" + "]" * 40 + " #"),
+    "space-bomb.yaml": SPACE.replace("name: tiny-distributed", "name: " + BOMB),
+    "space-big.yaml": SPACE + "# " + "x" * (1 << 20) + "\n",
+    "space-unclosed-quote.yaml": SPACE.replace("command: [python, -m, sglang.launch_server]",
+                                               "command: \"python -m 'sglang\""),
+    "space-choices-int.yaml": SPACE.replace("max-running-requests: {type: int, low: 1, high: 3, baseline: 2}",
+                                            "max-running-requests: {type: categorical, choices: [two, 2], "
+                                            "baseline: 2}"),
+    "space-float-for-int.yaml": SPACE.replace("max-running-requests: {type: int, low: 1, high: 3, baseline: 2}",
+                                              "max-running-requests: {type: float, low: 1.5, high: 3, baseline: 2}"),
+    "space-choices-nan.yaml": SPACE.replace("mem-fraction-static: {type: float, low: 0.5, high: 0.7, step: 0.05, "
+                                            "baseline: 0.6}", "mem-fraction-static: {type: categorical, choices: "
+                                            "[.nan, 0.6], baseline: 0.6}"),
+    "space-tiny-step.yaml": SPACE.replace("step: 0.05", "step: 1e-300"),
+    "flags-bomb.yaml": FLAGS + "? " + BOMB + "\n: 1\n",
+    "flags-huge-int.yaml": FLAGS + "chunked-prefill-size: " + "9" * 400 + "\n",
+    "flags-1e308.yaml": FLAGS.replace("0.6", "1e308"),
+    "flags-nul.yaml": FLAGS + "page-size: 1\0\n",
+    "flags-deep.yaml": FLAGS + "page-size: " + "[" * 100_000 + "\n",
+    "workload-huge.json": '{"num_requests": 100000000}',
+    "workload-negative.json": '{"num_requests": 10, "input_tokens": [-5], "output_tokens": [-5]}',
+    "workload-list.json": "[]",
+    "report-md-folder/study.json": "{}\n",
+    "report-md-folder/report.md/keep": "",
 }
 
 
@@ -132,6 +163,10 @@ def write_files(root: Path) -> None:
         else:
             path.write_text(content)
     (root / "folder").mkdir(exist_ok=True)
+    for fifo in ("fifo", "fifo-ledger/ledger.jsonl"):     # special files: an input that would block, never end
+        (root / fifo).parent.mkdir(parents=True, exist_ok=True)
+        if not (root / fifo).exists():
+            os.mkfifo(root / fifo)
     table = pa.table({"x": [1, 2]})
     pq.write_table(table, root / "not-a-trace.parquet")
     meta = {b"elsa_tune.schema_version": b"\xff\xfe", b"elsa_tune.block_size": b"512"}
@@ -142,6 +177,7 @@ def write_files(root: Path) -> None:
     one = import_trace(root / "self.jsonl", "mooncake").trace
     write_trace(one, root / "one-row.parquet")
     write_trace(import_trace(root / "good.jsonl", "mooncake").trace, root / "good.parquet")
+    pq.write_table(pq.read_table(root / "one-row.parquet").slice(0, 0), root / "zero-rows.parquet")
 
 
 def _cases() -> list[Case]:
@@ -320,6 +356,53 @@ def _cases() -> list[Case]:
     add("check unknown profile", "check", "--gpu", "sim", "--sim-profile", "nope", "--space", TS)
     add("check missing space", "check", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", "{d}/nope.yaml")
     add("no such command", "frobnicate")
+
+    # issue 31: every case it names that a command line can carry
+    for name in ("space-huge-int.yaml", "space-deep.yaml", "space-deep-value.yaml", "space-bomb.yaml",
+                 "space-big.yaml", "space-unclosed-quote.yaml", "space-choices-int.yaml", "space-float-for-int.yaml",
+                 "space-choices-nan.yaml", "space-tiny-step.yaml", "fifo"):
+        add(f"space check {name}", "space", "check", f"{{d}}/{name}")
+    add("space check /dev/zero", "space", "check", "/dev/zero")
+    for name in ("flags-bomb.yaml", "flags-huge-int.yaml", "flags-1e308.yaml", "flags-nul.yaml", "flags-deep.yaml",
+                 "fifo"):
+        add(f"compare --b {name}", *COMPARE, "--a", "{d}/flags-a.yaml", "--b", f"{{d}}/{name}", "--out", "{d}/cmp")
+    add("compare --b /dev/zero", *COMPARE, "--a", "{d}/flags-a.yaml", "--b", "/dev/zero", "--out", "{d}/cmp")
+    add("compare --traffic zero-rows.parquet", *pair, "--traffic", "{d}/zero-rows.parquet", "--out", "{d}/cmp")
+    for flag, value in (("--sigma-boot", "1e308"), ("--passes", "1000000000000"), ("--alpha", "1e-300"),
+                        ("--sigma-run", "9" * 400)):
+        add(f"gate plan {flag} {value[:12]}", "gate", "plan", flag, value)
+    add("gate simulate --effect -1", "gate", "simulate", "--effect", "-1")
+    add("gate simulate --runs 10**12", "gate", "simulate", "--runs", "1000000000000")
+    add("study --traffic zero-rows.parquet", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS,
+        "--traffic", "{d}/zero-rows.parquet", "--out", "{d}/run")
+    add("check --traffic zero-rows.parquet", "check", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS,
+        "--traffic", "{d}/zero-rows.parquet")
+    add("study --traffic fifo", "--gpu", "sim", "--sim-profile", "tiny-test", "--space", TS, "--traffic", "{d}/fifo",
+        "--out", "{d}/run")
+    add("study --gpu ²", "--gpu", "²", "--traffic", "demo", "--out", "{d}/run")
+    add("study --sim-speedup 1e300", *SIM, "--out", "{d}/run", "--sim-speedup", "1e300")
+    add("study --seed 10**400", *SIM, "--out", "{d}/run", "--seed", "1" + "0" * 400)
+    add("study --out not UTF-8", *SIM, "--out", "{d}/r\udcff")
+    add("study --log-file a FIFO", *SIM, "--out", "{d}/run", "--log-file", "{d}/fifo")
+    add("log explain fifo", "log", "explain", "{d}/fifo")
+    add("log explain /dev/zero", "log", "explain", "/dev/zero")
+    add("show fifo", "traffic", "show", "{d}/fifo")
+    add("show /dev/zero", "traffic", "show", "/dev/zero")
+    add("import fifo", "traffic", "import", "{d}/fifo", "--format", "mooncake", "-o", "{d}/o.parquet")
+    add("import onto a FIFO", "traffic", "import", "{d}/good.jsonl", "--format", "mooncake", "-o", "{d}/fifo")
+    add("ledger a FIFO", "ledger", "{d}/fifo-ledger")
+    add("report where report.md is a folder", "report", "{d}/report-md-folder")
+    add("record -o a FIFO", *record, "-o", "{d}/fifo")
+    add("record -o /dev/null", *record, "-o", "/dev/null")
+    add("record an unclosed IPv6 URL", "record", "--prometheus", "http://[::1", "--since", "1h", "-o",
+        "{d}/o.parquet")
+    add("record --seed -1", *record, "--seed", "-1", "-o", "{d}/o.parquet")
+    add("sim serve --port 99999", "sim", "serve", "--sim-profile", "tiny-test", "--model-path", "tiny-hybrid",
+        "--port", "99999")
+    for name in ("workload-huge.json", "workload-negative.json", "workload-list.json"):
+        add(f"sim truth {name}", "sim", "truth", "--sim-profile", "tiny-test", "--workload", f"{{d}}/{name}")
+    add("worker --ledger its space", *worker, "--ledger", "{d}/space-ok.yaml")
+    add("worker --ledger a FIFO", *worker, "--ledger", "{d}/fifo")
     return cases
 
 
@@ -334,5 +417,7 @@ def snapshot(root: Path) -> dict[str, str]:
             seen[os.path.relpath(os.path.join(folder, name), root)] = "dir"
         for name in files:
             path = os.path.join(folder, name)
-            seen[os.path.relpath(path, root)] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            mode = os.lstat(path).st_mode
+            seen[os.path.relpath(path, root)] = (hashlib.sha256(Path(path).read_bytes()).hexdigest()
+                                                 if stat.S_ISREG(mode) else stat.filemode(mode))
     return seen

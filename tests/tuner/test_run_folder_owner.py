@@ -97,6 +97,63 @@ def test_rerunning_a_finished_study_is_refused_and_changes_no_byte(
     assert snapshot(run.parent) == before
 
 
+def test_extend_continues_a_finished_study_with_more_budget_and_records_it(
+        finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = copy_of(finished, tmp_path)
+    first = json.loads((run / "study.json").read_text())
+    boots = {p.name: (p / "boot.json").read_bytes() for p in (run / "boots").iterdir()}
+    assert main([*study_argv(run), "--extend", "20m"]) == exit_codes.OK
+    capsys.readouterr()
+    study = json.loads((run / "study.json").read_text())
+    assert study["status"] == "finished" and study["budget_s"] == first["budget_s"] + 1200
+    [extension] = study["extra"]["extensions"]
+    assert extension["from_budget_s"] == first["budget_s"] and extension["added_s"] == 1200
+    for name, record in boots.items():      # every boot of the finished study is kept as it was, and reused
+        assert (run / "boots" / name / "boot.json").read_bytes() == record
+    before = snapshot(run.parent)           # extended and finished: a plain rerun is refused again
+    refused(capsys, study_argv(run), code=exit_codes.USAGE, cause="which has finished", fix="--extend")
+    assert snapshot(run.parent) == before
+
+
+def test_extend_without_a_finished_study_is_refused(finished: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    refused(capsys, [*study_argv(tmp_path / "nothing"), "--extend", "1h"], code=exit_codes.USAGE,
+            cause="holds no study to extend", fix="drop --extend")
+    assert not (tmp_path / "nothing").exists()
+    run = copy_of(finished, tmp_path)
+    data = json.loads((run / "study.json").read_text())
+    data["status"] = "interrupted"
+    (run / "study.json").write_text(json.dumps(data))
+    before = snapshot(run.parent)
+    refused(capsys, [*study_argv(run), "--extend", "1h"], code=exit_codes.USAGE, cause="has not finished",
+            fix="without --extend")
+    assert snapshot(run.parent) == before
+
+
+def test_the_console_counts_the_boots_the_report_counts_after_a_resume(
+        finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study stopped during a boot leaves that boot's record (outcome ``interrupted``); the resumed study boots it
+    again. The console counted only the boots the resumed run asked for, the report every record ("132 boots" vs
+    "149"): both now count the records."""
+    run = copy_of(finished, tmp_path)
+    data = json.loads((run / "study.json").read_text())
+    data["status"] = "interrupted"
+    (run / "study.json").write_text(json.dumps(data))
+    last = sorted((run / "boots").iterdir())[-1]
+    number = int(last.name.split("-", 1)[0]) + 1
+    stopped = run / "boots" / f"{number:04d}-stopped"
+    shutil.copytree(last, stopped)
+    record = json.loads((stopped / "boot.json").read_text())
+    record.update(boot_id=stopped.name, boot_number=number, outcome="interrupted")
+    record["extra"]["tag"] = "stopped:0"
+    (stopped / "boot.json").write_text(json.dumps(record))
+    assert main([*study_argv(run)[:-1]]) == exit_codes.OK     # without -q: the console's summary
+    console = capsys.readouterr().out
+    assert main(["report", "--json", "--no-plots", str(run)]) == exit_codes.OK
+    report = json.loads(capsys.readouterr().out)
+    assert f"  {report['boots']} boots, " in console, (report["boots"], console)
+
+
 def test_ctrl_c_during_the_rerun_of_a_finished_study_leaves_it_byte_identical(finished: Path,
                                                                               tmp_path: Path) -> None:
     """The issue's case: SIGINT while rerunning a finished study rewound it (finished → interrupted, trial-18 →

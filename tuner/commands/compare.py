@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,10 +110,10 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.tuner.run_folder import identity, refuse_before_preflight
     from elsa_tune.tuner.settings import Settings
 
-    if args.a.resolve() == args.b.resolve():
+    file_a, file_b = read_flag_file(args.a), read_flag_file(args.b)    # refuses a loop, a FIFO, a device first
+    if os.path.samefile(args.a, args.b):
         raise ConfigError(f"--a and --b are the same file ({args.a})",
                           remedy="pass two flag files; to measure one configuration's noise, copy it to a second file")
-    file_a, file_b = read_flag_file(args.a), read_flag_file(args.b)
     models = {str(m) for m in (args.model, *(f.flags.get(flag) for f in (file_a, file_b) for flag in _MODEL_FLAGS))
               if m}
     if len(models) > 1:

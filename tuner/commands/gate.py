@@ -14,7 +14,11 @@ import sys
 from collections import Counter
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.tuner.argument_types import finite_float, nonnegative_float, positive_float, positive_int
+from elsa_tune.tuner.argument_types import (
+    float_in,
+    int_in,
+    positive_float,
+)
 from elsa_tune.tuner.comparison import InsufficientData, boots_per_arm_for, mde_for
 from elsa_tune.tuner.gate import GatePolicy, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
@@ -34,28 +38,32 @@ def register(parser: argparse.ArgumentParser) -> None:
     plan.set_defaults(func=_plan)
     simulate = sub.add_parser("simulate", help="keep rate and boots spent for a known true effect (noise model)")
     _policy_args(simulate)
-    simulate.add_argument("--effect", type=finite_float, action="append", metavar="RATIO",
+    simulate.add_argument("--effect", type=float_in(-0.99, 10.0), action="append", metavar="RATIO",
                           help="true change as a fraction, e.g. 0.05 for +5%% (repeatable; default 0 and 0.10)")
-    simulate.add_argument("--runs", type=positive_int, default=200, help="A/B runs per effect (default 200)")
+    simulate.add_argument("--runs", type=int_in(1, 100_000), default=200, help="A/B runs per effect (default 200)")
     simulate.set_defaults(func=_simulate)
 
 
 def _policy_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sigma-boot", type=nonnegative_float, default=0.10,
+    parser.add_argument("--sigma-boot", type=float_in(0.0, 10.0), default=0.10,
                         help="boot-to-boot σ of log throughput (0.10)")
-    parser.add_argument("--sigma-run", type=nonnegative_float, default=0.03, help="pass-to-pass σ within a boot (0.03)")
-    parser.add_argument("--passes", type=positive_int, default=2, help="measured passes per boot (2)")
+    parser.add_argument("--sigma-run", type=float_in(0.0, 10.0), default=0.03,
+                        help="pass-to-pass σ within a boot (0.03)")
+    parser.add_argument("--passes", type=int_in(1, 100), default=2, help="measured passes per boot (2)")
     parser.add_argument("--looks", default="4,8,12", help="blocks per arm at each look (4,8,12)")
     parser.add_argument("--alpha", type=positive_float, default=0.05, help="one-sided false-keep rate (0.05)")
     parser.add_argument("--shape", choices=("obf", "pocock"), default="obf", help="boundary shape (obf)")
-    parser.add_argument("--min-effect", type=positive_float, default=0.03, help="minimum worthwhile effect (0.03)")
+    parser.add_argument("--min-effect", type=float_in(0.0, 10.0, open_low=True), default=0.03,
+                        help="minimum worthwhile effect (0.03)")
 
 
 def _policy(args: argparse.Namespace) -> GatePolicy:
     try:
         looks = tuple(int(x) for x in str(args.looks).split(","))
-        return GatePolicy(sigma_boot=args.sigma_boot, sigma_run=args.sigma_run, measured_passes=args.passes,
-                          looks=looks, alpha=args.alpha, shape=args.shape, min_effect=args.min_effect)
+        policy = GatePolicy(sigma_boot=args.sigma_boot, sigma_run=args.sigma_run, measured_passes=args.passes,
+                            looks=looks, alpha=args.alpha, shape=args.shape, min_effect=args.min_effect)
+        policy.boundaries()     # a level the Monte Carlo cannot calibrate is refused here, as a setting
+        return policy
     except ValueError as exc:
         raise ConfigError(f"bad gate settings: {exc}", remedy="looks are increasing integers ≥ 2 such as 4,8,12; "
                                                               "alpha in (0, 0.5); σ's non-negative") from exc

@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
+from elsa_tune.input_file import read_input
 from elsa_tune.runtime.boot_report import BootReport
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.runtime.family import FamilyName, ReportSection, RuntimeFamily, detect, family
@@ -40,12 +40,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     explain.set_defaults(func=run_explain)
 
 
+_MAX_LOG_BYTES = 1 << 30   # a server log of a day's boots is megabytes; a gigabyte is not one log
+
+
 def _read(path: str) -> str:
     if path == "-":
         text = sys.stdin.read()
     else:
         try:
-            raw = Path(path).read_bytes()
+            raw = read_input(path, "the server log", limit=_MAX_LOG_BYTES)
         except OSError as exc:
             raise ConfigError(f"cannot read the server log {path!r}: {exc.strerror or exc}",
                               remedy="pass the path of a server log (or - to read stdin)") from exc

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
@@ -39,6 +40,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{run_dir} holds a comparison (elsa-tune compare), not a study: it has no winner to report",
                           remedy=f"read {run_dir / 'compare.json'}, or rerun the same elsa-tune compare command to "
                                  "print its verdict from the recorded boots")
+    for name, folder in (("report.md", False), ("report.html", False), ("best", True)):
+        path = run_dir / name     # checked before rendering: a folder, FIFO or device there is refused untouched
+        if os.path.lexists(path) and (path.is_dir() != folder or not (folder or path.is_file())):
+            raise ConfigError(f"{path} is not the {'folder' if folder else 'file'} a report writes there",
+                              remedy=f"move {path} aside: elsa-tune report writes report.md, report.html and best/ "
+                                     "in the run folder")
     from elsa_tune.reports.build import write_outputs  # matplotlib is slow to import: only when rendering
 
     outputs = write_outputs(run_dir, with_plots=not args.no_plots)

@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import enum
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -153,6 +154,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     family = getattr(args, "family", "sglang") or "sglang"
     given = _given(args) if family == "sglang" else dialect(family).given(args)
+    port = getattr(args, "port", None)
+    if isinstance(port, int) and not 0 < port < 65536:   # a runtime's parser takes any integer; a socket does not
+        raise ConfigError(f"--port {port} is not a TCP port", remedy="give --port a number from 1 to 65535")
     options = SimOptions(profile=args.sim_profile, given=given, family=family, seed=args.sim_seed,
                          fault=args.sim_fault,
                          speedup=args.sim_speedup, card_dir=args.sim_card_dir, quiet=args.sim_noise == "off",
@@ -180,8 +184,11 @@ def _truth(args: argparse.Namespace) -> int:
             fields["requests"] = tuple(SimRequest(**{**r, "block_hashes": tuple(r.get("block_hashes", ()))})
                                        for r in fields["requests"])
         workload = TruthWorkload(**fields)
-    except TypeError as exc:
+    except (TypeError, AttributeError) as exc:
         raise ConfigError(f"--workload: {exc}", remedy="use the fields of runtime/sim/truth.py TruthWorkload") from exc
+    problem = workload.problem()
+    if problem is not None:
+        raise ConfigError(f"--workload: {problem}", remedy="use the fields of runtime/sim/truth.py TruthWorkload")
     env = _config_env(args)
     for item in args.env:
         name, sep, value = item.partition("=")
@@ -189,7 +196,7 @@ def _truth(args: argparse.Namespace) -> int:
             raise ConfigError(f"--env {item!r}: expected NAME=VALUE", remedy="write --env NAME=VALUE")
         env[name] = value
     result = truth(load_profile(args.sim_profile), sglang_flags.requested_flags(_given(args)), env, workload)
-    print(json.dumps(_jsonable(result), indent=2, sort_keys=True))
+    print(json.dumps(_jsonable(result), indent=2, sort_keys=True, allow_nan=False))
     return 0
 
 
@@ -215,4 +222,6 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None     # JSON has no NaN: a figure that cannot be computed is null
     return value

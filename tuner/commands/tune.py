@@ -3,7 +3,7 @@
 Thin shell: arguments → ``Settings`` (defaults < ``ELSA_TUNE_*`` < these flags) → preflight → ``Study.run``.
 Rerunning the same command with the same ``--out`` resumes the study; nothing finished is measured twice. A finished
 study, or a folder another study or comparison owns (``history/run_identity.py``), is refused before anything is
-written.
+written; ``--extend D`` continues a finished study with D more budget, reusing its boots.
 ``--gpu 0,1``: one study; the first GPU runs baseline, screening and confirmation, and the numeric search runs on
 every listed GPU at once (``tuner/fleet.py``).
 """
@@ -55,6 +55,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, type=Path, metavar="DIR",
                         help="the run folder (default ./elsa-runs/<study>/); the ledger is kept beside it")
     parser.add_argument("--study", default=None, metavar="NAME", help="the study's name (default from the space)")
+    parser.add_argument("--extend", default=None, metavar="DURATION",
+                        help="continue the finished study in --out with this much more budget, e.g. --extend 2h "
+                             "(its boots are reused; study.json records the extension); a finished study is "
+                             "otherwise never run again")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="require an existing study in --out and continue it (rerunning also resumes)")
     parser.add_argument("--runtime", default=None, choices=(*RUNTIMES, *FAMILIES),
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.tuner.worker_pool import parse_gpus
 
     cli = {k: v for k, v in vars(args).items()
-           if k not in ("func", "command", "debug", "verbose", "quiet", "dry_run", "json")}
+           if k not in ("func", "command", "debug", "verbose", "quiet", "dry_run", "json", "extend")}
     cli["verbosity"] = int(args.verbose) - int(args.quiet) or None
     settings = Settings.resolve(cli)
     # --gpu 0,1: the lead owns the first GPU (baseline, screening, confirmation); the search runs on all of them.
@@ -129,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
     card_dir = run_dir.resolve() / "sim-cards" / f"gpu{gpus[0]}" if gpus and settings.simulated else None
     existed = run_dir.exists()
     RunLock(run_dir).check_free()   # a folder in use is refused before the preflight, which would see a busy GPU
-    refuse_before_preflight(run_dir, RunKind.STUDY, settings.study_name)
+    extending = args.extend is not None
+    refuse_before_preflight(run_dir, RunKind.STUDY, settings.study_name, extending=extending)
+    settings, extension = _extension(settings, run_dir, args.extend)
     try:   # every check before the study's first file: a refused study leaves the run folder as it was
         pre = run_preflight(settings, card_dir=card_dir)
         owner = identity(pre, RunKind.STUDY)
@@ -144,12 +150,45 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}",
                           remedy="give --out a folder you can write to") from exc
     with RunLock(run_dir):   # refused: another study holds the folder, and nothing here is touched
-        refuse_before_preflight(run_dir, RunKind.STUDY, settings.study_name)   # it may have finished meanwhile
+        refuse_before_preflight(run_dir, RunKind.STUDY, settings.study_name,   # it may have finished meanwhile
+                                extending=extending)
         claim(run_dir, owner)
-        return _study(args, pre, settings, gpus, live)
+        return _study(args, pre, settings, gpus, live, extension)
 
 
-def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: list[str], live: bool) -> int:
+def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[Settings, dict[str, float] | None]:
+    """The settings of a run in ``run_dir`` and the extension it records, if any.
+
+    ``--extend D`` on a finished study: its recorded budget plus D, recorded as an extension. On a study an extension
+    left interrupted (with or without ``--extend``): the recorded budget, which already holds the extension, so a
+    resumed extension is not extended twice nor cut back to ``--budget``.
+    """
+    from elsa_tune.history.run_dir import RunDir
+    from elsa_tune.history.study_record import StudyStatus
+    from elsa_tune.tuner.budget import parse_duration
+
+    added = parse_duration(extend) if extend is not None else None
+    previous = RunDir(run_dir).read_study() if run_dir.is_dir() else None
+    extended = previous is not None and bool(previous.extra.get("extensions"))
+    if added is not None and previous is None:
+        raise ConfigError(f"--extend: {run_dir} holds no study to extend",
+                          remedy="drop --extend to start a study there, or point --out at a finished study's folder")
+    if previous is None or (added is None and not extended):
+        return settings, None
+    recorded = previous.budget_s if previous.budget_s is not None else settings.budget_s
+    if added is not None and previous.status is StudyStatus.FINISHED:
+        budget = recorded + added
+        return (dataclasses.replace(settings, budget_s=budget),
+                {"from_budget_s": recorded, "added_s": added, "budget_s": budget})
+    if added is not None and not extended:
+        raise ConfigError(f"--extend: study {previous.name} in {run_dir} has not finished ({previous.status.value}), "
+                          "so there is nothing to extend yet",
+                          remedy="rerun the same command without --extend to resume it; extend it once it finished")
+    return dataclasses.replace(settings, budget_s=recorded), None
+
+
+def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: list[str], live: bool,
+           extension: dict[str, float] | None) -> int:
     from elsa_tune.history.study_record import StudyStatus
     from elsa_tune.tuner.console import StudyView, setup_logging
     from elsa_tune.tuner.signals import Interrupts
@@ -175,7 +214,8 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         sim = SimulatedTestbed.of(pre)
         pre, clock, load = sim.pre, sim.clock, sim.load
     with StudyView(live=live) as view:
-        outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, load=load).run()
+        outcome = Study(pre, view=view, interrupts=Interrupts(), search=search, clock=clock, load=load,
+                        extension=extension).run()
     if args.json:
         print(json.dumps({"study": settings.study_name, "status": outcome.status.value,
                           "recommended": {"label": outcome.incumbent.label, "argv": outcome.incumbent.argv(),
