@@ -1,7 +1,8 @@
 """``record`` from a live ``llama-server`` scraped by a live Prometheus: what the tool recovers against what was sent.
 
-The tiny model serves on two slots; three clients send six requests each (fixed output lengths, prompts that
-share a prefix), so a third request waits while two run. Prometheus scrapes every second on loopback. Exact:
+The tiny model serves on two slots; three clients send at least six requests each, and go on until the load has
+lasted ``MIN_LOAD_S`` (fixed output lengths, prompts that share a prefix), so a third request waits while two run
+over many scrapes however fast the host serves. Prometheus scrapes every second on loopback. Exact:
 the token totals (generation, prompt = processed + cached, cached) against the responses' usage and timings,
 and the requests derived from them with the means of what was sent. Concurrency: two slots at most, a request
 waiting at some scrape, and the mean in flight within half a request of the clients' own count at the grid.
@@ -34,16 +35,19 @@ MAX_TOKENS = 384
 SCRAPE_S = 1.0
 WAIT_S = 30.0
 MIN_WINDOW_S = 15.0
+MIN_LOAD_S = 8.0   # eight scrapes at least under load: a waiting request is in most of them on any host
 
 
-def _sent(server: LlamaServer, client: int, out: list[dict[str, Any]], lock: threading.Lock) -> None:
-    for i in range(PER_CLIENT):
+def _sent(server: LlamaServer, client: int, out: list[dict[str, Any]], lock: threading.Lock, until: float) -> None:
+    i = 0
+    while i < PER_CLIENT or time.time() < until:
         prompt = f"the sky look blue at noon and red at sunset, said river {client} to the hill {i}"
         began = time.time()
         reply = server.post("/v1/completions", {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
                                                 "ignore_eos": True}, timeout_s=WAIT_S)
         with lock:
             out.append({"began": began, "ended": time.time(), "usage": reply["usage"], "timings": reply["timings"]})
+        i += 1
 
 
 def _latest(prom: PrometheusClient, name: str | None) -> float | None:
@@ -77,12 +81,14 @@ def test_a_workload_recorded_from_a_live_llama_server_matches_what_was_sent(tmp_
             start = time.time()
             time.sleep(2 * SCRAPE_S)   # idle scrapes before the load
             lock = threading.Lock()
-            clients = [threading.Thread(target=_sent, args=(server, c, sent, lock)) for c in range(CLIENTS)]
+            until = time.time() + MIN_LOAD_S
+            clients = [threading.Thread(target=_sent, args=(server, c, sent, lock, until)) for c in range(CLIENTS)]
             for thread in clients:
                 thread.start()
             for thread in clients:
                 thread.join(timeout=6 * WAIT_S)
-            assert len(sent) == CLIENTS * PER_CLIENT, "a client did not finish"
+            assert not any(t.is_alive() for t in clients), "a client did not finish"
+            assert len(sent) >= CLIENTS * PER_CLIENT
             generated = sum(r["usage"]["completion_tokens"] for r in sent)
             _until("Prometheus saw every generated token",
                    lambda: _latest(prom, NAMES.generation_tokens) == generated)
