@@ -157,8 +157,8 @@ def dimension(samples: Sequence[BootSample], *, cost_ratio: float | None = None,
     if len(lengths) != 1:
         raise InsufficientData(f"baseline boots ran different numbers of passes: {sorted(lengths)}")
     matrix = np.asarray([[p.output_throughput_tok_s for p in s.passes] for s in samples], dtype=np.float64)
-    names = set.intersection(*(set(s.covariates.as_mapping()) for s in samples)) if samples else set()
-    covariates = {name: [s.covariates.as_mapping()[name] for s in samples] for name in sorted(names)}
+    names = set.intersection(*(set(s.covariates.drifting()) for s in samples)) if samples else set()
+    covariates = {name: [s.covariates.drifting()[name] for s in samples] for name in sorted(names)}
     kv = [s.kv_pool_tokens for s in samples]
     kv_deterministic = None if any(k is None for k in kv) or not kv else len(set(kv)) == 1
     return dimension_passes(matrix, covariates=covariates, cost_ratio=cost_ratio, mdes=mdes,

@@ -31,7 +31,7 @@ from typing import Any
 from elsa_tune import exit_codes
 from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.runtime.failure import Failure
@@ -47,7 +47,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.signals import Interrupts
 

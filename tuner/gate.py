@@ -42,6 +42,7 @@ from typing import Any
 
 from elsa_tune.errors import BootFailed, ServerDied
 from elsa_tune.history.reasons import failure_category
+from elsa_tune.history.records import Arm
 from elsa_tune.history.verdict import (
     CapLook,
     Decision,
@@ -59,7 +60,7 @@ from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
 from elsa_tune.tuner.comparison import BIWEIGHT_C, Comparison, InsufficientData, compare, mde_for, non_inferiority
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.multiplicity import combined_p
-from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
+from elsa_tune.tuner.schedule import Schedule, abba_baab
 
 log = logging.getLogger(__name__)
 

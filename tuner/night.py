@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import BootOutcome, Phase
+from elsa_tune.history.records import Arm, BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import Confirmation
 from elsa_tune.history.verdict import Verdict
@@ -34,7 +34,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
 log = logging.getLogger(__name__)

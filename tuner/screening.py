@@ -37,7 +37,7 @@ from scipy import stats
 from elsa_tune.errors import ConfigError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct, reason_from_verdict
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.verdict import Decision, Futility, PoolFacts, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
@@ -47,7 +47,6 @@ from elsa_tune.tuner.booter import BootPlan, BootResult
 from elsa_tune.tuner.boundaries import smallest_level
 from elsa_tune.tuner.multiplicity import second_stage_level, with_first_stage
 from elsa_tune.tuner.night import Incumbent, Night, PausedTest, PhaseOver, arm_mean
-from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import SearchSpace
@@ -26,7 +26,6 @@ from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import ABResult, GatePolicy
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.night import Incumbent, Night
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
 

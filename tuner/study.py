@@ -34,7 +34,7 @@ import numpy as np
 from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import effect_text, pool_text
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import Confirmation, ConfirmationStatus, PhaseSpan, StudyRecord, StudyStatus
 from elsa_tune.history.verdict import Decision, PolicyKind
@@ -52,7 +52,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend

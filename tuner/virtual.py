@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.plan import ProbeKind, ProbeSpec
 from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
@@ -44,7 +44,6 @@ from elsa_tune.tuner.booter import BootPlan, CandidateBooter
 from elsa_tune.tuner.load import QUALITY, Passes, QualityCheck
 from elsa_tune.tuner.night import StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.settings import Settings
 
 SCHEMA_VERSION = 1
