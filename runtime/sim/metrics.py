@@ -71,7 +71,10 @@ SCHEDULER_GAUGES = {
 }
 
 
-class _Metric:
+class Metric:
+    """One metric family: its name, help text, label names and ``kind`` (the ``# TYPE`` word); ``samples`` are its
+    exposition lines."""
+
     kind = ""
 
     def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
@@ -92,7 +95,7 @@ class _Metric:
         raise NotImplementedError
 
 
-class Counter(_Metric):
+class Counter(Metric):
     kind = "counter"
 
     def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
@@ -107,7 +110,7 @@ class Counter(_Metric):
         return [f"{self.name}{self._label_text(k)} {_num(v)}" for k, v in sorted(self.values.items())]
 
 
-class Gauge(_Metric):
+class Gauge(Metric):
     kind = "gauge"
 
     def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
@@ -121,7 +124,7 @@ class Gauge(_Metric):
         return [f"{self.name}{self._label_text(k)} {_num(v)}" for k, v in sorted(self.values.items())]
 
 
-class Histogram(_Metric):
+class Histogram(Metric):
     kind = "histogram"
 
     def __init__(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]) -> None:
@@ -156,7 +159,7 @@ class SglangMetrics:
         self.tok = {"model_name": model_name, "engine_type": "unified"}
         self.sched = {**self.tok, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
         tl, sl = tuple(self.tok), tuple(self.sched)
-        self._metrics: list[_Metric] = []
+        self._metrics: list[Metric] = []
         c, g, h = self._counter, self._gauge, self._histogram
         self.prompt_tokens = c("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
                                (*tl, "is_streaming"))
@@ -215,15 +218,7 @@ class SglangMetrics:
 
     def render(self) -> str:
         with self.lock:
-            lines: list[str] = []
-            for metric in self._metrics:
-                samples = metric.samples()
-                if not samples:
-                    continue
-                lines.append(f"# HELP {metric.name} {metric.doc}")
-                lines.append(f"# TYPE {metric.name} {metric.kind}")
-                lines.extend(samples)
-            return "\n".join(lines) + "\n"
+            return exposition(self._metrics)
 
     def _counter(self, name: str, doc: str, labels: Sequence[str]) -> Counter:
         metric = Counter(name, doc, labels)
@@ -239,6 +234,20 @@ class SglangMetrics:
         metric = Histogram(name, doc, labels, buckets)
         self._metrics.append(metric)
         return metric
+
+
+def exposition(metrics: Iterable[Metric]) -> str:
+    """The Prometheus text exposition of ``metrics``: ``# HELP``, ``# TYPE`` and the samples of each metric that has
+    any, in order."""
+    lines: list[str] = []
+    for metric in metrics:
+        samples = metric.samples()
+        if not samples:
+            continue
+        lines.append(f"# HELP {metric.name} {metric.doc}")
+        lines.append(f"# TYPE {metric.name} {metric.kind}")
+        lines.extend(samples)
+    return "\n".join(lines) + "\n"
 
 
 def _escape(value: str) -> str:

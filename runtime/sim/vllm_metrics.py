@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 
-from elsa_tune.runtime.sim.metrics import Counter, Gauge, Histogram, _Metric
+from elsa_tune.runtime.sim.metrics import Counter, Gauge, Histogram, Metric, exposition
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -75,7 +75,7 @@ class _Drop:
         return None
 
 
-class _Info(_Metric):
+class _Info(Metric):
     """An info-style gauge (value 1) whose labels are the configuration."""
 
     kind = "gauge"
@@ -104,7 +104,7 @@ class VllmMetrics:
         self.tok = {"model_name": model_name, "engine": "0"}
         self.sched = dict(self.tok)
         labels = tuple(self.tok)
-        self._metrics: list[_Metric] = []
+        self._metrics: list[Metric] = []
         tokens = _token_buckets(max_model_len)
         c, h = self._counter, self._histogram
         prompt = c("vllm:prompt_tokens", "Number of prefill tokens processed.")
@@ -155,15 +155,7 @@ class VllmMetrics:
 
     def render(self) -> str:
         with self.lock:
-            lines: list[str] = []
-            for metric in self._metrics:
-                samples = metric.samples()
-                if not samples:
-                    continue
-                lines.append(f"# HELP {metric.name} {metric.doc}")
-                lines.append(f"# TYPE {metric.name} {metric.kind}")
-                lines.extend(samples)
-            return "\n".join(lines) + "\n"
+            return exposition(self._metrics)
 
     def _counter(self, name: str, doc: str) -> Counter:
         metric = Counter(f"{name}_total", doc, tuple(self.tok))
