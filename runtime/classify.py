@@ -14,25 +14,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable, StudyError
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
+from elsa_tune.runtime.log_lines import TextLine
 from elsa_tune.runtime.startup_log import READY_LINE, LogLine, boot_lines
-
-
-class TextLine(Protocol):
-    """A parsed log line as a classification rule reads it: ``raw`` as written, ``text`` after the prefix, and the
-    ``level`` (``""`` without one)."""
-
-    @property
-    def raw(self) -> str: ...
-
-    @property
-    def text(self) -> str: ...
-
-    @property
-    def level(self) -> str: ...
 
 
 @dataclass(frozen=True)
