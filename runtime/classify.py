@@ -48,6 +48,16 @@ class FailureLog:
         """The last ``n`` non-blank raw lines."""
         return tuple(line.raw.strip() for line in self.lines if line.raw.strip())[-n:]
 
+    def port_in_use(self, pattern: re.Pattern[str]) -> Failure | None:
+        """``PORT_IN_USE`` when a line matches ``pattern`` (the runtime's bind error) or the hints saw the port
+        taken; ``None`` otherwise."""
+        hits = self.find(pattern)
+        if not hits and not self.hints.port_in_use:
+            return None
+        return self.failure(FailureKind.PORT_IN_USE, "the server port was already taken by another process",
+                            "stop the stale server holding the port (`ss -ltnp`); elsa-tune picks a fresh free "
+                            "--port on the next boot", self.evidence(hits[:1]))
+
     def failure(self, kind: FailureKind, summary: str, remedy: str, evidence: Sequence[str],
                 phase: str | None = None) -> Failure:
         """The ``Failure`` a rule found; its phase is ``serve`` once the server was ready (unless given), its

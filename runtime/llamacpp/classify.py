@@ -76,12 +76,7 @@ def _bad_flag(ctx: FailureLog) -> Failure | None:
 
 
 def _port_in_use(ctx: FailureLog) -> Failure | None:
-    hits = ctx.find(_PORT)
-    if not hits and not ctx.hints.port_in_use:
-        return None
-    return ctx.failure(FailureKind.PORT_IN_USE, "the server port was already taken by another process",
-                       "stop the stale server holding the port (`ss -ltnp`); elsa-tune picks a fresh free --port on "
-                       "the next boot", ctx.evidence(hits))
+    return ctx.port_in_use(_PORT)
 
 
 def _model_missing(ctx: FailureLog) -> Failure | None:
