@@ -292,8 +292,8 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
     if verdict is None:  # unreachable: the last slot always completes the last look
         raise RuntimeError("the schedule ended without a look")
     run = schedule.truncated(len(samples))
-    verdict = replace(verdict, extra={**verdict.extra, "order": run.letters(), "schedule_seed": rng_seed,
-                                      "context": dict(context or {}), "looks": looks})
+    verdict = replace(verdict, order=run.letters(), schedule_seed=rng_seed,
+                      extra={**verdict.extra, "context": dict(context or {}), "looks": looks})
     return ABResult(verdict=verdict, samples=tuple(samples), schedule=run, policy=policy,
                     boundaries=bounds.to_dict(), seed=rng_seed, context=dict(context or {}))
 

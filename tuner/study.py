@@ -25,9 +25,8 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -36,7 +35,14 @@ from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import effect_text, pool_text
 from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import Confirmation, ConfirmationStatus, PhaseSpan, StudyRecord, StudyStatus
+from elsa_tune.history.study_record import (
+    Confirmation,
+    ConfirmationStatus,
+    Extension,
+    PhaseSpan,
+    StudyRecord,
+    StudyStatus,
+)
 from elsa_tune.history.verdict import Decision, PolicyKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
@@ -87,7 +93,7 @@ class Study:
     def __init__(self, pre: Preflight, *, view: StudyView | None = None, interrupts: Interrupts | None = None,
                  with_plots: bool = True, search: SearchBackend | None = None, clock: StudyClock | None = None,
                  load: ServerLoad | None = None, outputs_each_decision: bool = True,
-                 extension: Mapping[str, float] | None = None) -> None:
+                 extension: Extension | None = None) -> None:
         """``extension``: this run continues a finished study with more budget (``elsa-tune --extend``); it is
         appended to the extensions ``study.json`` records."""
         self.pre = pre
@@ -108,12 +114,11 @@ class Study:
         previous = self.store.read_study()
         self.started_at = previous.started_at if previous else time.time()
         self.resumed = previous is not None
-        recorded = previous.extra.get("extensions") if previous else None
-        self.extensions: list[dict[str, Any]] = [dict(e) for e in recorded] if isinstance(recorded, list) else []
+        self.extensions: list[Extension] = list(previous.extensions) if previous else []
         if extension is not None:
-            self.extensions.append({**extension, "at": time.time()})
-            log.info("extending study %s: budget %.0f s + %.0f s", self.name, extension["from_budget_s"],
-                     extension["added_s"])
+            self.extensions.append(extension)
+            log.info("extending study %s: budget %.0f s + %.0f s", self.name, extension.from_budget_s,
+                     extension.added_s)
         self.reconcile = self.store.reconcile()
         self.night = Night(pre, store=self.store, budget=self.budget, clock=self.clock, view=self.view,
                            interrupts=self.interrupts, on_decision=self._write, load=load)
@@ -416,14 +421,15 @@ class Study:
                                   "prediction_errors": list(night.memory_errors),
                                   "skipped_candidates": night.skipped_by_model},
                  "policy": night.policy.to_dict() if night.policy else None,
-                 "reconcile": dataclasses.asdict(self.reconcile), "extensions": self.extensions}
+                 "reconcile": dataclasses.asdict(self.reconcile)}
         record = StudyRecord(name=self.name, fingerprint=self.pre.fingerprint, started_at=self.started_at,
                              updated_at=self._unix(), baseline=night.baseline, incumbent=night.incumbent.candidate,
                              budget_s=self.budget.total_s, status=self.status, phases=tuple(self.phases),
                              noise=noise, traffic=self.settings.traffic, context_target=night.context_target,
                              image=self.settings.image, note="; ".join(night.notes), extra=extra,
                              settings=self.settings.to_dict(), space_digest=self.space.digest,
-                             notes=tuple(night.notes), confirmation=night.confirmation)
+                             notes=tuple(night.notes), confirmation=night.confirmation,
+                             extensions=tuple(self.extensions))
         self.store.write_study(record)
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 
