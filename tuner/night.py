@@ -21,7 +21,7 @@ from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import Arm, BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import Confirmation
-from elsa_tune.history.verdict import Verdict
+from elsa_tune.history.verdict import Futility, PolicyKind, Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import Workload
@@ -169,8 +169,9 @@ class Night:
     def boot(self, plan: BootPlan) -> BootResult:
         return self.booter.boot(plan)
 
-    def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
-           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None,
+    def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None,
+           kind: PolicyKind = PolicyKind.SPEED, seed: int = 0, trial: int | None = None,
+           incumbent: Candidate | None = None, futility: Futility | None = None,
            level: float | None = None, first_stage_guards: tuple[tuple[str, float], ...] = (),
            looks: tuple[int, ...] | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
         """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
@@ -185,7 +186,7 @@ class Night:
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
                             phase=phase, tag=f"{tag}:ab", technique=technique, trial_number=trial)
-        policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
+        policy = self.policy if kind is PolicyKind.SPEED else replace(self.policy, kind=kind)
         if futility is not None:
             policy = replace(policy, futility=futility)
         if level is not None or first_stage_guards:

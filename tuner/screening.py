@@ -38,7 +38,7 @@ from elsa_tune.errors import ConfigError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct, reason_from_verdict
 from elsa_tune.history.records import Arm, Phase
-from elsa_tune.history.verdict import Decision, Futility, PoolFacts, Verdict
+from elsa_tune.history.verdict import Decision, Futility, PolicyKind, PoolFacts, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
@@ -386,7 +386,8 @@ class Screening:
                 break
             log.info("continuing the A/B of %s: its early look stopped to save boots", test.technique.name)
             ab, ids = night.ab(test.candidate, tag=test.tag, phase=Phase.SCREENING, technique=test.technique.name,
-                               kind="speed", seed=test.index, level=test.level, futility="ci")
+                               kind=PolicyKind.SPEED, seed=test.index, level=test.level,
+                               futility=Futility.CI)
             verdict = night.fdr.resume(ab.verdict, test.level)
             sentence = (f"continued to its cap (an early look had stopped it to save boots: "
                         f"{reason_from_verdict(test.verdict)}): {reason_from_verdict(verdict)}")
@@ -534,7 +535,7 @@ class Screening:
                 return again
             probed = again
         base = {**self._base(technique, with_), "candidate_key": probed.candidate.key()}
-        kind = technique.kind.value if technique.kind.value in ("speed", "memory") else "speed"
+        kind = PolicyKind(technique.kind.value)
         # The gate's boundaries are calibrated at this test's share of the night's false-keep control, so a crossing
         # is a keep under that control too (the review below then only records the level spent); a retest is the
         # second stage of its first test, combined with it (``multiplicity.with_first_stage``).
@@ -564,7 +565,7 @@ class Screening:
                                 boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                 boots_candidate=probed.boots + tuple(ids[Arm.CANDIDATE]), **base)
         # faster at the interval's low end (a memory technique: no slower than its non-inferiority margin)
-        margin = night.policy.non_inferiority_margin if kind == "memory" else 0.0
+        margin = night.policy.non_inferiority_margin if kind is PolicyKind.MEMORY else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
             night.promising.append((probed.index, technique, verdict, with_))

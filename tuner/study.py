@@ -43,7 +43,7 @@ from elsa_tune.history.study_record import (
     StudyRecord,
     StudyStatus,
 )
-from elsa_tune.history.verdict import Decision, PolicyKind
+from elsa_tune.history.verdict import Decision, Futility, PolicyKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
 from elsa_tune.traffic.workload import closed_loop
@@ -321,7 +321,7 @@ class Study:
         if not self._probe_winner(final):
             return
         ab, ids = night.ab(final, tag="confirmation", phase=Phase.CONFIRMATION, technique="confirmation",
-                           incumbent=baseline, seed=99, futility="none")
+                           incumbent=baseline, seed=99, futility=Futility.NONE)
         decision = DecisionRecord(study=self.name, number=0, phase=Phase.CONFIRMATION,
                                   technique="final vs baseline",
                                   flags_delta={k: v for k, v in final.flags.items() if baseline.flags.get(k) != v},
