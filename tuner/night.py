@@ -26,7 +26,7 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import Workload
 from elsa_tune.tuner.booter import ABSampler, BootPlan, BootResult, CandidateBooter
-from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.budget import Budget, BudgetPhase
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
@@ -246,7 +246,7 @@ class Night:
         if self.budget.expired():
             raise StopStudy(f"the {self.budget.total_s / 60:.0f}-minute budget is spent", interrupted=False)
         phase = self.budget.phase
-        if phase is not None and phase != "baseline" and self.budget.allowance(phase) <= 0:
+        if phase is not None and phase is not BudgetPhase.BASELINE and self.budget.allowance(phase) <= 0:
             raise PhaseOver("its time allowance is spent (an unfinished comparison keeps the incumbent)")
 
     def boot_s(self) -> float:

@@ -49,7 +49,7 @@ from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKi
 from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.booter import BootPlan
-from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
+from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget, BudgetPhase
 from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension, outlier_boot
@@ -143,10 +143,10 @@ class Study:
                  self.budget.counts)
         try:
             with self.interrupts:
-                self._phase("baseline", self._baseline)
-                self._phase("screening", Screening(night).run)
-                self._phase("search", self._search)
-                self._phase("confirmation", self._confirmation)
+                self._phase(BudgetPhase.BASELINE, self._baseline)
+                self._phase(BudgetPhase.SCREENING, Screening(night).run)
+                self._phase(BudgetPhase.SEARCH, self._search)
+                self._phase(BudgetPhase.CONFIRMATION, self._confirmation)
             self.status = StudyStatus.FINISHED
         except StopStudy as stop:
             log.warning("study stopped: %s", stop)
@@ -171,9 +171,10 @@ class Study:
         return StudyOutcome(self.status, night.incumbent.candidate, night.decision_number, boots,
                             str(self.store.run_dir))
 
-    def _phase(self, name: str, body: Callable[[], object]) -> None:
-        self.budget.begin(name)
-        span = PhaseSpan(name=name, started_at=self._unix(), budget_s=self.budget.allowance(name))
+    def _phase(self, phase: BudgetPhase, body: Callable[[], object]) -> None:
+        name = phase.value
+        self.budget.begin(phase)
+        span = PhaseSpan(name=name, started_at=self._unix(), budget_s=self.budget.allowance(phase))
         self.phases.append(span)
         self.view.update(phase=name, time_left_s=self.budget.left_s)
         before = self.night.booter.boots
@@ -261,7 +262,7 @@ class Study:
         """Blocks per arm at each look, sized so the A/Bs of the techniques fit the screening allowance."""
         boot_s = self.night.boot_s()
         screenable: list[Technique | None] = [t for t in self.space.techniques if t.screen] or [None]
-        per_technique = self.budget.shares["screening"] * self.budget.total_s / len(screenable) / boot_s
+        per_technique = self.budget.shares[BudgetPhase.SCREENING] * self.budget.total_s / len(screenable) / boot_s
         # About half the techniques end at their screening boot; the rest stop at the first or second look. The cap
         # is at least 6 blocks: with fewer boots a real +20% cannot pass the night's false-keep control.
         cap = int(max(6, min(12, per_technique)))
@@ -271,8 +272,8 @@ class Study:
     # ---- numeric search -----------------------------------------------------------------------------
 
     def _search(self) -> None:
-        Screening(self.night).retest("search")
-        Screening(self.night).continue_unscreened("search")
+        Screening(self.night).retest(BudgetPhase.SEARCH)
+        Screening(self.night).continue_unscreened(BudgetPhase.SEARCH)
         outcome = self.search.run(SearchContext.of(self.night))
         self.night.incumbent = outcome.incumbent
 
@@ -297,11 +298,11 @@ class Study:
             # until a retest keeps something
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             try:
-                Screening(night).retest("confirmation")
+                Screening(night).retest(BudgetPhase.CONFIRMATION)
                 if night.incumbent.candidate.key() == baseline.key():
-                    Screening(night).resume("confirmation")
+                    Screening(night).resume(BudgetPhase.CONFIRMATION)
                 if night.incumbent.candidate.key() == baseline.key():
-                    Screening(night).extend("confirmation")
+                    Screening(night).extend(BudgetPhase.CONFIRMATION)
             finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
                 if night.incumbent.candidate.key() != baseline.key():
                     self._confirmed(ConfirmationStatus.UNCONFIRMED,
@@ -312,7 +313,7 @@ class Study:
             night.notes.append("no candidate beat the baseline: the baseline is the recommendation")
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             return
-        if self.budget.allowance("confirmation") < night.first_look_boots() * night.boot_s():
+        if self.budget.allowance(BudgetPhase.CONFIRMATION) < night.first_look_boots() * night.boot_s():
             night.notes.append("confirmation skipped: the budget was spent; the winner is recommended unconfirmed")
             self._confirmed(ConfirmationStatus.UNCONFIRMED, "no time was left to confirm it against the baseline")
             return
@@ -349,7 +350,7 @@ class Study:
                                f"demonstrated gain over the baseline ({decision.result})")
             self._confirmed(ConfirmationStatus.UNCONFIRMED, decision.result)
         soak_s = min(self.settings.soak_s, 0.03 * self.budget.total_s,
-                     max(0.0, self.budget.allowance("confirmation") - night.boot_s()))
+                     max(0.0, self.budget.allowance(BudgetPhase.CONFIRMATION) - night.boot_s()))
         if soak_s > 0:
             result = night.boot(BootPlan(tag="confirmation:soak", candidate=final, phase=Phase.CONFIRMATION,
                                          arm=Arm.CANDIDATE, probes=True, soak_s=soak_s))
