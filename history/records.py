@@ -43,8 +43,30 @@ class Phase(enum.Enum):
 
 
 class Arm(enum.Enum):
+    """Which side of an A/B comparison a boot belongs to: the incumbent (arm A) or the candidate (arm B).
+
+    Records store the value (``"incumbent"``); a run order (``ABBA``) and a boot's tag use the ``letter``.
+    """
+
     INCUMBENT = "incumbent"
     CANDIDATE = "candidate"
+
+    @property
+    def letter(self) -> str:
+        """``"A"`` for the incumbent, ``"B"`` for the candidate."""
+        return "A" if self is Arm.INCUMBENT else "B"
+
+    @classmethod
+    def from_letter(cls, letter: str) -> Arm:
+        """The arm a run order's letter names (``"A"`` or ``"B"``)."""
+        if letter not in ("A", "B"):
+            raise ValueError(f"an arm's letter is A or B, not {letter!r}")
+        return cls.INCUMBENT if letter == "A" else cls.CANDIDATE
+
+    @classmethod
+    def read(cls, value: str) -> Arm:
+        """The arm a record names, by value or by letter (gate samples of schema 1 stored the letter)."""
+        return cls.from_letter(value) if value in ("A", "B") else cls(value)
 
 
 class BootOutcome(enum.Enum):
@@ -62,27 +84,51 @@ class BootOutcome(enum.Enum):
 
 @dataclass(frozen=True)
 class Covariates:
-    """The GPU's state around a boot: what drifts between boots and can explain a measurement."""
+    """Per-boot facts recorded beside the measurement: what drifts between boots and can explain a measurement.
 
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
+    The GPU's clocks, temperature, power limit, persistence mode and other processes (``from_gpu_state``), the least
+    free device memory seen during the boot, a pre-boot probe's score and the launch time. A pre-boot probe
+    (``probe_score``, e.g. a matmul or bandwidth probe run before launch) is the only covariate certainly unaffected
+    by the candidate; the free memory is not, for memory flags.
+    """
+
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
     temperature_c: float | None = None
     power_limit_w: float | None = None
     persistence_mode: bool | None = None
     other_processes: int = 0
+    free_memory_mib: float | None = None
+    probe_score: float | None = None
+    started_at: float | None = None          # unix time of the launch
 
     @classmethod
-    def from_gpu_state(cls, state: GpuState) -> Covariates:
+    def from_gpu_state(cls, state: GpuState, *, started_at: float | None = None,
+                       min_free_bytes: int | None = None) -> Covariates:
         return cls(sm_clock_mhz=state.sm_clock_mhz, mem_clock_mhz=state.mem_clock_mhz,
                    temperature_c=state.temperature_c, power_limit_w=state.power_limit_w,
-                   persistence_mode=state.persistence_mode, other_processes=len(state.processes))
+                   persistence_mode=state.persistence_mode, other_processes=len(state.processes),
+                   free_memory_mib=min_free_bytes / 2**20 if min_free_bytes is not None else None,
+                   started_at=started_at)
+
+    def drifting(self) -> dict[str, float]:
+        """The numeric covariates that are present, by name (what a drift analysis correlates with throughput)."""
+        named = {"sm_clock_mhz": self.sm_clock_mhz, "mem_clock_mhz": self.mem_clock_mhz,
+                 "temperature_c": self.temperature_c, "free_memory_mib": self.free_memory_mib,
+                 "power_limit_w": self.power_limit_w, "probe_score": self.probe_score, "started_at": self.started_at}
+        return {k: float(v) for k, v in named.items() if v is not None}
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Covariates:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        """Covariates as ``to_dict`` wrote them; a gate sample of schema 1 named the power limit ``power_w`` (and
+        carried an ``extra`` mapping nothing wrote, which is dropped)."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if "power_w" in data and "power_limit_w" not in known:
+            known["power_limit_w"] = data["power_w"]
+        return cls(**known)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from typing import Any
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.search_spaces.candidate import Candidate
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # schema history: 1 — first version; 2 — the settings, space digest, notes, confirmation and worker are fields
-# (schema 1 kept them in ``extra``; ``StudyRecord.from_dict`` moves them).
+# (schema 1 kept them in ``extra``; ``StudyRecord.from_dict`` moves them); 3 — the ``--extend`` extensions are a
+# field (schema 2 kept them in ``extra``; ``StudyRecord.from_dict`` moves them).
 
 #: the ``extra`` keys of a schema-1 study record that became fields
 _TYPED_EXTRA = ("settings", "space_digest", "notes", "confirmation", "worker")
@@ -51,6 +52,26 @@ class Confirmation:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
         return cls(status=ConfirmationStatus(data["status"]), detail=str(data.get("detail", "")))
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One ``--extend`` of a finished study: the budget it had, the seconds added, the budget after, and when (unix
+    time) the extending run started."""
+
+    from_budget_s: float
+    added_s: float
+    budget_s: float
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from_budget_s": self.from_budget_s, "added_s": self.added_s, "budget_s": self.budget_s,
+                "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Extension:
+        return cls(from_budget_s=float(data["from_budget_s"]), added_s=float(data["added_s"]),
+                   budget_s=float(data["budget_s"]), at=float(data["at"]))
 
 
 @dataclass(frozen=True)
@@ -110,7 +131,8 @@ class StudyRecord:
     ``settings`` are the study's settings as ``Settings.to_dict`` wrote them, ``space_digest`` the digest of the
     search space it ran, ``notes`` what the study noted on the way, ``confirmation`` how the confirmation phase
     ended (``None`` before it did), ``worker`` a search worker's own counters (``WorkerStats.to_dict``, its
-    ``gpu`` among them) when the record is a worker's. ``extra`` is an opaque pass-through nobody branches on.
+    ``gpu`` among them) when the record is a worker's, ``extensions`` the ``--extend`` runs that continued it, in
+    order. ``extra`` is an opaque pass-through nobody branches on.
     """
 
     name: str
@@ -138,6 +160,7 @@ class StudyRecord:
     notes: tuple[str, ...] = ()
     confirmation: Confirmation | None = None
     worker: Mapping[str, Any] | None = None
+    extensions: tuple[Extension, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -146,14 +169,17 @@ class StudyRecord:
                     phases=[p.to_dict() for p in self.phases], noise=self.noise.to_dict() if self.noise else None,
                     extra=dict(self.extra), settings=dict(self.settings), notes=list(self.notes),
                     confirmation=self.confirmation.to_dict() if self.confirmation is not None else None,
-                    worker=dict(self.worker) if self.worker is not None else None)
+                    worker=dict(self.worker) if self.worker is not None else None,
+                    extensions=[e.to_dict() for e in self.extensions])
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StudyRecord:
         """A study record of any schema: one of schema 1 has its settings, digest, notes, confirmation and worker
-        moved out of ``extra`` (a confirmation status it never reached, ``""``, reads as ``None``)."""
-        if int(data.get("schema_version", 1)) < 2:
+        moved out of ``extra`` (a confirmation status it never reached, ``""``, reads as ``None``), one of schema 2
+        its extensions."""
+        version = int(data.get("schema_version", 1))
+        if version < 2:
             extra = dict(data.get("extra") or {})
             confirmation = extra.get("confirmation")
             data = {**data, "schema_version": SCHEMA_VERSION, "settings": extra.get("settings") or {},
@@ -161,6 +187,10 @@ class StudyRecord:
                     "confirmation": confirmation if isinstance(confirmation, Mapping) and confirmation.get("status")
                     else None, "worker": extra.get("worker"),
                     "extra": {k: v for k, v in extra.items() if k not in _TYPED_EXTRA}}
+        if version < 3:
+            extra = dict(data.get("extra") or {})
+            data = {**data, "schema_version": SCHEMA_VERSION, "extensions": extra.pop("extensions", None) or (),
+                    "extra": extra}
         kwargs = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         noise, confirmation, worker = data.get("noise"), data.get("confirmation"), data.get("worker")
         kwargs.update(fingerprint=Fingerprint.from_dict(data["fingerprint"]),
@@ -170,5 +200,7 @@ class StudyRecord:
                       noise=NoiseRecord.from_dict(noise) if noise else None, extra=dict(data.get("extra") or {}),
                       settings=dict(data.get("settings") or {}), notes=tuple(str(n) for n in data.get("notes") or ()),
                       confirmation=Confirmation.from_dict(confirmation) if isinstance(confirmation, Mapping) else None,
-                      worker=dict(worker) if isinstance(worker, Mapping) else None)
+                      worker=dict(worker) if isinstance(worker, Mapping) else None,
+                      extensions=tuple(Extension.from_dict(e) for e in data.get("extensions") or ()
+                                       if isinstance(e, Mapping)))
         return cls(**kwargs)

@@ -1,7 +1,7 @@
 """``Verdict``: the A/B gate's decision as a record. The gate (``tuner/``) produces it; history stores it.
 
 Every fact a decision, the ledger or a report reads is a typed field; ``extra`` is an opaque pass-through of
-descriptive detail (the run's order, its looks, the runtime it ran on) that nothing branches on.
+descriptive detail (the run's looks, the runtime it ran on) that nothing branches on.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from elsa_tune.search_spaces.space import ReasonCategory
 #: schema 2 read with it unset).
 #: 5: ``kv_pool_incumbent``, ``kv_pool_candidate`` and ``speed_margin`` of a memory technique's test (records of
 #: schema 4 read with them unset).
-SCHEMA_VERSION = 5
+#: 6: the A/B run's boot ``order`` (``"ABBABAAB"``) and ``schedule_seed`` are fields (records of schema ≤ 5 kept them
+#: in ``extra``; ``Verdict.from_dict`` moves them).
+SCHEMA_VERSION = 6
 
 
 class Decision(enum.Enum):
@@ -212,7 +214,8 @@ class Verdict:
     test), ``at_cap`` (the cap's decision an extension continued), ``night_control`` and ``stages`` (a retest),
     ``by_workload`` (per-workload effect ratios where reported). A memory technique's test records what it buys:
     ``kv_pool_incumbent`` and ``kv_pool_candidate`` (the arms' median KV capacity) and ``speed_margin``, the
-    slowdown its speed was tested within (0.02 = −2%).
+    slowdown its speed was tested within (0.02 = −2%). An A/B run's verdict records the boot ``order`` it ran
+    (arm letters, ``"ABBABAAB"``) and the ``schedule_seed`` that drew it (``None`` for a verdict no A/B run made).
     """
 
     decision: Decision
@@ -252,6 +255,8 @@ class Verdict:
     kv_pool_incumbent: int | None = None
     kv_pool_candidate: int | None = None
     speed_margin: float | None = None
+    order: str | None = None
+    schedule_seed: int | None = None
 
     @property
     def futile(self) -> bool:
@@ -278,15 +283,20 @@ class Verdict:
             "stages": self.stages.to_dict() if self.stages is not None else None,
             "by_workload": dict(self.by_workload), "extra": dict(self.extra),
             "kv_pool_incumbent": self.kv_pool_incumbent, "kv_pool_candidate": self.kv_pool_candidate,
-            "speed_margin": self.speed_margin,
+            "speed_margin": self.speed_margin, "order": self.order, "schedule_seed": self.schedule_seed,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        """A verdict of any schema: one before 4 has its facts moved out of ``extra`` (``_typed_from_extra``)."""
+        """A verdict of any schema: one before 4 has its facts moved out of ``extra`` (``_typed_from_extra``), one
+        before 6 its run's ``order`` and ``schedule_seed``."""
         version = int(data.get("schema_version", 1))
         if version < 4:
             data = {**data, **_typed_from_extra(data.get("extra") or {}), "schema_version": SCHEMA_VERSION}
+        if version < 6:
+            extra = dict(data.get("extra") or {})
+            data = {**data, "order": extra.pop("order", None), "schedule_seed": extra.pop("schedule_seed", None),
+                    "extra": extra, "schema_version": SCHEMA_VERSION}
         failure, pool, statistics = data.get("failure"), data.get("pool"), data.get("statistics")
         at_cap, control, stages = data.get("at_cap"), data.get("night_control"), data.get("stages")
         return cls(
@@ -314,6 +324,8 @@ class Verdict:
             by_workload={str(k): float(v) for k, v in (data.get("by_workload") or {}).items()},
             kv_pool_incumbent=data.get("kv_pool_incumbent"), kv_pool_candidate=data.get("kv_pool_candidate"),
             speed_margin=data.get("speed_margin"),
+            order=str(data["order"]) if data.get("order") is not None else None,
+            schedule_seed=int(data["schedule_seed"]) if data.get("schedule_seed") is not None else None,
         )
 
 

@@ -1,5 +1,8 @@
 """Classify how SGLang failed, from its log, exit status and timing .
 
+``FailureLog`` is what every runtime family's classification rules read (vLLM's, llama.cpp's): the lines of the
+log, the hints, the ready line's pattern; it finds lines, quotes evidence and builds the ``Failure``.
+
 ``classify(log_text, hints) -> Failure``. Rules are tried in a fixed order, most specific first:
 a CUDA-graph capture failure is also a CUDA OOM, a scheduler traceback ends with SGLang killing
 itself (-9), so the order matters. Every ``Failure`` carries the few lines that prove it and a
@@ -14,7 +17,56 @@ from dataclasses import dataclass
 
 from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable, StudyError
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
+from elsa_tune.runtime.log_lines import TextLine
 from elsa_tune.runtime.startup_log import READY_LINE, LogLine, boot_lines
+
+
+@dataclass(frozen=True)
+class FailureLog:
+    """A failed boot's log lines and hints: what a runtime family's classification rules read.
+
+    ``ready`` matches the line the server prints once it serves: a failure after it is a serve-phase failure.
+    """
+
+    lines: Sequence[TextLine]
+    hints: FailureHints
+    ready: re.Pattern[str]
+
+    def find(self, pattern: re.Pattern[str]) -> list[int]:
+        """The indexes of the lines whose text ``pattern`` matches."""
+        return [i for i, line in enumerate(self.lines) if pattern.search(line.text)]
+
+    def evidence(self, indexes: Sequence[int], limit: int = 4) -> tuple[str, ...]:
+        """The raw lines at ``indexes``, blank and repeated lines left out, at most ``limit``."""
+        return tuple(dict.fromkeys(self.lines[i].raw.strip() for i in indexes if self.lines[i].raw.strip()))[:limit]
+
+    def ready_before(self, index: int) -> bool:
+        """Whether the server had become ready before line ``index`` (or the hints say it did)."""
+        return self.hints.became_ready or any(self.ready.search(line.text) for line in self.lines[:index])
+
+    def tail(self, n: int = 3) -> tuple[str, ...]:
+        """The last ``n`` non-blank raw lines."""
+        return tuple(line.raw.strip() for line in self.lines if line.raw.strip())[-n:]
+
+    def port_in_use(self, pattern: re.Pattern[str]) -> Failure | None:
+        """``PORT_IN_USE`` when a line matches ``pattern`` (the runtime's bind error) or the hints saw the port
+        taken; ``None`` otherwise."""
+        hits = self.find(pattern)
+        if not hits and not self.hints.port_in_use:
+            return None
+        return self.failure(FailureKind.PORT_IN_USE, "the server port was already taken by another process",
+                            "stop the stale server holding the port (`ss -ltnp`); elsa-tune picks a fresh free "
+                            "--port on the next boot", self.evidence(hits[:1]))
+
+    def failure(self, kind: FailureKind, summary: str, remedy: str, evidence: Sequence[str],
+                phase: str | None = None) -> Failure:
+        """The ``Failure`` a rule found; its phase is ``serve`` once the server was ready (unless given), its
+        evidence the log's last lines when the rule quotes none."""
+        if phase is None:
+            phase = "serve" if self.ready_before(len(self.lines)) else "boot"
+        return Failure(kind=kind, summary=summary, remedy=remedy, evidence=tuple(evidence) or self.tail(),
+                       phase=phase, exit_code=self.hints.exit_code, elapsed_s=self.hints.elapsed_s)
+
 
 _OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|out of memory", re.IGNORECASE)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")

@@ -80,7 +80,7 @@ def read_command(text: str, *, canonical: Callable[[str], str], single_dash: boo
 
     def is_flag(token: str) -> bool:
         if single_dash:
-            return token.startswith("-") and len(token) > 1 and not isinstance(_number(token), int | float)
+            return token.startswith("-") and len(token) > 1 and not isinstance(number(token), int | float)
         return token.startswith("--")
 
     flags: dict[str, str | int | float | bool] = {}
@@ -98,13 +98,15 @@ def read_command(text: str, *, canonical: Callable[[str], str], single_dash: boo
         if eq:
             flags[name], i = inline, i + 1
         elif i + 1 < len(tokens) and not is_flag(tokens[i + 1]):
-            flags[name], i = _number(tokens[i + 1]), i + 2
+            flags[name], i = number(tokens[i + 1]), i + 2
         else:
             flags[name], i = True, i + 1
     return flags
 
 
-def _number(text: str) -> int | float | str:
+def number(text: str) -> int | float | str:
+    """A flag's value as written (on a command line, or in a log's printed server arguments): ``text`` stripped, as
+    an int, else a float, else the text itself."""
     text = text.strip()
     for kind in (int, float):
         try:

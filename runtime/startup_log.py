@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from elsa_tune.runtime.boot_report import Adjustment, BootPhase, BootReport
+from elsa_tune.runtime.flags import number
 from elsa_tune.search_spaces.candidate import Candidate
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -122,17 +123,6 @@ def _first(lines: Sequence[LogLine], pattern: re.Pattern[str]) -> tuple[LogLine,
                 return line, match
             fallback = fallback or (line, match)
     return fallback
-
-
-def number(text: str) -> int | float | str:
-    """``text`` stripped, as an int, else a float, else the text itself."""
-    text = text.strip()
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def parse_summary(message: str) -> dict[str, int | float | str]:

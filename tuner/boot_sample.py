@@ -19,10 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.schedule import Arm
 
-SCHEMA_VERSION = 1
+#: 2: ``arm`` is the ``Arm`` value (``"incumbent"``; schema 1 wrote the letter ``"A"``), the covariates are
+#: ``history.records.Covariates`` (schema 1's ``power_w`` is read as ``power_limit_w``); ``BootSample.from_dict`` reads
+#: both.
+SCHEMA_VERSION = 2
 DEFAULT_MAX_ERROR_FRACTION = 0.005
 
 
@@ -43,33 +46,6 @@ class PassMeasurement:
     duration_s: float | None = None
     ttft_p90_s: float | None = None
     requests_ok: int | None = None       # the requests behind the TTFT quantiles (``None``: not recorded)
-
-
-@dataclass(frozen=True)
-class Covariates:
-    """Per-boot facts recorded beside the measurement, for drift analysis and CUPED-style adjustment.
-
-    A pre-boot probe (``probe_score``, e.g. a matmul or bandwidth probe run before launch) is the only
-    covariate that is certainly unaffected by the candidate; KV pool size is not, for memory flags.
-    """
-
-    sm_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-    temperature_c: float | None = None
-    free_memory_mib: float | None = None
-    power_w: float | None = None
-    probe_score: float | None = None
-    started_at: float | None = None          # unix time of the launch
-    extra: Mapping[str, float] = field(default_factory=dict)
-
-    def as_mapping(self) -> dict[str, float]:
-        """Every covariate that is present, by name (``extra`` entries included)."""
-        named = {"sm_clock_mhz": self.sm_clock_mhz, "mem_clock_mhz": self.mem_clock_mhz,
-                 "temperature_c": self.temperature_c, "free_memory_mib": self.free_memory_mib,
-                 "power_w": self.power_w, "probe_score": self.probe_score, "started_at": self.started_at}
-        out = {k: float(v) for k, v in named.items() if v is not None}
-        out.update({k: float(v) for k, v in self.extra.items()})
-        return out
 
 
 @dataclass(frozen=True)
@@ -103,21 +79,17 @@ class BootSample:
                 "position": self.position, "candidate_key": self.candidate_key,
                 "passes": [vars(p).copy() for p in self.passes], "kv_pool_tokens": self.kv_pool_tokens,
                 "quality_passed": self.quality_passed,
-                "covariates": {**{k: v for k, v in vars(self.covariates).items() if k != "extra"},
-                               "extra": dict(self.covariates.extra)},
+                "covariates": self.covariates.to_dict(),
                 "failed": self.failed.to_dict() if self.failed else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BootSample:
-        cov = dict(data.get("covariates", {}))
-        extra = cov.pop("extra", {})
-        return cls(arm=Arm(data["arm"]), block=int(data["block"]), position=int(data["position"]),
+        return cls(arm=Arm.read(str(data["arm"])), block=int(data["block"]), position=int(data["position"]),
                    passes=tuple(PassMeasurement(**p) for p in data.get("passes", ())),
                    kv_pool_tokens=data.get("kv_pool_tokens"), quality_passed=data.get("quality_passed"),
-                   covariates=Covariates(**cov, extra=dict(extra)),
+                   covariates=Covariates.from_dict(data.get("covariates") or {}),
                    failed=Failure.from_dict(data["failed"]) if data.get("failed") else None,
-                   candidate_key=str(data.get("candidate_key", "")),
-                   schema_version=int(data.get("schema_version", SCHEMA_VERSION)))
+                   candidate_key=str(data.get("candidate_key", "")))
 
 
 class BootSampler(Protocol):

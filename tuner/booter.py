@@ -26,9 +26,7 @@ from typing import Any
 
 from elsa_tune.errors import BootFailed
 from elsa_tune.history.fingerprint import Fingerprint
-from elsa_tune.history.records import Arm as RecordArm
-from elsa_tune.history.records import BootOutcome, BootRecord, Phase
-from elsa_tune.history.records import Covariates as RecordCovariates
+from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Covariates, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.plan import boot_probes, soak
 from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
@@ -41,9 +39,8 @@ from elsa_tune.runtime.protocol import HealthState, Runtime, Server
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload
-from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.load import HttpLoad, ServerLoad
-from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)
 
@@ -295,12 +292,12 @@ class CandidateBooter:
         measured = [p.output_throughput_tok_s for p in passes if not p.warmup]
         tput = statistics.fmean(measured) if measured and all(math.isfinite(x) and x > 0 for x in measured) else None
         return BootRecord(study=self.ctx.study, boot_id=boot_id, boot_number=number, phase=plan.phase,
-                          arm=RecordArm.CANDIDATE if plan.arm is Arm.CANDIDATE else RecordArm.INCUMBENT,
+                          arm=plan.arm,
                           candidate=plan.candidate, fingerprint=self.ctx.fingerprint, started_at=started,
                           ended_at=self.load.now(), outcome=outcome,
                           trial_number=plan.trial_number,
                           technique=plan.technique, report=report, failure=failure,
-                          covariates=RecordCovariates.from_gpu_state(state) if state else None,
+                          covariates=Covariates.from_gpu_state(state) if state else None,
                           min_free_gpu_bytes=min_free, probes=tuple(probes), measurements=tuple(measurements),
                           throughput_tok_s=tput if failure is None else None, log_path=log_path, note=note,
                           tag=plan.tag, block=plan.block, position=plan.position,
@@ -325,7 +322,7 @@ class ABSampler:
         self.boot_ids: dict[Arm, list[str]] = {Arm.INCUMBENT: [], Arm.CANDIDATE: []}
 
     def boot(self, arm: Arm, block: int, position: int) -> BootSample:
-        plan = BootPlan(tag=f"{self.tag}:{arm.value[0].upper()}{block}.{position}", candidate=self.arms[arm],
+        plan = BootPlan(tag=f"{self.tag}:{arm.letter}{block}.{position}", candidate=self.arms[arm],
                         phase=self.phase, arm=arm, block=block, position=position, technique=self.technique,
                         trial_number=self.trial_number)
         result = self.booter.boot(plan)
@@ -356,9 +353,7 @@ def _gpu_state(gpu: GpuView | None) -> GpuState | None:
 def _covariates(state: GpuState | None, started: float, min_free: int | None) -> Covariates:
     if state is None:
         return Covariates(started_at=started)
-    return Covariates(sm_clock_mhz=state.sm_clock_mhz, mem_clock_mhz=state.mem_clock_mhz,
-                      temperature_c=state.temperature_c, power_w=state.power_limit_w, started_at=started,
-                      free_memory_mib=min_free / 2**20 if min_free is not None else None)
+    return Covariates.from_gpu_state(state, started_at=started, min_free_bytes=min_free)
 
 
 def _probe_failure(result: ProbeResult | None, runtime: Runtime, server: Server) -> Failure:
@@ -387,12 +382,12 @@ def _sample_of(record: BootRecord, plan: BootPlan) -> BootSample:
     """The gate's view of a recorded boot (a resumed study reuses it instead of booting again)."""
     passes = tuple(PassMeasurement(**p) for p in record.gate_passes)
     quality = _quality_of(record)
-    cov = record.covariates
+    free = record.min_free_gpu_bytes
+    covariates = (Covariates(started_at=record.started_at) if record.covariates is None
+                  else replace(record.covariates, started_at=record.started_at,
+                               free_memory_mib=free / 2**20 if free is not None else None))
     return BootSample(arm=plan.arm, block=plan.block, position=plan.position, passes=passes,
                       kv_pool_tokens=record.report.kv_capacity if record.report else None,
                       quality_passed=quality, failed=record.failure, candidate_key=record.candidate.key(),
-                      covariates=Covariates(sm_clock_mhz=cov.sm_clock_mhz if cov else None,
-                                            mem_clock_mhz=cov.mem_clock_mhz if cov else None,
-                                            temperature_c=cov.temperature_c if cov else None,
-                                            started_at=record.started_at))
+                      covariates=covariates)
 

@@ -27,6 +27,7 @@ control gives each test its own level) takes that sample and fits its constant w
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import logging
@@ -41,15 +42,22 @@ import numpy as np
 from scipy import stats
 
 from elsa_tune.durable_file import replacing
-from elsa_tune.tuner.comparison import ANALYSES, BIWEIGHT_C, FloatArray, t_statistics
+from elsa_tune.tuner.comparison import BIWEIGHT_C, Analysis, FloatArray, t_statistics
 
 log = logging.getLogger(__name__)
 
 #: 2: the design's ``winsor``; 3: the design's ``robust`` (the biweight comparison), ``winsor`` off by default
 SCHEMA_VERSION = 3
-SHAPES = ("obf", "pocock")
 CACHE_ENV = "ELSA_TUNE_CACHE"
 _CHUNK = 5_000
+
+
+class Shape(enum.StrEnum):
+    """The shape of the efficacy boundaries over the looks: O'Brien–Fleming (strict early, close to the fixed test
+    at the cap) or Pocock (one nominal level at every look)."""
+
+    OBF = "obf"
+    POCOCK = "pocock"
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,8 @@ class Design:
 
     looks: tuple[int, ...] = (4, 8, 12)
     alpha: float = 0.05
-    shape: str = "obf"
-    analysis: str = "unpaired"
+    shape: Shape = Shape.OBF
+    analysis: Analysis = Analysis.UNPAIRED
     sigma_boot: float = 0.10
     sigma_run: float = 0.03
     measured_passes: int = 2
@@ -76,10 +84,12 @@ class Design:
             raise ValueError("the first look needs at least 2 boots per arm")
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
-        if self.shape not in SHAPES:
-            raise ValueError(f"shape must be one of {SHAPES}, got {self.shape!r}")
-        if self.analysis not in ANALYSES:
-            raise ValueError(f"analysis must be one of {ANALYSES}, got {self.analysis!r}")
+        closed: tuple[tuple[str, type[enum.StrEnum]], ...] = (("shape", Shape), ("analysis", Analysis))
+        for name, members in closed:   # a value read from JSON becomes its member; any other is refused
+            value = getattr(self, name)
+            if value not in {m.value for m in members}:
+                raise ValueError(f"{name} must be one of {[m.value for m in members]}, got {value!r}")
+            object.__setattr__(self, name, members(value))
         if self.sigma_boot < 0 or self.sigma_run < 0 or self.sigma_boot + self.sigma_run <= 0:
             raise ValueError("the noise model needs a positive σ_boot or σ_run")
         if self.replicates < 1_000:
@@ -99,7 +109,7 @@ class Design:
 
     def weights(self) -> tuple[float, ...]:
         n_max = self.looks[-1]
-        if self.shape == "pocock":
+        if self.shape is Shape.POCOCK:
             return tuple(1.0 for _ in self.looks)
         return tuple(math.sqrt(n_max / n) for n in self.looks)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -9,14 +10,25 @@ from dataclasses import dataclass, field
 
 from elsa_tune.errors import ConfigError
 
+
+class BudgetPhase(enum.StrEnum):
+    """A phase of the study that the budget gives an allowance to, in the order the phases run."""
+
+    PREFLIGHT = "preflight"
+    BASELINE = "baseline"
+    SCREENING = "screening"
+    SEARCH = "search"
+    CONFIRMATION = "confirmation"
+
+
 #: Default shares of the whole budget. Baseline and confirmation are small but protected; screening and
 #: search take what the earlier phases leave (a phase that finishes early hands its rest on).
-DEFAULT_SHARES: Mapping[str, float] = {
-    "preflight": 0.02,
-    "baseline": 0.15,
-    "screening": 0.35,
-    "search": 0.33,
-    "confirmation": 0.15,
+DEFAULT_SHARES: Mapping[BudgetPhase, float] = {
+    BudgetPhase.PREFLIGHT: 0.02,
+    BudgetPhase.BASELINE: 0.15,
+    BudgetPhase.SCREENING: 0.35,
+    BudgetPhase.SEARCH: 0.33,
+    BudgetPhase.CONFIRMATION: 0.15,
 }
 
 #: what a budget counts in: the host's wall clock (a real runtime) or the simulated system's seconds (the virtual
@@ -49,12 +61,12 @@ class Budget:
     """
 
     total_s: float
-    shares: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARES))
+    shares: Mapping[BudgetPhase, float] = field(default_factory=lambda: dict(DEFAULT_SHARES))
     clock: Callable[[], float] = time.monotonic
     counts: str = WALL_CLOCK
     started_at: float = -1.0
-    spent: dict[str, float] = field(default_factory=dict)
-    _phase: str | None = None
+    spent: dict[BudgetPhase, float] = field(default_factory=dict)
+    _phase: BudgetPhase | None = None
     _phase_started: float = 0.0
 
     def __post_init__(self) -> None:
@@ -74,14 +86,14 @@ class Budget:
         return max(0.0, self.total_s - self.elapsed_s)
 
     @property
-    def phase(self) -> str | None:
+    def phase(self) -> BudgetPhase | None:
         return self._phase
 
-    def begin(self, phase: str) -> None:
+    def begin(self, phase: BudgetPhase) -> None:
         if phase not in self.shares:
             raise ValueError(f"unknown phase {phase!r}")
         self.end()
-        self._phase = phase
+        self._phase = BudgetPhase(phase)
         self._phase_started = self.clock()
 
     def end(self) -> None:
@@ -89,7 +101,7 @@ class Budget:
             self.spent[self._phase] = self.spent.get(self._phase, 0.0) + self.clock() - self._phase_started
             self._phase = None
 
-    def allowance(self, phase: str) -> float:
+    def allowance(self, phase: BudgetPhase) -> float:
         """Seconds the phase may spend from now on."""
         order = list(self.shares)
         index = order.index(phase)

@@ -15,6 +15,7 @@ Nothing here fails open: NaNs, fewer than two boots per arm or a zero standard e
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,14 @@ import numpy.typing as npt
 from scipy import stats
 
 FloatArray = npt.NDArray[np.float64]
-ANALYSES = ("unpaired", "paired")
+
+
+class Analysis(enum.StrEnum):
+    """How the arms' boots are compared: as two independent samples, or as pairs (block j of both arms)."""
+
+    UNPAIRED = "unpaired"
+    PAIRED = "paired"
+
 #: The gate's winsorization of boot values: robust σ's from the median, from this many boots per arm.
 WINSOR_K = 2.5
 WINSOR_MIN_BOOTS = 6
@@ -188,9 +196,9 @@ def _tukey_weights(u: FloatArray, slow_only: bool) -> FloatArray:
     return w
 
 
-def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", welch_ratio: float = 2.0,
-                 null_delta: float = 0.0, winsor: float | None = None, robust: float | None = None
-                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: Analysis = Analysis.UNPAIRED,
+                 welch_ratio: float = 2.0, null_delta: float = 0.0, winsor: float | None = None,
+                 robust: float | None = None) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """Vectorised over rows: ``ya`` (R, n_a) and ``yb`` (R, n_b) boot values → delta, se, df, t, is_welch.
 
     ``analysis="paired"`` needs ``n_a == n_b`` and pairs column j of both (block j). With ``robust`` (a biweight
@@ -201,13 +209,12 @@ def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", 
     the paired differences) to its median ± that many robust σ first (``winsorize``). The boundaries are calibrated
     on the same statistic.
     """
-    if analysis not in ANALYSES:
-        raise ValueError(f"analysis must be one of {ANALYSES}, got {analysis!r}")
+    analysis = Analysis(analysis)
     n_a, n_b = ya.shape[-1], yb.shape[-1]
     if n_a < 2 or n_b < 2:
         raise InsufficientData(f"a t test needs at least 2 boots per arm, got {n_a} and {n_b}")
     use_robust = robust is not None and min(n_a, n_b) >= ROBUST_MIN_BOOTS
-    if analysis == "paired":
+    if analysis == Analysis.PAIRED:
         if n_a != n_b:
             raise InsufficientData(f"a paired test needs whole blocks, got {n_a} and {n_b} boots")
         d = winsorize(yb - ya, winsor)
@@ -248,8 +255,9 @@ def t_statistics(ya: FloatArray, yb: FloatArray, *, analysis: str = "unpaired", 
     return delta, se, df, t, welch
 
 
-def compare(a: Sequence[float], b: Sequence[float], *, analysis: str = "unpaired", welch_ratio: float = 2.0,
-            null_delta: float = 0.0, winsor: float | None = None, robust: float | None = None) -> Comparison:
+def compare(a: Sequence[float], b: Sequence[float], *, analysis: Analysis = Analysis.UNPAIRED,
+            welch_ratio: float = 2.0, null_delta: float = 0.0, winsor: float | None = None,
+            robust: float | None = None) -> Comparison:
     """The gate's test on boot values ``a`` (incumbent) and ``b`` (candidate), on the log scale.
 
     With ``robust``, ``Comparison.weights_a``/``weights_b`` hold each boot's biweight weight (empty when the plain
@@ -268,13 +276,13 @@ def compare(a: Sequence[float], b: Sequence[float], *, analysis: str = "unpaired
     weights_a: tuple[float, ...] = ()
     weights_b: tuple[float, ...] = ()
     if robust is not None and min(len(ya), len(yb)) >= ROBUST_MIN_BOOTS:
-        if analysis == "paired":
+        if analysis == Analysis.PAIRED:
             (w,) = biweight([(yb - ya)[None, :]], robust, slow_only=False).weights
             weights_a = weights_b = tuple(float(x) for x in w[0])
         else:
             wa, wb = biweight([ya[None, :], yb[None, :]], robust, slow_only=True).weights
             weights_a, weights_b = tuple(float(x) for x in wa[0]), tuple(float(x) for x in wb[0])
-    test = "paired" if analysis == "paired" else ("welch" if welch[0] else "student")
+    test = "paired" if analysis == Analysis.PAIRED else ("welch" if welch[0] else "student")
     return Comparison(delta=float(delta[0]), se=se0, df=df0, t=t0, p_one_sided=float(stats.t.sf(t0, df0)),
                       test=test, n_a=len(ya), n_b=len(yb), sd_a=float(np.std(ya, ddof=1)),
                       sd_b=float(np.std(yb, ddof=1)), null_delta=null_delta, weights_a=weights_a,

@@ -36,6 +36,7 @@ from scipy import stats
 from elsa_tune.history.study_record import NoiseRecord
 from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.comparison import (
+    Analysis,
     FloatArray,
     InsufficientData,
     boots_per_arm_for,
@@ -85,7 +86,7 @@ class NoiseReport:
     lag1_correlation: float | None
     covariates: tuple[CovariateCorrelation, ...]
     measured_passes: int
-    analysis: str
+    analysis: Analysis
     boots_per_arm: tuple[tuple[float, int | None], ...]
     cap_boots_per_arm: int
     mde_at_cap: float
@@ -106,6 +107,7 @@ class NoiseReport:
         data["context"] = dict(self.context)
         data["covariates"] = [asdict(c) for c in self.covariates]
         data["boots_per_arm"] = [list(pair) for pair in self.boots_per_arm]
+        data["analysis"] = self.analysis.value
         return data
 
     def record(self) -> NoiseRecord:
@@ -131,7 +133,7 @@ class NoiseReport:
                and self.sigma_boot_all is not None else ""),
             "- consecutive boots correlate at ρ = "
             + (f"{self.lag1_correlation:.2f}" if self.lag1_correlation is not None else "n/a")
-            + f" → {self.analysis} analysis, k = {self.measured_passes} measured passes per boot",
+            + f" → {self.analysis.value} analysis, k = {self.measured_passes} measured passes per boot",
         ]
         for c in self.covariates:
             lines.append(f"- throughput vs {c.name}: r = {c.r:+.2f} (p = {c.p_value:.3f}, n = {c.n})")
@@ -157,8 +159,8 @@ def dimension(samples: Sequence[BootSample], *, cost_ratio: float | None = None,
     if len(lengths) != 1:
         raise InsufficientData(f"baseline boots ran different numbers of passes: {sorted(lengths)}")
     matrix = np.asarray([[p.output_throughput_tok_s for p in s.passes] for s in samples], dtype=np.float64)
-    names = set.intersection(*(set(s.covariates.as_mapping()) for s in samples)) if samples else set()
-    covariates = {name: [s.covariates.as_mapping()[name] for s in samples] for name in sorted(names)}
+    names = set.intersection(*(set(s.covariates.drifting()) for s in samples)) if samples else set()
+    covariates = {name: [s.covariates.drifting()[name] for s in samples] for name in sorted(names)}
     kv = [s.kv_pool_tokens for s in samples]
     kv_deterministic = None if any(k is None for k in kv) or not kv else len(set(kv)) == 1
     return dimension_passes(matrix, covariates=covariates, cost_ratio=cost_ratio, mdes=mdes,
@@ -196,7 +198,7 @@ def dimension_passes(throughput: FloatArray, *, covariates: Mapping[str, Sequenc
     sigma_boot, sigma_run = math.sqrt(t_boot), math.sqrt(t_run)
     lag1 = _correlation(boot_means[:-1], boot_means[1:]) if n >= 4 else None
     paired = lag1 is not None and lag1[0] >= PAIRED_CORRELATION and lag1[1] / 2.0 <= PAIRED_P
-    analysis = "paired" if paired else "unpaired"
+    analysis = Analysis.PAIRED if paired else Analysis.UNPAIRED
     k = 2
     if cost_ratio is not None and cost_ratio > 0 and t_boot > 0:
         k = max(2, min(10, math.ceil(math.sqrt(cost_ratio * t_run / t_boot))))

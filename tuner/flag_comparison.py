@@ -31,9 +31,9 @@ from typing import Any
 from elsa_tune import exit_codes
 from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.verdict import Decision, Verdict
+from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.tuner.boot_sample import BootSample
@@ -47,7 +47,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.signals import Interrupts
 
@@ -58,7 +57,7 @@ SCHEMA_VERSION = 1
 #: Blocks per arm at each look unless ``--looks`` says otherwise (the gate's default: a cap of 12 boots per arm).
 DEFAULT_LOOKS = (4, 8, 12)
 #: The futility rule of a comparison: stop early only when the interval shows the gain cannot reach the minimum.
-FUTILITY = "ci"
+FUTILITY = Futility.CI
 RECORD_FILE = "compare.json"
 
 

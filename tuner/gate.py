@@ -33,6 +33,7 @@ which counts this look. A keep also needs the gain over all boots to still clear
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import statistics
@@ -42,6 +43,7 @@ from typing import Any
 
 from elsa_tune.errors import BootFailed, ServerDied
 from elsa_tune.history.reasons import failure_category
+from elsa_tune.history.records import Arm
 from elsa_tune.history.verdict import (
     CapLook,
     Decision,
@@ -55,11 +57,19 @@ from elsa_tune.history.verdict import (
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
-from elsa_tune.tuner.boundaries import Boundaries, Design, calibrate
-from elsa_tune.tuner.comparison import BIWEIGHT_C, Comparison, InsufficientData, compare, mde_for, non_inferiority
+from elsa_tune.tuner.boundaries import Boundaries, Design, Shape, calibrate
+from elsa_tune.tuner.comparison import (
+    BIWEIGHT_C,
+    Analysis,
+    Comparison,
+    InsufficientData,
+    compare,
+    mde_for,
+    non_inferiority,
+)
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.multiplicity import combined_p
-from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab
+from elsa_tune.tuner.schedule import Schedule, abba_baab
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +77,18 @@ log = logging.getLogger(__name__)
 #: 3: ``GatePolicy.level`` (the efficacy boundaries' level, which the night's false-keep control sets per test) and
 #: ``GatePolicy.first_stage_guards`` (a retest's guardrails combined with its first test's)
 SCHEMA_VERSION = 3
-KINDS = ("speed", "memory")
-FUTILITY_RULES = ("boot_saving", "ci", "none")
-GUARD_SPENDING = ("split", "pocock", "none")
 #: the share of the guardrails' α that the looks up to the cap spend under ``guard_spending="split"``
 GUARD_CAP_SHARE = 0.4
+
+
+class GuardSpending(enum.StrEnum):
+    """How the guardrails' α is spent over the looks: ``SPLIT`` gives the looks up to the cap ``GUARD_CAP_SHARE`` of it
+    at one Pocock level and the extension's look the rest, ``POCOCK`` one Pocock level at every look, ``NONE`` the
+    whole α at every look."""
+
+    SPLIT = "split"
+    POCOCK = "pocock"
+    NONE = "none"
 
 
 @dataclass(frozen=True)
@@ -106,23 +123,23 @@ class GatePolicy:
     add what the first test's lacked), while "confidently worse" is still judged on the retest's boots alone.
     """
 
-    kind: str = "speed"
+    kind: PolicyKind = PolicyKind.SPEED
     min_effect: float = 0.03
     noise_floor: float = 0.01
     looks: tuple[int, ...] = (4, 8, 12)
     alpha: float = 0.05
-    shape: str = "obf"
-    futility: str = "boot_saving"
+    shape: Shape = Shape.OBF
+    futility: Futility = Futility.BOOT_SAVING
     non_inferiority_margin: float = 0.02
     memory_min_gain: float = 0.02
     guardrails: GuardrailPolicy = field(default_factory=GuardrailPolicy)
     measured_passes: int = 2
     warmup_passes: int = 1
     guard_extension: int = 0
-    guard_spending: str = "split"
+    guard_spending: GuardSpending = GuardSpending.SPLIT
     sigma_boot: float = 0.10
     sigma_run: float = 0.03
-    analysis: str = "unpaired"
+    analysis: Analysis = Analysis.UNPAIRED
     welch_ratio: float = 2.0
     replicates: int = 20_000
     calibration_seed: int = 20_241_129
@@ -137,16 +154,18 @@ class GatePolicy:
     def __post_init__(self) -> None:
         if self.level is not None and not 0 < self.level < 0.5:
             raise ValueError(f"level must be in (0, 0.5), got {self.level}")
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.futility not in FUTILITY_RULES:
-            raise ValueError(f"futility must be one of {FUTILITY_RULES}, got {self.futility!r}")
+        closed: tuple[tuple[str, type[enum.StrEnum]], ...] = (
+            ("kind", PolicyKind), ("futility", Futility), ("guard_spending", GuardSpending), ("shape", Shape),
+            ("analysis", Analysis))
+        for name, members in closed:   # a value read from settings or JSON becomes its member; any other is refused
+            value = getattr(self, name)
+            if value not in {m.value for m in members}:
+                raise ValueError(f"{name} must be one of {[m.value for m in members]}, got {value!r}")
+            object.__setattr__(self, name, members(value))
         if self.min_effect < 0 or self.noise_floor < 0 or not 0 <= self.non_inferiority_margin < 1:
             raise ValueError("effects and margins must be non-negative (margin below 1)")
         if self.measured_passes < 1 or self.warmup_passes < 0:
             raise ValueError("measured_passes must be ≥ 1 and warmup_passes ≥ 0")
-        if self.guard_spending not in GUARD_SPENDING:
-            raise ValueError(f"guard_spending must be one of {GUARD_SPENDING}, got {self.guard_spending!r}")
         if self.guard_extension < 0:
             raise ValueError(f"guard_extension must be ≥ 0 blocks, got {self.guard_extension}")
         self.design()  # validates looks, alpha, shape, analysis
@@ -186,9 +205,9 @@ class GatePolicy:
         """
         blocks = tuple(self.blocks_at(j) for j in range(1, self.last_look + 1))
         alpha = self.guardrails.alpha
-        if self.guard_spending == "none" or len(blocks) == 1:
+        if self.guard_spending is GuardSpending.NONE or len(blocks) == 1:
             return tuple(alpha for _ in blocks)
-        if self.guard_spending == "split" and self.guard_extension:
+        if self.guard_spending is GuardSpending.SPLIT and self.guard_extension:
             # Bonferroni between the two stages: the cap's looks share GUARD_CAP_SHARE of α at one Pocock level,
             # the extension's look, where a pending guardrail is decided, has the rest.
             cap = self._pocock(blocks[:-1], alpha * GUARD_CAP_SHARE) if len(blocks) > 2 \
@@ -201,7 +220,7 @@ class GatePolicy:
 
         Calibrated on the plain t, the statistic of the guardrails' own test (``comparison.non_inferiority``).
         """
-        design = Design(looks=blocks, alpha=alpha, shape="pocock", analysis=self.analysis,
+        design = Design(looks=blocks, alpha=alpha, shape=Shape.POCOCK, analysis=self.analysis,
                         sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,
                         welch_ratio=self.welch_ratio, replicates=self.replicates, seed=self.calibration_seed,
                         winsor=None, robust=None)
@@ -214,7 +233,7 @@ class GatePolicy:
     @property
     def null_delta(self) -> float:
         """The log ratio the primary test must beat: 0 (superiority) or log(1 − margin) (non-inferiority)."""
-        return 0.0 if self.kind == "speed" else math.log1p(-self.non_inferiority_margin)
+        return 0.0 if self.kind is PolicyKind.SPEED else math.log1p(-self.non_inferiority_margin)
 
     @classmethod
     def from_dimensioning(cls, report: NoiseReport, **overrides: Any) -> GatePolicy:
@@ -235,6 +254,8 @@ class GatePolicy:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["looks"] = list(self.looks)
+        data.update(kind=self.kind.value, shape=self.shape.value, futility=self.futility.value,
+                    guard_spending=self.guard_spending.value, analysis=self.analysis.value)
         return data
 
 
@@ -291,8 +312,8 @@ def run_ab(sampler: BootSampler, policy: GatePolicy, rng_seed: int, *,
     if verdict is None:  # unreachable: the last slot always completes the last look
         raise RuntimeError("the schedule ended without a look")
     run = schedule.truncated(len(samples))
-    verdict = replace(verdict, extra={**verdict.extra, "order": run.letters(), "schedule_seed": rng_seed,
-                                      "context": dict(context or {}), "looks": looks})
+    verdict = replace(verdict, order=run.letters(), schedule_seed=rng_seed,
+                      extra={**verdict.extra, "context": dict(context or {}), "looks": looks})
     return ABResult(verdict=verdict, samples=tuple(samples), schedule=run, policy=policy,
                     boundaries=bounds.to_dict(), seed=rng_seed, context=dict(context or {}))
 
@@ -329,10 +350,10 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
         return _extension(samples_a, samples_b, policy, bounds, ctx)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
     ctx.samples = (sa, sb)
-    ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
+    ya, yb, excluded = _usable(sa, sb, paired=policy.analysis is Analysis.PAIRED)
     ctx.excluded_boots, ctx.unsteady_boots = excluded, sum(s.unsteady for s in sa + sb)
 
-    memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
+    memory = _memory_check(sa, sb, policy) if policy.kind is PolicyKind.MEMORY else None
     if memory is not None and memory.passed is False:
         return ctx.verdict(Decision.REJECT, f"a memory technique must grow the KV pool: {memory.detail}",
                            final=True, guardrails=(memory,), category=ReasonCategory.MEMORY_LOSS)
@@ -363,12 +384,12 @@ def decide(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample], pol
 
     gain = comparison.ratio - 1.0
     crosses = bounds.crosses(look, comparison.p_one_sided)
-    clears_floor = policy.kind == "memory" or gain >= policy.noise_floor
+    clears_floor = policy.kind is PolicyKind.MEMORY or gain >= policy.noise_floor
     if crosses and clears_floor:
         pending = [g for g in guards if g.passed is not True]
         if not pending:
             what = (f"speed {gain:+.1%} is non-inferior within −{policy.non_inferiority_margin:.0%} and memory grew"
-                    if policy.kind == "memory" else f"{gain:+.1%} throughput")
+                    if policy.kind is PolicyKind.MEMORY else f"{gain:+.1%} throughput")
             return ctx.verdict(Decision.KEEP, f"{what} (p = {comparison.p_one_sided:.4f} ≤ {boundary_p:.4f} "
                                               f"at look {look})", final=True, p_value=p_adj, mde=None,
                                category=_kept(policy))
@@ -451,7 +472,7 @@ class _Context:
                        ci_low=low, ci_high=high, p_value=p_value, boots_incumbent=self.n_a,
                        boots_candidate=self.n_b, mde=mde,
                        guardrails=self.guardrails if guardrails is None else guardrails,
-                       kind=PolicyKind(self.policy.kind), stopped_at_look=self.look, extra={"ci_note": CI_NOTE},
+                       kind=self.policy.kind, stopped_at_look=self.look, extra={"ci_note": CI_NOTE},
                        category=category, final=final, failure=failure, quality_failed=quality_failed,
                        failed_guardrail=failed_guardrail, pending_guardrail=pending_guardrail,
                        crossed_at_cap=crossed_at_cap, futility=futility, outlier_boots=self.outlier_boots,
@@ -520,12 +541,12 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
         return at_cap          # nothing to extend: the cap's verdict stands (``run_ab`` never gets here)
     sa, sb = _summaries(samples_a, policy), _summaries(samples_b, policy)
     ctx.samples = (sa, sb)
-    ya, yb, excluded = _usable(sa, sb, paired=policy.analysis == "paired")
+    ya, yb, excluded = _usable(sa, sb, paired=policy.analysis is Analysis.PAIRED)
     ctx.excluded_boots, ctx.unsteady_boots = excluded, sum(s.unsteady for s in sa + sb)
     cap_stats = at_cap.statistics
     ctx.at_cap = CapLook(p=cap_stats.nominal_p if cap_stats else None,
                          boundary_p=cap_stats.boundary_p if cap_stats else None, effect=at_cap.effect)
-    memory = _memory_check(sa, sb, policy) if policy.kind == "memory" else None
+    memory = _memory_check(sa, sb, policy) if policy.kind is PolicyKind.MEMORY else None
     try:
         comparison = compare(ya, yb, analysis=policy.analysis, welch_ratio=policy.welch_ratio,
                              null_delta=policy.null_delta, winsor=policy.winsor,
@@ -544,14 +565,14 @@ def _extension(samples_a: Sequence[BootSample], samples_b: Sequence[BootSample],
         return ctx.verdict(Decision.REJECT, f"guardrail {worse[0].name} failed after {more} more blocks: "
                                             f"{worse[0].detail}", final=True, p_value=at_cap.p_value,
                            failed_guardrail=worse[0].name, category=_guard_category(worse[0]))
-    holds = gain >= policy.noise_floor if policy.kind == "speed" else gain >= -policy.non_inferiority_margin
+    holds = gain >= policy.noise_floor if policy.kind is PolicyKind.SPEED else gain >= -policy.non_inferiority_margin
     pending = [g for g in ctx.guardrails if g.passed is not True]
     cap_p = ctx.at_cap.p if ctx.at_cap.p is not None else float("nan")
     cap_boundary = ctx.at_cap.boundary_p if ctx.at_cap.boundary_p is not None else 0.0
     crossed = f"p = {cap_p:.4f} ≤ {cap_boundary:.4f} at the cap"
     if holds and not pending:
         what = (f"speed {gain:+.1%} is non-inferior within −{policy.non_inferiority_margin:.0%} and memory grew"
-                if policy.kind == "memory" else f"{gain:+.1%} throughput")
+                if policy.kind is PolicyKind.MEMORY else f"{gain:+.1%} throughput")
         shown = "; ".join(f"{g.name} {g.detail}" for g in guards if g.name in _STATISTICAL_GUARDS)
         return ctx.verdict(Decision.KEEP, f"{what} ({crossed}; guardrails shown non-inferior after {more} more "
                                           f"blocks: {shown})", final=True, p_value=at_cap.p_value, mde=None,
@@ -587,7 +608,7 @@ def _usable(sa: Sequence[BootSummary], sb: Sequence[BootSummary], *, paired: boo
 def _outlier_boots(c: Comparison, sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: GatePolicy
                    ) -> tuple[OutlierBoot, ...]:
     """The boots the comparison down-weighted, by arm and block, with their distance from their arm's median."""
-    paired = policy.analysis == "paired"
+    paired = policy.analysis is Analysis.PAIRED
     used_a, used_b = _used(sa, sb, paired=paired)
     if paired:
         diffs = [b.log_throughput - a.log_throughput for a, b in zip(used_a, used_b, strict=True)]
@@ -640,7 +661,7 @@ def _guardrails(sa: Sequence[BootSummary], sb: Sequence[BootSummary], policy: Ga
                                    ci_high=ni.ci_high, margin=margin, detail=detail, p_value=ni.p_value))
         if ni.confidently_worse:
             worse.append(out[-1])
-    if g.kv_pool_min_ratio is not None and policy.kind == "speed":
+    if g.kv_pool_min_ratio is not None and policy.kind is PolicyKind.SPEED:
         out.append(_kv_ratio(sa, sb, g.kv_pool_min_ratio, name="kv_pool_tokens", need_gain=False))
         if out[-1].passed is False:   # KV pool size is deterministic per config: below the margin is final
             worse.append(out[-1])
@@ -666,7 +687,7 @@ def _tail_note(summaries: Sequence[BootSummary]) -> str:
 
 def _kept(policy: GatePolicy) -> ReasonCategory:
     """A keep is filed "kept", a memory technique's "kept for memory" (kept for the pool it buys)."""
-    return ReasonCategory.KEPT_FOR_MEMORY if policy.kind == "memory" else ReasonCategory.KEPT
+    return ReasonCategory.KEPT_FOR_MEMORY if policy.kind is PolicyKind.MEMORY else ReasonCategory.KEPT
 
 
 def _memory_facts(policy: GatePolicy, samples: tuple[Sequence[BootSummary], Sequence[BootSummary]]
@@ -725,9 +746,9 @@ def _futility(c: Comparison, policy: GatePolicy, look: int) -> tuple[str, Futili
     Futility stops are non-binding for alpha: the efficacy boundaries ignore them, so a test a ``"boot_saving"``
     stop ended early can be continued later to its cap (``Screening.resume``) at the level it was calibrated at.
     """
-    if policy.futility == "none":
+    if policy.futility is Futility.NONE:
         return "", None
-    if policy.kind == "memory":
+    if policy.kind is PolicyKind.MEMORY:
         # A memory technique buys pool, shown at its screening boot; its speed is a non-inferiority question, never
         # stopped early for want of a gain: only an interval wholly below the margin ends it.
         _, high = c.bounds(policy.alpha)
@@ -736,13 +757,13 @@ def _futility(c: Comparison, policy: GatePolicy, look: int) -> tuple[str, Futili
                     f"{math.expm1(high):+.1%} (estimate {c.ratio - 1:+.1%})", Futility.CI)
         return "", None
     target = math.log1p(policy.min_effect)
-    what = f"the minimum worthwhile {policy.min_effect:+.0%}" if policy.kind == "speed" else "no slowdown"
+    what = f"the minimum worthwhile {policy.min_effect:+.0%}" if policy.kind is PolicyKind.SPEED else "no slowdown"
     _, high = c.bounds(policy.alpha)
     if high < target:
         return (f"futile: the gain's upper bound {math.expm1(high):+.1%} is below {what} "
                 f"(estimate {c.ratio - 1:+.1%})", Futility.CI)
     looks = len(policy.looks)
-    if policy.futility == "boot_saving" and look < looks:
+    if policy.futility is Futility.BOOT_SAVING and look < looks:
         threshold = c.null_delta + (target - c.null_delta) * (look - 1) / max(looks - 1, 1)
         if c.delta <= threshold:
             return (f"futile at look {look}: estimate {c.ratio - 1:+.1%} is not above {math.expm1(threshold):+.1%}, "

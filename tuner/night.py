@@ -18,15 +18,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import BootOutcome, Phase
+from elsa_tune.history.records import Arm, BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import Confirmation
-from elsa_tune.history.verdict import Verdict
+from elsa_tune.history.verdict import Futility, PolicyKind, Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import Workload
 from elsa_tune.tuner.booter import ABSampler, BootPlan, BootResult, CandidateBooter
-from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.budget import Budget, BudgetPhase
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
@@ -34,7 +34,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.signals import Interrupts
 
 log = logging.getLogger(__name__)
@@ -170,8 +169,9 @@ class Night:
     def boot(self, plan: BootPlan) -> BootResult:
         return self.booter.boot(plan)
 
-    def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, kind: str = "speed",
-           seed: int = 0, trial: int | None = None, incumbent: Candidate | None = None, futility: str | None = None,
+    def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None,
+           kind: PolicyKind = PolicyKind.SPEED, seed: int = 0, trial: int | None = None,
+           incumbent: Candidate | None = None, futility: Futility | None = None,
            level: float | None = None, first_stage_guards: tuple[tuple[str, float], ...] = (),
            looks: tuple[int, ...] | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
         """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
@@ -186,7 +186,7 @@ class Night:
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
                             phase=phase, tag=f"{tag}:ab", technique=technique, trial_number=trial)
-        policy = self.policy if kind == "speed" else replace(self.policy, kind=kind)
+        policy = self.policy if kind is PolicyKind.SPEED else replace(self.policy, kind=kind)
         if futility is not None:
             policy = replace(policy, futility=futility)
         if level is not None or first_stage_guards:
@@ -246,7 +246,7 @@ class Night:
         if self.budget.expired():
             raise StopStudy(f"the {self.budget.total_s / 60:.0f}-minute budget is spent", interrupted=False)
         phase = self.budget.phase
-        if phase is not None and phase != "baseline" and self.budget.allowance(phase) <= 0:
+        if phase is not None and phase is not BudgetPhase.BASELINE and self.budget.allowance(phase) <= 0:
             raise PhaseOver("its time allowance is spent (an unfinished comparison keeps the incumbent)")
 
     def boot_s(self) -> float:

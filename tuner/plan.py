@@ -20,7 +20,7 @@ from typing import Any
 from elsa_tune.errors import ConfigError
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.budget import DEFAULT_SHARES
+from elsa_tune.tuner.budget import DEFAULT_SHARES, BudgetPhase
 from elsa_tune.tuner.preflight import Preflight
 
 STARTUP_S = {True: 3.0, False: 60.0}     # simulated, real
@@ -121,17 +121,17 @@ def plan_study(pre: Preflight) -> StudyPlan:
     screened = [t for t in space.techniques if t.screen and t.name not in rejected]
     looks = settings.looks or _looks(settings.budget_s, boot_s, len(screened))
 
-    def boots(name: str, low: int, high: int) -> PhasePlan:
-        budget = DEFAULT_SHARES[name] * settings.budget_s
+    def boots(phase: BudgetPhase, low: int, high: int) -> PhasePlan:
+        budget = DEFAULT_SHARES[phase] * settings.budget_s
         fit = max(0, int(budget // boot_s))
-        return PhasePlan(name, budget, min(low, fit), min(high, fit))
+        return PhasePlan(phase.value, budget, min(low, fit), min(high, fit))
 
     ab_low, ab_high = 2 * looks[0], 2 * looks[-1]
-    phases = (boots("baseline", settings.baseline_boots, settings.baseline_boots),
-              boots("screening", len(screened), ab_high * len(screened)),
-              boots("search", int(DEFAULT_SHARES["search"] * settings.budget_s // boot_s),
-                    int(DEFAULT_SHARES["search"] * settings.budget_s // boot_s)),
-              boots("confirmation", ab_low, ab_high))
+    phases = (boots(BudgetPhase.BASELINE, settings.baseline_boots, settings.baseline_boots),
+              boots(BudgetPhase.SCREENING, len(screened), ab_high * len(screened)),
+              boots(BudgetPhase.SEARCH, int(DEFAULT_SHARES[BudgetPhase.SEARCH] * settings.budget_s // boot_s),
+                    int(DEFAULT_SHARES[BudgetPhase.SEARCH] * settings.budget_s // boot_s)),
+              boots(BudgetPhase.CONFIRMATION, ab_low, ab_high))
     baseline = space.baseline()
     candidates = [_checked(pre, baseline, None)]
     for t in screened:
@@ -154,7 +154,7 @@ def _checked(pre: Preflight, candidate: Candidate, technique: str | None) -> Can
 
 def _looks(budget_s: float, boot_s: float, techniques: int) -> tuple[int, ...]:
     """Blocks per arm at each look, sized as the study sizes them: the techniques' A/Bs fit the screening share."""
-    per_technique = DEFAULT_SHARES["screening"] * budget_s / max(1, techniques) / boot_s
+    per_technique = DEFAULT_SHARES[BudgetPhase.SCREENING] * budget_s / max(1, techniques) / boot_s
     cap = int(max(6, min(12, per_technique)))
     return tuple(sorted({max(2, round(cap / 3)), max(3, round(2 * cap / 3)), max(4, cap)}))
 

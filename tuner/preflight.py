@@ -41,7 +41,7 @@ from elsa_tune.traffic.prompts import PromptSynth, RandomTokens, TokenSpace
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
 from elsa_tune.tuner.booter import BootContext
-from elsa_tune.tuner.settings import CPU, Settings
+from elsa_tune.tuner.settings import CPU, Launcher, Settings
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +171,9 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
             problems.append(f"the power cap {state.power_limit_w:.0f} W is below the default "
                             f"{state.power_default_limit_w:.0f} W: results hold for this cap only")
     flags: FlagSet | None = None
-    if settings.virtual or (harvest_flags and settings.runtime != "docker"):
+    if settings.virtual or (harvest_flags and settings.runtime is not Launcher.DOCKER):
         flags = runtime.flag_set()
-    elif settings.runtime == "docker":
+    elif settings.runtime is Launcher.DOCKER:
         problems.append("flags not validated against the image before the study (the first boot will)")
     if flags is not None:
         space.validate_flags(flags.shapes())
@@ -182,7 +182,7 @@ def run_preflight(settings: Settings, *, card_dir: Path | None = None, harvest_f
     workload, burst = workloads(trace, settings, concurrency)
     fingerprint = Fingerprint.build(runtime=runtime_name, runtime_version=version, launch_command=launch,
                                     model_path=space.model.path, gpu=state,
-                                    image_digest=settings.image if settings.runtime == "docker" else None)
+                                    image_digest=settings.image if settings.runtime is Launcher.DOCKER else None)
     return Preflight(settings=settings, space=space, runtime=runtime, gpu=gpu, gpu_state=state,
                      runtime_name=runtime_name, runtime_version=version, flags=flags, trace=trace,
                      workload=workload, burst=burst, concurrency=concurrency, fingerprint=fingerprint,
@@ -269,7 +269,7 @@ def _runtime(settings: Settings, space: SearchSpace, card_dir: Path | None
 
         gpu = NvmlGpu(int(settings.gpu) if settings.gpu.isascii() and settings.gpu.isdigit() else settings.gpu)
     launch = tuple(shlex.split(settings.launch)) if settings.launch else tuple(space.runtime.command or ())
-    if settings.runtime == "docker":
+    if settings.runtime is Launcher.DOCKER:
         from elsa_tune.runtime.docker import SGLangDocker
 
         image = settings.image or space.runtime.image

@@ -10,24 +10,18 @@ in expectation yet recorded. Looks of the sequential gate fall on whole cycles.
 
 from __future__ import annotations
 
-import enum
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from elsa_tune.history.records import Arm
 
 SCHEMA_VERSION = 1
 BLOCKS_PER_CYCLE = 4
 
 _CYCLE: tuple[str, ...] = ("AB", "BA", "BA", "AB")
 _MIRROR: tuple[str, ...] = ("BA", "AB", "AB", "BA")
-
-
-class Arm(enum.Enum):
-    """Which side of the comparison a boot belongs to."""
-
-    INCUMBENT = "A"
-    CANDIDATE = "B"
 
 
 @dataclass(frozen=True)
@@ -59,7 +53,7 @@ class Schedule:
     def letters(self, upto_slots: int | None = None) -> str:
         """The order as letters, e.g. ``"ABBABAAB"``; the first ``upto_slots`` boots when given."""
         chosen = self.slots if upto_slots is None else self.slots[:upto_slots]
-        return "".join(slot.arm.value for slot in chosen)
+        return "".join(slot.arm.letter for slot in chosen)
 
     def truncated(self, slots_run: int) -> Schedule:
         """The part of the schedule that was actually run (whole blocks are kept as planned)."""
@@ -77,7 +71,8 @@ class Schedule:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
         order = str(data["order"])
-        slots = tuple(Slot(index=i, block=i // 2, position=i % 2, arm=Arm(letter)) for i, letter in enumerate(order))
+        slots = tuple(Slot(index=i, block=i // 2, position=i % 2, arm=Arm.from_letter(letter))
+                      for i, letter in enumerate(order))
         return cls(blocks=int(data["blocks"]), seed=int(data["seed"]),
                    mirrored=tuple(bool(m) for m in data["mirrored"]), slots=slots,
                    schema_version=int(data.get("schema_version", SCHEMA_VERSION)))
@@ -99,7 +94,7 @@ def abba_baab(blocks: int, seed: int, *, randomize: bool = True) -> Schedule:
         cycle, within = divmod(block, BLOCKS_PER_CYCLE)
         pair = (_MIRROR if mirrored[cycle] else _CYCLE)[within]
         for position, letter in enumerate(pair):
-            slots.append(Slot(index=len(slots), block=block, position=position, arm=Arm(letter)))
+            slots.append(Slot(index=len(slots), block=block, position=position, arm=Arm.from_letter(letter)))
     return Schedule(blocks=blocks, seed=seed, mirrored=mirrored, slots=tuple(slots))
 
 

@@ -37,17 +37,17 @@ from scipy import stats
 from elsa_tune.errors import ConfigError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct, reason_from_verdict
-from elsa_tune.history.records import Phase
-from elsa_tune.history.verdict import Decision, Futility, PoolFacts, Verdict
+from elsa_tune.history.records import Arm, Phase
+from elsa_tune.history.verdict import Decision, Futility, PolicyKind, PoolFacts, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
 from elsa_tune.tuner.booter import BootPlan, BootResult
 from elsa_tune.tuner.boundaries import smallest_level
+from elsa_tune.tuner.budget import BudgetPhase
 from elsa_tune.tuner.multiplicity import second_stage_level, with_first_stage
 from elsa_tune.tuner.night import Incumbent, Night, PausedTest, PhaseOver, arm_mean
-from elsa_tune.tuner.schedule import Arm
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,9 @@ class Screening:
                                             skipped=note, decided_at=time.time()))
             else:
                 todo.append((index, technique))
-        self._screen_all(todo, "screening")
+        self._screen_all(todo, BudgetPhase.SCREENING)
 
-    def continue_unscreened(self, phase: str) -> None:
+    def continue_unscreened(self, phase: BudgetPhase) -> None:
         """Screen the techniques screening had no time for, in ``phase``'s time (up to half of its allowance).
 
         Techniques change a configuration more than a flag value does, so the numeric search tunes around an
@@ -153,7 +153,7 @@ class Screening:
                  phase, len(todo), len(night.lacking))
         self._screen_all(todo, phase, share=0.5)
 
-    def _screen_all(self, todo: list[tuple[int, Technique]], phase: str, *, share: float = 1.0) -> None:
+    def _screen_all(self, todo: list[tuple[int, Technique]], phase: BudgetPhase, *, share: float = 1.0) -> None:
         """Screen ``todo`` while ``phase`` has time (``share`` of what it has now), in two stages.
 
         1. Every technique gets its probed screening boot: a crash, OOM, hang, silent ignore, quality regression,
@@ -211,13 +211,13 @@ class Screening:
         except PhaseOver:
             if survivors and self._no_room_for_a_test():
                 self._short_test(survivors, phase)
-            if phase == "screening":     # an unfinished comparison is screened again, from its start
+            if phase == BudgetPhase.SCREENING:     # an unfinished comparison is screened again, from its start
                 night.unscreened = sorted({(i, t.name): (i, t) for i, t in
                                            [*stage1, *((p.index, p.technique) for p in survivors)]}.values(),
                                           key=lambda item: item[0])
             raise
 
-    def _retry_lacking(self, phase: str, floor: float, share: float, *, after: str | None = None,
+    def _retry_lacking(self, phase: BudgetPhase, floor: float, share: float, *, after: str | None = None,
                        with_: str | None = None) -> None:
         """Screen each technique that lacked memory once more: ``after`` a memory technique was kept (alone, on
         the larger pool) or ``with_`` one that grew the pool (the pair as one change). Each is retried once."""
@@ -253,7 +253,7 @@ class Screening:
         recorded = sum(1 for t in night.booter.reused_tags if t.startswith(f"{tag}:ab:"))
         return max(0, cap - recorded) * night.boot_s()
 
-    def _time(self, phase: str, floor: float, left: list[Technique], *, need: float = 0.0,
+    def _time(self, phase: BudgetPhase, floor: float, left: list[Technique], *, need: float = 0.0,
               carry: bool = True) -> bool:
         """Whether ``phase`` has time for another screening boot (and ``need`` seconds of work); when not, say which
         techniques were left (``carry``: and leave them to be screened where screening continues)."""
@@ -263,11 +263,11 @@ class Screening:
             return True
         names = ", ".join(dict.fromkeys(t.name for t in left))
         log.warning("%s out of time: %s not tried", phase, names)
-        if phase == "screening" and carry:
+        if phase == BudgetPhase.SCREENING and carry:
             index = {t.name: i for i, t in enumerate(night.space.techniques)}
             night.unscreened = [(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
             night.notes.append(f"screening ran out of time before {names}: continued in the search phase")
-        elif phase == "screening":
+        elif phase == BudgetPhase.SCREENING:
             night.notes.append(f"screening ran out of time before retrying {names} with more memory: "
                                f"retried in the search phase")
         else:
@@ -280,10 +280,10 @@ class Screening:
         night = self.night
         cap = 2 * (night.policy.looks[-1] if night.policy else 6)
         budget = night.budget
-        before_confirmation = budget.left_s - budget.shares.get("confirmation", 0.0) * budget.total_s
+        before_confirmation = budget.left_s - budget.shares.get(BudgetPhase.CONFIRMATION, 0.0) * budget.total_s
         return cap * night.boot_s() > before_confirmation
 
-    def _short_test(self, survivors: list[_Probed], phase: str) -> None:
+    def _short_test(self, survivors: list[_Probed], phase: BudgetPhase) -> None:
         """Decide the most promising speed survivor from its screening boot, when no A/B can finish in the night.
 
         The test is the prediction test of one new boot against the incumbent's: the log ratio of the screening
@@ -323,7 +323,7 @@ class Screening:
             night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(probed.technique),
                                         probed.candidate, night.incumbent.throughput * probed.estimate
                                         if night.incumbent.throughput else None)
-        if phase == "screening":
+        if phase == BudgetPhase.SCREENING:
             names = {p.technique.name for p in survivors}
             night.unscreened = [(i, t) for i, t in night.unscreened if t.name in names]
 
@@ -331,7 +331,7 @@ class Screening:
     def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:
         return decision.category in _FOR_WANT_OF_MEMORY and technique.kind is not TechniqueKind.MEMORY
 
-    def retest(self, phase: str) -> None:
+    def retest(self, phase: BudgetPhase) -> None:
         """Test each promising technique once more (fresh boots, a new test), if ``phase``'s allowance has room.
 
         A retest runs when its probed boot and the gate's first look in both arms fit in what ``phase`` has left:
@@ -362,7 +362,7 @@ class Screening:
             night.notes.append(f"{technique.name} not retested (at most {RETESTS} retests a night): "
                                f"{reason_from_verdict(first)}")
 
-    def resume(self, phase: str) -> None:
+    def resume(self, phase: BudgetPhase) -> None:
         """Continue, to its cap, each screening A/B an early look stopped to save boots, if ``phase`` has room.
 
         The boot-saving futility stop ends a test on its estimate alone, however wide its interval: at the first
@@ -387,7 +387,8 @@ class Screening:
                 break
             log.info("continuing the A/B of %s: its early look stopped to save boots", test.technique.name)
             ab, ids = night.ab(test.candidate, tag=test.tag, phase=Phase.SCREENING, technique=test.technique.name,
-                               kind="speed", seed=test.index, level=test.level, futility="ci")
+                               kind=PolicyKind.SPEED, seed=test.index, level=test.level,
+                               futility=Futility.CI)
             verdict = night.fdr.resume(ab.verdict, test.level)
             sentence = (f"continued to its cap (an early look had stopped it to save boots: "
                         f"{reason_from_verdict(test.verdict)}): {reason_from_verdict(verdict)}")
@@ -401,7 +402,7 @@ class Screening:
             elif _unresolved(verdict, night.policy.min_effect):
                 night.unresolved.append((test.index, test.technique, verdict, test.with_))
 
-    def extend(self, phase: str) -> None:
+    def extend(self, phase: BudgetPhase) -> None:
         """Retest the most promising unresolved technique with the longest test ``phase``'s time allows.
 
         For the end of a night with time nothing else needs (the confirmation phase, when nothing beat the
@@ -535,7 +536,7 @@ class Screening:
                 return again
             probed = again
         base = {**self._base(technique, with_), "candidate_key": probed.candidate.key()}
-        kind = technique.kind.value if technique.kind.value in ("speed", "memory") else "speed"
+        kind = PolicyKind(technique.kind.value)
         # The gate's boundaries are calibrated at this test's share of the night's false-keep control, so a crossing
         # is a keep under that control too (the review below then only records the level spent); a retest is the
         # second stage of its first test, combined with it (``multiplicity.with_first_stage``).
@@ -565,7 +566,7 @@ class Screening:
                                 boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                 boots_candidate=probed.boots + tuple(ids[Arm.CANDIDATE]), **base)
         # faster at the interval's low end (a memory technique: no slower than its non-inferiority margin)
-        margin = night.policy.non_inferiority_margin if kind == "memory" else 0.0
+        margin = night.policy.non_inferiority_margin if kind is PolicyKind.MEMORY else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
             night.promising.append((probed.index, technique, verdict, with_))

@@ -17,20 +17,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.tuner.booter import BootPlan, BootResult
+from elsa_tune.tuner.budget import BudgetPhase
 from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import ABResult, GatePolicy
 from elsa_tune.tuner.memory_model import MemoryModel
 from elsa_tune.tuner.night import Incumbent, Night
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
-
-SEARCH = "search"
 
 
 class ABRun(Protocol):
@@ -104,7 +102,7 @@ class SearchContext:
                    context_target=night.context_target, incumbent=night.incumbent, policy=night.policy,
                    noise=night.noise, memory=night.memory, interrupts=night.interrupts, boot=night.boot,
                    ab=night.ab, decide=night.decide, adopt=adopt, keep=keep, check=night.check,
-                   allowance_s=lambda: night.budget.allowance(SEARCH), boot_s=night.boot_s,
+                   allowance_s=lambda: night.budget.allowance(BudgetPhase.SEARCH), boot_s=night.boot_s,
                    charge_recorded=night.charge_recorded, charge_s=night.clock.advance, note=night.notes.append,
                    event=lambda line: night.view.update(last_event=line), model_skipped=model_skipped,
                    model_error=night.memory_errors.append, outputs=night.on_decision)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from optuna.trial import FrozenTrial, TrialState
 
 from elsa_tune.history.decision import DecisionRecord, Kept
-from elsa_tune.history.records import BootRecord, Phase
+from elsa_tune.history.records import Arm, BootRecord, Phase
 from elsa_tune.history.store import constraint_values
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
@@ -31,7 +31,6 @@ from elsa_tune.tuner.booter import BootPlan, BootResult
 from elsa_tune.tuner.gate import ABResult
 from elsa_tune.tuner.memory_model import Observation
 from elsa_tune.tuner.night import Incumbent, arm_mean
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, proposal_key
 from elsa_tune.tuner.search_context import SearchContext
 

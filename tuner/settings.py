@@ -9,6 +9,7 @@ needs a different value builds a new object with ``dataclasses.replace``.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import os
 import re
@@ -26,7 +27,17 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "ELSA_TUNE_"
 #: the fastest a simulated server may run its clock (simulated seconds per wall second)
 MAX_SPEEDUP = 1e6
-RUNTIMES = ("process", "docker", "sim")
+
+
+class Launcher(enum.StrEnum):
+    """How the runtime is started: a local process, a Docker container, or the simulated server."""
+
+    PROCESS = "process"
+    DOCKER = "docker"
+    SIM = "sim"
+
+
+RUNTIMES = tuple(launcher.value for launcher in Launcher)
 #: ``--runtime`` also takes a runtime family's name: that family as a local process.
 FAMILIES = ("sglang", "llamacpp", "vllm")
 #: ``--gpu cpu``: no GPU, the server runs on the host and its memory is the host's (``runtime/host_memory.py``).
@@ -54,7 +65,7 @@ class Settings:
     budget_s: float = 8 * 3600.0
     out: Path | None = None
     study: str | None = None
-    runtime: str = "process"
+    runtime: Launcher = Launcher.PROCESS
     family: str | None = None
     launch: str | None = None
     image: str | None = None
@@ -78,19 +89,20 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.runtime in FAMILIES:
-            object.__setattr__(self, "family", self.runtime)
-            object.__setattr__(self, "runtime", "process")
+            object.__setattr__(self, "family", str(self.runtime))
+            object.__setattr__(self, "runtime", Launcher.PROCESS)
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"unknown runtime {self.runtime!r}",
                               remedy=f"use one of: {', '.join((*RUNTIMES, *FAMILIES))}")
+        object.__setattr__(self, "runtime", Launcher(self.runtime))
         if self.family is not None and self.family not in FAMILIES:
             raise ConfigError(f"unknown runtime family {self.family!r}", remedy=f"use one of: {', '.join(FAMILIES)}")
-        if self.gpu == "sim" and self.runtime != "sim":
-            object.__setattr__(self, "runtime", "sim")
-        if self.virtual and self.runtime != "sim":
+        if self.gpu == "sim" and self.runtime is not Launcher.SIM:
+            object.__setattr__(self, "runtime", Launcher.SIM)
+        if self.virtual and self.runtime is not Launcher.SIM:
             raise ConfigError("a virtual study runs on the simulated runtime only",
                               remedy="pass --gpu sim --sim-profile NAME with --virtual")
-        if self.runtime == "sim" and not self.sim_profile:
+        if self.runtime is Launcher.SIM and not self.sim_profile:
             raise ConfigError("the simulated runtime needs a profile",
                               remedy="pass --sim-profile NAME (see runtime/sim/profiles/, e.g. "
                                      "rtx5090-qwen3.8-27b-nvfp4)")
@@ -139,7 +151,7 @@ class Settings:
             return self.study
         base = Path(self.space).name if self.space else "study"
         base = base.rsplit(".", 1)[0] if base.endswith((".yaml", ".yml")) else base
-        return f"{base}-sim" if self.runtime == "sim" else base
+        return f"{base}-sim" if self.runtime is Launcher.SIM else base
 
     @property
     def run_dir(self) -> Path:
@@ -147,7 +159,7 @@ class Settings:
 
     @property
     def simulated(self) -> bool:
-        return self.runtime == "sim"
+        return self.runtime is Launcher.SIM
 
     @property
     def speedup(self) -> float:
@@ -160,6 +172,7 @@ class Settings:
         data["out"] = str(self.out) if self.out else None
         data["log_file"] = str(self.log_file) if self.log_file else None
         data["looks"] = list(self.looks)
+        data["runtime"] = self.runtime.value
         return data
 
     @classmethod

@@ -25,25 +25,31 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import effect_text, pool_text
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.history.study_record import Confirmation, ConfirmationStatus, PhaseSpan, StudyRecord, StudyStatus
-from elsa_tune.history.verdict import Decision, PolicyKind
+from elsa_tune.history.study_record import (
+    Confirmation,
+    ConfirmationStatus,
+    Extension,
+    PhaseSpan,
+    StudyRecord,
+    StudyStatus,
+)
+from elsa_tune.history.verdict import Decision, Futility, PolicyKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
 from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.booter import BootPlan
-from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
+from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget, BudgetPhase
 from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.dimensioning import NoiseReport, dimension, outlier_boot
@@ -52,7 +58,6 @@ from elsa_tune.tuner.load import ServerLoad
 from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
 from elsa_tune.tuner.policy import gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
@@ -88,7 +93,7 @@ class Study:
     def __init__(self, pre: Preflight, *, view: StudyView | None = None, interrupts: Interrupts | None = None,
                  with_plots: bool = True, search: SearchBackend | None = None, clock: StudyClock | None = None,
                  load: ServerLoad | None = None, outputs_each_decision: bool = True,
-                 extension: Mapping[str, float] | None = None) -> None:
+                 extension: Extension | None = None) -> None:
         """``extension``: this run continues a finished study with more budget (``elsa-tune --extend``); it is
         appended to the extensions ``study.json`` records."""
         self.pre = pre
@@ -109,12 +114,11 @@ class Study:
         previous = self.store.read_study()
         self.started_at = previous.started_at if previous else time.time()
         self.resumed = previous is not None
-        recorded = previous.extra.get("extensions") if previous else None
-        self.extensions: list[dict[str, Any]] = [dict(e) for e in recorded] if isinstance(recorded, list) else []
+        self.extensions: list[Extension] = list(previous.extensions) if previous else []
         if extension is not None:
-            self.extensions.append({**extension, "at": time.time()})
-            log.info("extending study %s: budget %.0f s + %.0f s", self.name, extension["from_budget_s"],
-                     extension["added_s"])
+            self.extensions.append(extension)
+            log.info("extending study %s: budget %.0f s + %.0f s", self.name, extension.from_budget_s,
+                     extension.added_s)
         self.reconcile = self.store.reconcile()
         self.night = Night(pre, store=self.store, budget=self.budget, clock=self.clock, view=self.view,
                            interrupts=self.interrupts, on_decision=self._write, load=load)
@@ -139,10 +143,10 @@ class Study:
                  self.budget.counts)
         try:
             with self.interrupts:
-                self._phase("baseline", self._baseline)
-                self._phase("screening", Screening(night).run)
-                self._phase("search", self._search)
-                self._phase("confirmation", self._confirmation)
+                self._phase(BudgetPhase.BASELINE, self._baseline)
+                self._phase(BudgetPhase.SCREENING, Screening(night).run)
+                self._phase(BudgetPhase.SEARCH, self._search)
+                self._phase(BudgetPhase.CONFIRMATION, self._confirmation)
             self.status = StudyStatus.FINISHED
         except StopStudy as stop:
             log.warning("study stopped: %s", stop)
@@ -167,9 +171,10 @@ class Study:
         return StudyOutcome(self.status, night.incumbent.candidate, night.decision_number, boots,
                             str(self.store.run_dir))
 
-    def _phase(self, name: str, body: Callable[[], object]) -> None:
-        self.budget.begin(name)
-        span = PhaseSpan(name=name, started_at=self._unix(), budget_s=self.budget.allowance(name))
+    def _phase(self, phase: BudgetPhase, body: Callable[[], object]) -> None:
+        name = phase.value
+        self.budget.begin(phase)
+        span = PhaseSpan(name=name, started_at=self._unix(), budget_s=self.budget.allowance(phase))
         self.phases.append(span)
         self.view.update(phase=name, time_left_s=self.budget.left_s)
         before = self.night.booter.boots
@@ -257,7 +262,7 @@ class Study:
         """Blocks per arm at each look, sized so the A/Bs of the techniques fit the screening allowance."""
         boot_s = self.night.boot_s()
         screenable: list[Technique | None] = [t for t in self.space.techniques if t.screen] or [None]
-        per_technique = self.budget.shares["screening"] * self.budget.total_s / len(screenable) / boot_s
+        per_technique = self.budget.shares[BudgetPhase.SCREENING] * self.budget.total_s / len(screenable) / boot_s
         # About half the techniques end at their screening boot; the rest stop at the first or second look. The cap
         # is at least 6 blocks: with fewer boots a real +20% cannot pass the night's false-keep control.
         cap = int(max(6, min(12, per_technique)))
@@ -267,8 +272,8 @@ class Study:
     # ---- numeric search -----------------------------------------------------------------------------
 
     def _search(self) -> None:
-        Screening(self.night).retest("search")
-        Screening(self.night).continue_unscreened("search")
+        Screening(self.night).retest(BudgetPhase.SEARCH)
+        Screening(self.night).continue_unscreened(BudgetPhase.SEARCH)
         outcome = self.search.run(SearchContext.of(self.night))
         self.night.incumbent = outcome.incumbent
 
@@ -293,11 +298,11 @@ class Study:
             # until a retest keeps something
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             try:
-                Screening(night).retest("confirmation")
+                Screening(night).retest(BudgetPhase.CONFIRMATION)
                 if night.incumbent.candidate.key() == baseline.key():
-                    Screening(night).resume("confirmation")
+                    Screening(night).resume(BudgetPhase.CONFIRMATION)
                 if night.incumbent.candidate.key() == baseline.key():
-                    Screening(night).extend("confirmation")
+                    Screening(night).extend(BudgetPhase.CONFIRMATION)
             finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
                 if night.incumbent.candidate.key() != baseline.key():
                     self._confirmed(ConfirmationStatus.UNCONFIRMED,
@@ -308,7 +313,7 @@ class Study:
             night.notes.append("no candidate beat the baseline: the baseline is the recommendation")
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             return
-        if self.budget.allowance("confirmation") < night.first_look_boots() * night.boot_s():
+        if self.budget.allowance(BudgetPhase.CONFIRMATION) < night.first_look_boots() * night.boot_s():
             night.notes.append("confirmation skipped: the budget was spent; the winner is recommended unconfirmed")
             self._confirmed(ConfirmationStatus.UNCONFIRMED, "no time was left to confirm it against the baseline")
             return
@@ -317,7 +322,7 @@ class Study:
         if not self._probe_winner(final):
             return
         ab, ids = night.ab(final, tag="confirmation", phase=Phase.CONFIRMATION, technique="confirmation",
-                           incumbent=baseline, seed=99, futility="none")
+                           incumbent=baseline, seed=99, futility=Futility.NONE)
         decision = DecisionRecord(study=self.name, number=0, phase=Phase.CONFIRMATION,
                                   technique="final vs baseline",
                                   flags_delta={k: v for k, v in final.flags.items() if baseline.flags.get(k) != v},
@@ -345,7 +350,7 @@ class Study:
                                f"demonstrated gain over the baseline ({decision.result})")
             self._confirmed(ConfirmationStatus.UNCONFIRMED, decision.result)
         soak_s = min(self.settings.soak_s, 0.03 * self.budget.total_s,
-                     max(0.0, self.budget.allowance("confirmation") - night.boot_s()))
+                     max(0.0, self.budget.allowance(BudgetPhase.CONFIRMATION) - night.boot_s()))
         if soak_s > 0:
             result = night.boot(BootPlan(tag="confirmation:soak", candidate=final, phase=Phase.CONFIRMATION,
                                          arm=Arm.CANDIDATE, probes=True, soak_s=soak_s))
@@ -417,14 +422,15 @@ class Study:
                                   "prediction_errors": list(night.memory_errors),
                                   "skipped_candidates": night.skipped_by_model},
                  "policy": night.policy.to_dict() if night.policy else None,
-                 "reconcile": dataclasses.asdict(self.reconcile), "extensions": self.extensions}
+                 "reconcile": dataclasses.asdict(self.reconcile)}
         record = StudyRecord(name=self.name, fingerprint=self.pre.fingerprint, started_at=self.started_at,
                              updated_at=self._unix(), baseline=night.baseline, incumbent=night.incumbent.candidate,
                              budget_s=self.budget.total_s, status=self.status, phases=tuple(self.phases),
                              noise=noise, traffic=self.settings.traffic, context_target=night.context_target,
                              image=self.settings.image, note="; ".join(night.notes), extra=extra,
                              settings=self.settings.to_dict(), space_digest=self.space.digest,
-                             notes=tuple(night.notes), confirmation=night.confirmation)
+                             notes=tuple(night.notes), confirmation=night.confirmation,
+                             extensions=tuple(self.extensions))
         self.store.write_study(record)
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from elsa_tune.history.decision import DecisionRecord
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.plan import ProbeKind, ProbeSpec
 from elsa_tune.probes.protocol import ProbeBudget, ProbeResult, ProbeStatus
@@ -44,8 +44,7 @@ from elsa_tune.tuner.booter import BootPlan, CandidateBooter
 from elsa_tune.tuner.load import QUALITY, Passes, QualityCheck
 from elsa_tune.tuner.night import StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.schedule import Arm
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.settings import Launcher, Settings
 
 SCHEMA_VERSION = 1
 #: Simulated seconds the quality gate's prompts take (a few dozen short greedy answers and the cache-hit repeats).
@@ -260,8 +259,8 @@ def run_virtual_study(*, profile: str | Path, space: str | Path, out: Path, traf
     from elsa_tune.tuner.study import Study
 
     cpu = time.process_time()
-    s = Settings(gpu="sim", runtime="sim", virtual=True, sim_profile=str(profile), space=str(space), traffic=traffic,
-                 budget_s=budget_s, seed=seed, out=Path(out), live=False, **settings)
+    s = Settings(gpu="sim", runtime=Launcher.SIM, virtual=True, sim_profile=str(profile), space=str(space),
+                 traffic=traffic, budget_s=budget_s, seed=seed, out=Path(out), live=False, **settings)
     bed = VirtualTestbed.of(run_preflight(s))
     clock = bed.clock
     study = Study(bed.pre, view=StudyView(live=False), clock=clock, load=bed.load, with_plots=False,
@@ -284,7 +283,7 @@ class VirtualBench:
 
     def __init__(self, *, profile: str | Path, space: str | Path, traffic: str = "demo",
                  budget_s: float = 8 * 3600.0, seed: int = 0) -> None:
-        s = Settings(gpu="sim", runtime="sim", virtual=True, sim_profile=str(profile), space=str(space),
+        s = Settings(gpu="sim", runtime=Launcher.SIM, virtual=True, sim_profile=str(profile), space=str(space),
                      traffic=traffic, budget_s=budget_s, seed=seed, live=False)
         bed = VirtualTestbed.of(run_preflight(s))
         self.pre = bed.pre

@@ -33,7 +33,7 @@ from elsa_tune.history.claims import Claim, ClaimState, WorkClaims, setup_lock
 from elsa_tune.history.decision import Kept
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.pg_ledger import ledger_for
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
 from elsa_tune.search_spaces.candidate import Candidate
@@ -45,7 +45,6 @@ from elsa_tune.tuner.memory_model import MemoryModel, Observation
 from elsa_tune.tuner.night import arm_mean, boot_mean, geo, typical_boot_s
 from elsa_tune.tuner.policy import DEFAULT_LOOKS, gate_policy
 from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, Proposal
 from elsa_tune.tuner.search_phase import search_decision, trial_values
 from elsa_tune.tuner.signals import Interrupts

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from elsa_tune.errors import MeasurementFailed
+from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.runtime import SimulatedSGLang
@@ -42,9 +43,8 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.loadgen import LoadGenerator
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload, synthetic
-from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
-from elsa_tune.tuner.schedule import Arm
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "runtime" / "sim" / "profiles" / "rtx5090-qwen3.6-35b-a3b-nvfp4.yaml"
@@ -92,7 +92,7 @@ class SimBootSampler:
 
     def boot(self, arm: Arm, block: int, position: int) -> BootSample:
         candidate = self.arms[arm]
-        boot_dir = self.boot_root / f"block{block:02d}-{position}-{arm.value}"
+        boot_dir = self.boot_root / f"block{block:02d}-{position}-{arm.letter}"
         boot_dir.mkdir(parents=True)
         started = time.time()
         server = self.runtime.start(candidate, boot_dir)   # BootFailed propagates: the gate records it

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.history.records import Arm
 from elsa_tune.history.verdict import Decision
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Value
@@ -31,7 +32,6 @@ from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.virtual import VirtualBench
 
 METHODS = ("random", "grid", "naive")

@@ -10,12 +10,12 @@ llama.cpp flag to change (``-c``, ``-np``, ``-ngl``, ``-ub``, ``-ctk``/``-ctv``,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from elsa_tune.errors import ConfigError, StudyError
+from elsa_tune.runtime.classify import FailureLog
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
-from elsa_tune.runtime.llamacpp.log_lines import READY_LINE, LogLine, split_lines
+from elsa_tune.runtime.llamacpp.log_lines import READY_LINE, split_lines
 
 _BAD_ARGUMENT = re.compile(r"error: invalid argument: (?P<flag>\S+)")
 _BAD_VALUE = re.compile(r"error while handling (?P<what>argument|environment variable) \"(?P<flag>[^\"]+)\": "
@@ -39,103 +39,76 @@ _KILLED = re.compile(r"Killed process \d+|oom-kill|Out of memory: Killed")
 _EXITING = re.compile(r"exiting due to (?P<why>.+)")
 _CONSTRUCTING = re.compile(r"constructing llama_context")
 _N_CTX = re.compile(r"^llama_context: n_ctx\s+= (?P<ctx>\d+)")
+_READY = re.compile(re.escape(READY_LINE))
 
 
-@dataclass(frozen=True)
-class _Context:
-    lines: Sequence[LogLine]
-    hints: FailureHints
-
-    def find(self, pattern: re.Pattern[str]) -> list[int]:
-        return [i for i, line in enumerate(self.lines) if pattern.search(line.text)]
-
-    def evidence(self, indexes: Sequence[int], limit: int = 4) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.lines[i].raw.strip() for i in indexes if self.lines[i].raw.strip()))[:limit]
-
-    def ready_before(self, index: int) -> bool:
-        return self.hints.became_ready or any(READY_LINE in line.text for line in self.lines[:index])
-
-    def tail(self, n: int = 3) -> tuple[str, ...]:
-        return tuple(line.raw.strip() for line in self.lines if line.raw.strip())[-n:]
-
-    def n_ctx(self) -> str:
-        hits = self.find(_N_CTX)
-        if not hits:
-            return ""
-        match = _N_CTX.search(self.lines[hits[0]].text)
-        return f" (-c gave n_ctx = {int(match['ctx']):,})" if match else ""
+_Rule = Callable[[FailureLog], Failure | None]
 
 
-_Rule = Callable[[_Context], Failure | None]
+def _n_ctx(ctx: FailureLog) -> str:
+    """`` (-c gave n_ctx = N)`` from the context's own line, ``""`` without one."""
+    hits = ctx.find(_N_CTX)
+    if not hits:
+        return ""
+    match = _N_CTX.search(ctx.lines[hits[0]].text)
+    return f" (-c gave n_ctx = {int(match['ctx']):,})" if match else ""
 
 
-def _failure(ctx: _Context, kind: FailureKind, summary: str, remedy: str, evidence: Sequence[str],
-             phase: str | None = None) -> Failure:
-    if phase is None:
-        phase = "serve" if ctx.ready_before(len(ctx.lines)) else "boot"
-    return Failure(kind=kind, summary=summary, remedy=remedy, evidence=tuple(evidence) or ctx.tail(), phase=phase,
-                   exit_code=ctx.hints.exit_code, elapsed_s=ctx.hints.elapsed_s)
-
-
-def _bad_flag(ctx: _Context) -> Failure | None:
+def _bad_flag(ctx: FailureLog) -> Failure | None:
     for i in ctx.find(_BAD_ARGUMENT):
         match = _BAD_ARGUMENT.search(ctx.lines[i].text)
         assert match is not None
         flag = match["flag"]
-        return _failure(ctx, FailureKind.BAD_FLAG, f"llama-server does not know the flag {flag}",
-                        f"remove or rename {flag}: this llama-server version does not accept it (check the space "
-                        "against `llama-server --help` before the study)", ctx.evidence([i]))
+        return ctx.failure(FailureKind.BAD_FLAG, f"llama-server does not know the flag {flag}",
+                           f"remove or rename {flag}: this llama-server version does not accept it (check the space "
+                           "against `llama-server --help` before the study)", ctx.evidence([i]))
     for i in ctx.find(_BAD_VALUE):
         match = _BAD_VALUE.search(ctx.lines[i].text)
         assert match is not None
         source = "the environment variable" if match["what"] != "argument" else "the flag"
         allowed = next((ln.text for ln in ctx.lines[i:] if _ALLOWED.match(ln.text)), "")
         listed = f" ({allowed})" if allowed else ""
-        return _failure(ctx, FailureKind.BAD_FLAG, f"llama-server refused the value of {source} {match['flag']}: "
-                        f"{match['why'].strip()}",
-                        f"give {match['flag']} a value `llama-server --help` lists for it{listed}", ctx.evidence([i]))
+        return ctx.failure(FailureKind.BAD_FLAG, f"llama-server refused the value of {source} {match['flag']}: "
+                           f"{match['why'].strip()}",
+                           f"give {match['flag']} a value `llama-server --help` lists for it{listed}",
+                           ctx.evidence([i]))
     return None
 
 
-def _port_in_use(ctx: _Context) -> Failure | None:
-    hits = ctx.find(_PORT)
-    if not hits and not ctx.hints.port_in_use:
-        return None
-    return _failure(ctx, FailureKind.PORT_IN_USE, "the server port was already taken by another process",
-                    "stop the stale server holding the port (`ss -ltnp`); elsa-tune picks a fresh free --port on "
-                    "the next boot", ctx.evidence(hits))
+def _port_in_use(ctx: FailureLog) -> Failure | None:
+    return ctx.port_in_use(_PORT)
 
 
-def _model_missing(ctx: _Context) -> Failure | None:
+def _model_missing(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_NO_MODEL)
     if not hits:
         return None
-    return _failure(ctx, FailureKind.MODEL_LOAD_FAILED, "llama-server cannot open the model as a GGUF file",
-                    "fix -m/--model: the path of a readable .gguf file on the machine that runs the server",
-                    ctx.evidence(hits[:1] + ctx.find(_EXITING)))
+    return ctx.failure(FailureKind.MODEL_LOAD_FAILED, "llama-server cannot open the model as a GGUF file",
+                       "fix -m/--model: the path of a readable .gguf file on the machine that runs the server",
+                       ctx.evidence(hits[:1] + ctx.find(_EXITING)))
 
 
-def _quantized_v(ctx: _Context) -> Failure | None:
+def _quantized_v(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_QUANT_V)
     if not hits:
         return None
-    return _failure(ctx, FailureKind.BAD_FLAG, "a quantized V cache (-ctv) needs flash attention, which is off",
-                    "add -fa on to a quantized -ctv (q8_0, q4_0, …), or keep -ctv f16", ctx.evidence(hits[-1:]))
+    return ctx.failure(FailureKind.BAD_FLAG, "a quantized V cache (-ctv) needs flash attention, which is off",
+                       "add -fa on to a quantized -ctv (q8_0, q4_0, …), or keep -ctv f16", ctx.evidence(hits[-1:]))
 
 
-def _compute_buffer(ctx: _Context) -> Failure | None:
+def _compute_buffer(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_COMPUTE)
     if not hits:
         return None
     alloc = [i for i in ctx.find(_DEVICE_OOM) + ctx.find(_HOST_OOM) if i < hits[0]]
-    return _failure(ctx, FailureKind.COMPUTE_BUFFER_OOM,
-                    f"the compute buffer for one batch could not be allocated{ctx.n_ctx()}",
-                    "lower -ub (the physical batch; the buffer grows with -ub × context), turn on -fa on (without "
-                    "flash attention the attention scores need context × ubatch), or lower -c",
-                    ctx.evidence(alloc[-1:] + hits))
+    return ctx.failure(FailureKind.COMPUTE_BUFFER_OOM,
+                       f"the compute buffer for one batch could not be allocated{_n_ctx(ctx)}",
+                       "lower -ub (the physical batch; the buffer grows with -ub × context), turn on -fa on (without "
+                       "flash attention the attention scores need context × ubatch), or lower -c",
+                       ctx.evidence(alloc[-1:] + hits))
 
 
-def _kv_cache(ctx: _Context) -> Failure | None:
+def _kv_cache(ctx: FailureLog) -> Failure | None:
     kv = ctx.find(_KV_BUFFER)
     bad_alloc = ctx.find(_CONTEXT_BAD_ALLOC)
     if not kv and not bad_alloc:
@@ -144,73 +117,74 @@ def _kv_cache(ctx: _Context) -> Failure | None:
     device = [i for i in ctx.find(_DEVICE_OOM) if i <= last and not _HOST_OOM.search(ctx.lines[i].text)]
     host = [i for i in ctx.find(_HOST_OOM) if i <= last]
     if kv and device and (not host or device[-1] > host[-1]):
-        return _failure(ctx, FailureKind.NO_ROOM_FOR_KV,
-                        f"the KV cache does not fit in the GPU's free memory{ctx.n_ctx()}",
-                        "lower -c (or -np with a fixed per-slot context), quantize the KV cache (-ctk q8_0 -ctv q8_0 "
-                        "-fa on), or offload fewer layers (-ngl) so the weights leave room",
-                        ctx.evidence([*device[-1:], last]))
+        return ctx.failure(FailureKind.NO_ROOM_FOR_KV,
+                           f"the KV cache does not fit in the GPU's free memory{_n_ctx(ctx)}",
+                           "lower -c (or -np with a fixed per-slot context), quantize the KV cache (-ctk q8_0 "
+                           "-ctv q8_0 -fa on), or offload fewer layers (-ngl) so the weights leave room",
+                           ctx.evidence([*device[-1:], last]))
     start = max([i for i in ctx.find(_CONSTRUCTING) if i < last], default=0)
     host = [i for i in host if i >= start][:1]
     where = "the KV cache" if kv else "the context (its KV cells)"
-    return _failure(ctx, FailureKind.NO_ROOM_FOR_KV, f"host memory ran out allocating {where}{ctx.n_ctx()}",
-                    "lower -c (or -np with a fixed per-slot context) or quantize the KV cache (-ctk q8_0 -ctv q8_0 "
-                    "-fa on); on a GPU, offload the KV cache with -ngl instead of -nkvo",
-                    ctx.evidence([*host, last]))
+    return ctx.failure(FailureKind.NO_ROOM_FOR_KV, f"host memory ran out allocating {where}{_n_ctx(ctx)}",
+                       "lower -c (or -np with a fixed per-slot context) or quantize the KV cache (-ctk q8_0 -ctv q8_0 "
+                       "-fa on); on a GPU, offload the KV cache with -ngl instead of -nkvo",
+                       ctx.evidence([*host, last]))
 
 
-def _weights(ctx: _Context) -> Failure | None:
+def _weights(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_WEIGHTS)
     if not hits:
         return None
-    return _failure(ctx, FailureKind.WEIGHTS_OOM, "the model weights could not be allocated",
-                    "lower -ngl (keep some layers in host memory), use a smaller quantization, or free the GPU",
-                    ctx.evidence(hits[:2]))
+    return ctx.failure(FailureKind.WEIGHTS_OOM, "the model weights could not be allocated",
+                       "lower -ngl (keep some layers in host memory), use a smaller quantization, or free the GPU",
+                       ctx.evidence(hits[:2]))
 
 
-def _context_exceeded(ctx: _Context) -> Failure | None:
+def _context_exceeded(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_CONTEXT_EXCEEDED)
     if not hits:
         return None
-    return _failure(ctx, FailureKind.CONTEXT_EXCEEDED, "a request was longer than one slot's context",
-                    "raise -c (each slot holds -c / -np tokens unless the KV cache is unified) or lower -np; or send "
-                    "shorter prompts", ctx.evidence(hits[:1]), phase="serve" if ctx.ready_before(hits[0]) else "boot")
+    return ctx.failure(FailureKind.CONTEXT_EXCEEDED, "a request was longer than one slot's context",
+                       "raise -c (each slot holds -c / -np tokens unless the KV cache is unified) or lower -np; or "
+                       "send shorter prompts", ctx.evidence(hits[:1]),
+                       phase="serve" if ctx.ready_before(hits[0]) else "boot")
 
 
-def _model_failed(ctx: _Context) -> Failure | None:
+def _model_failed(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_MODEL_FAILED)
     if not hits:
         return None
-    return _failure(ctx, FailureKind.MODEL_LOAD_FAILED, "llama-server failed to load the model",
-                    "read the error line: a GGUF this llama.cpp build cannot load (architecture, quantization) "
-                    "needs another file or a newer build", ctx.evidence(hits[:2]))
+    return ctx.failure(FailureKind.MODEL_LOAD_FAILED, "llama-server failed to load the model",
+                       "read the error line: a GGUF this llama.cpp build cannot load (architecture, quantization) "
+                       "needs another file or a newer build", ctx.evidence(hits[:2]))
 
 
-def _host_oom_killed(ctx: _Context) -> Failure | None:
+def _host_oom_killed(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_KILLED)
     silent = ctx.hints.exit_code in (-9, 137) and not ctx.find(_EXITING)
     if not hits and not silent:
         return None
-    return _failure(ctx, FailureKind.HOST_OOM_KILLED, "llama-server was SIGKILLed, likely by the host OOM killer",
-                    "free host RAM, or lower what lives there: -c and -np (KV on the CPU), --cache-ram (the prompt "
-                    "cache, 8 GiB by default), -ngl (weights left on the host); check `dmesg`",
-                    ctx.evidence(hits[:1]) if hits else ctx.tail())
+    return ctx.failure(FailureKind.HOST_OOM_KILLED, "llama-server was SIGKILLed, likely by the host OOM killer",
+                       "free host RAM, or lower what lives there: -c and -np (KV on the CPU), --cache-ram (the prompt "
+                       "cache, 8 GiB by default), -ngl (weights left on the host); check `dmesg`",
+                       ctx.evidence(hits[:1]) if hits else ctx.tail())
 
 
-def _boot_timeout(ctx: _Context) -> Failure | None:
+def _boot_timeout(ctx: FailureLog) -> Failure | None:
     if not ctx.hints.timed_out or ctx.hints.became_ready:
         return None
     waited = f" after {ctx.hints.elapsed_s:.0f} s" if ctx.hints.elapsed_s is not None else ""
-    return _failure(ctx, FailureKind.BOOT_TIMEOUT, f"llama-server did not become ready{waited}",
-                    "raise the boot timeout if the last log line shows progress (a large model loading); otherwise "
-                    "treat the last phase in the log as the culprit", ctx.tail())
+    return ctx.failure(FailureKind.BOOT_TIMEOUT, f"llama-server did not become ready{waited}",
+                       "raise the boot timeout if the last log line shows progress (a large model loading); otherwise "
+                       "treat the last phase in the log as the culprit", ctx.tail())
 
 
-def _hang(ctx: _Context) -> Failure | None:
+def _hang(ctx: FailureLog) -> Failure | None:
     if not (ctx.hints.timed_out and ctx.hints.became_ready):
         return None
-    return _failure(ctx, FailureKind.HANG, "the server stopped answering after it became ready",
-                    "drop the flag this candidate added last; check the last slot lines for the stuck task",
-                    ctx.tail(), phase="serve")
+    return ctx.failure(FailureKind.HANG, "the server stopped answering after it became ready",
+                       "drop the flag this candidate added last; check the last slot lines for the stuck task",
+                       ctx.tail(), phase="serve")
 
 
 _RULES: tuple[_Rule, ...] = (_bad_flag, _port_in_use, _model_missing, _quantized_v, _compute_buffer, _kv_cache,
@@ -221,21 +195,21 @@ _LOG_RULES = _RULES[:-3]
 
 def classify(log_text: str, hints: FailureHints | None = None) -> Failure:
     """Classify a failed boot or a dead server. Never raises; an unknown cause gives ``UNKNOWN_CRASH``."""
-    ctx = _Context(split_lines(log_text), hints or FailureHints())
+    ctx = FailureLog(split_lines(log_text), hints or FailureHints(), _READY)
     for rule in _RULES:
         failure = rule(ctx)
         if failure is not None:
             return failure
     errors = [i for i, line in enumerate(ctx.lines) if line.level == "E" or line.text.startswith("error")]
     code = f" (exit code {ctx.hints.exit_code})" if ctx.hints.exit_code is not None else ""
-    return _failure(ctx, FailureKind.UNKNOWN_CRASH, f"llama-server died for an unrecognised reason{code}",
-                    "read the full server log in the boot folder; if it is a new failure mode, report it so "
-                    "elsa-tune learns to classify it", ctx.evidence(errors[-3:]) if errors else ctx.tail(5))
+    return ctx.failure(FailureKind.UNKNOWN_CRASH, f"llama-server died for an unrecognised reason{code}",
+                       "read the full server log in the boot folder; if it is a new failure mode, report it so "
+                       "elsa-tune learns to classify it", ctx.evidence(errors[-3:]) if errors else ctx.tail(5))
 
 
 def looks_failed(log_text: str) -> bool:
     """Whether the log shows a failure: a rule's signature, or llama-server's ``exiting due to …`` line."""
-    ctx = _Context(split_lines(log_text), FailureHints())
+    ctx = FailureLog(split_lines(log_text), FailureHints(), _READY)
     return any(rule(ctx) for rule in _LOG_RULES) or bool(ctx.find(_EXITING))
 
 

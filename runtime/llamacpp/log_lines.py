@@ -10,10 +10,10 @@ colour codes, which are dropped here. Nothing in this module raises on any text.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+from elsa_tune.runtime.log_lines import ANSI
+
 _PREFIX = re.compile(r"^(?P<m>\d+)\.(?P<s>\d{2})\.(?P<ms>\d{3})\.(?P<us>\d{3}) (?P<level>[A-Z]) ")
 
 #: The fragment of the line ``llama-server`` prints once its HTTP server listens (after "model loaded"):
@@ -36,7 +36,7 @@ def split_lines(log_text: str) -> list[LogLine]:
     """Every line of ``log_text`` with its prefix parsed; tolerant of lines that have none."""
     lines = []
     for original in log_text.splitlines():
-        raw = _ANSI.sub("", original).rstrip()
+        raw = ANSI.sub("", original).rstrip()
         match = _PREFIX.match(raw)
         if match is None:
             lines.append(LogLine(raw, raw.strip(), None, ""))
@@ -44,12 +44,3 @@ def split_lines(log_text: str) -> list[LogLine]:
         seconds = int(match["m"]) * 60 + int(match["s"]) + int(match["ms"]) / 1e3 + int(match["us"]) / 1e6
         lines.append(LogLine(raw, raw[match.end():].strip(), round(seconds, 6), match["level"]))
     return lines
-
-
-def first(lines: Sequence[LogLine], pattern: re.Pattern[str]) -> tuple[LogLine, re.Match[str]] | None:
-    """The first line ``pattern`` matches (searched in ``text``) and its match."""
-    for line in lines:
-        match = pattern.search(line.text)
-        if match:
-            return line, match
-    return None

@@ -29,7 +29,8 @@ from typing import Any
 
 from elsa_tune.runtime.boot_report import Adjustment, BootPhase, BootReport, DeviceBuffer
 from elsa_tune.runtime.llamacpp.flags import KNOWN_ENV, canonical
-from elsa_tune.runtime.llamacpp.log_lines import READY_LINE, LogLine, first, split_lines
+from elsa_tune.runtime.llamacpp.log_lines import READY_LINE, LogLine, split_lines
+from elsa_tune.runtime.log_lines import first
 from elsa_tune.search_spaces.candidate import Candidate
 
 _VERSION = re.compile(r"\bbuild (?P<number>\d+) \((?P<commit>[0-9a-f]{6,40})\)")

@@ -14,6 +14,7 @@ import bisect
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 LabelValues = tuple[str, ...]
 
@@ -71,7 +72,10 @@ SCHEDULER_GAUGES = {
 }
 
 
-class _Metric:
+class Metric:
+    """One metric family: its name, help text, label names and ``kind`` (the ``# TYPE`` word); ``samples`` are its
+    exposition lines."""
+
     kind = ""
 
     def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
@@ -92,7 +96,7 @@ class _Metric:
         raise NotImplementedError
 
 
-class Counter(_Metric):
+class Counter(Metric):
     kind = "counter"
 
     def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
@@ -107,7 +111,7 @@ class Counter(_Metric):
         return [f"{self.name}{self._label_text(k)} {_num(v)}" for k, v in sorted(self.values.items())]
 
 
-class Gauge(_Metric):
+class Gauge(Metric):
     kind = "gauge"
 
     def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
@@ -121,7 +125,7 @@ class Gauge(_Metric):
         return [f"{self.name}{self._label_text(k)} {_num(v)}" for k, v in sorted(self.values.items())]
 
 
-class Histogram(_Metric):
+class Histogram(Metric):
     kind = "histogram"
 
     def __init__(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]) -> None:
@@ -148,15 +152,37 @@ class Histogram(_Metric):
         return lines
 
 
-class SglangMetrics:
-    """The collectors of one simulated server. Thread-safe; ``render()`` gives the ``/metrics`` body."""
+MetricT = TypeVar("MetricT", bound=Metric)
+
+
+class MetricRegistry:
+    """The metric families of one simulated server in exposition order, under one lock; ``render()`` gives the
+    ``/metrics`` body."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._metrics: list[Metric] = []
+
+    def render(self) -> str:
+        with self.lock:
+            return exposition(self._metrics)
+
+    def _add(self, metric: MetricT) -> MetricT:
+        self._metrics.append(metric)
+        return metric
+
+    def _gauge(self, name: str, doc: str, labels: Sequence[str]) -> Gauge:
+        return self._add(Gauge(name, doc, labels))
+
+
+class SglangMetrics(MetricRegistry):
+    """The collectors of one simulated SGLang server. Thread-safe; ``render()`` gives the ``/metrics`` body."""
 
     def __init__(self, model_name: str) -> None:
-        self.lock = threading.Lock()
+        super().__init__()
         self.tok = {"model_name": model_name, "engine_type": "unified"}
         self.sched = {**self.tok, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
         tl, sl = tuple(self.tok), tuple(self.sched)
-        self._metrics: list[_Metric] = []
         c, g, h = self._counter, self._gauge, self._histogram
         self.prompt_tokens = c("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
                                (*tl, "is_streaming"))
@@ -213,32 +239,25 @@ class SglangMetrics:
         """One verify round of speculative decoding (SGLang counts the verify calls)."""
         self.spec_verify.inc(self.tok, drafts)
 
-    def render(self) -> str:
-        with self.lock:
-            lines: list[str] = []
-            for metric in self._metrics:
-                samples = metric.samples()
-                if not samples:
-                    continue
-                lines.append(f"# HELP {metric.name} {metric.doc}")
-                lines.append(f"# TYPE {metric.name} {metric.kind}")
-                lines.extend(samples)
-            return "\n".join(lines) + "\n"
-
     def _counter(self, name: str, doc: str, labels: Sequence[str]) -> Counter:
-        metric = Counter(name, doc, labels)
-        self._metrics.append(metric)
-        return metric
-
-    def _gauge(self, name: str, doc: str, labels: Sequence[str]) -> Gauge:
-        metric = Gauge(name, doc, labels)
-        self._metrics.append(metric)
-        return metric
+        return self._add(Counter(name, doc, labels))
 
     def _histogram(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
-        metric = Histogram(name, doc, labels, buckets)
-        self._metrics.append(metric)
-        return metric
+        return self._add(Histogram(name, doc, labels, buckets))
+
+
+def exposition(metrics: Iterable[Metric]) -> str:
+    """The Prometheus text exposition of ``metrics``: ``# HELP``, ``# TYPE`` and the samples of each metric that has
+    any, in order."""
+    lines: list[str] = []
+    for metric in metrics:
+        samples = metric.samples()
+        if not samples:
+            continue
+        lines.append(f"# HELP {metric.name} {metric.doc}")
+        lines.append(f"# TYPE {metric.name} {metric.kind}")
+        lines.extend(samples)
+    return "\n".join(lines) + "\n"
 
 
 def _escape(value: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elsa_tune.runtime.sim.engine import Engine, EngineCrash, RequestRejected, SimRequest, StepResult
@@ -234,21 +234,13 @@ def _closed_loop(engine: Engine, workload: TruthWorkload, tally: _Tally) -> None
                              regime=req.regime, block_hashes=req.block_hashes, arrival_s=engine.now)
             in_flight += _submit(engine, req, tally)
 
-    send_next()
-    for _ in range(MAX_STEPS):
-        start = engine.now
-        step = engine.step()
-        if step is None:
-            if engine.idle and not todo:
-                return
-            nxt = engine.next_event
-            if nxt is None:
-                return
-            engine.advance_to(nxt)
-            continue
-        in_flight -= len(tally.observe(start, step))
+    def finished(count: int) -> None:
+        nonlocal in_flight
+        in_flight -= count
         send_next()
-    raise RuntimeError("truth: the workload did not finish within the step budget")
+
+    send_next()
+    _drive(engine, tally, finished, lambda: not todo)
 
 
 def _open_loop(engine: Engine, requests: Sequence[SimRequest], tally: _Tally, cap: int = 0) -> None:
@@ -264,19 +256,31 @@ def _open_loop(engine: Engine, requests: Sequence[SimRequest], tally: _Tally, ca
                 req = dataclasses.replace(req, arrival_s=engine.now)
             in_flight += _submit(engine, req, tally)
 
+    def finished(count: int) -> None:
+        nonlocal in_flight
+        in_flight -= count
+        admit()
+
     tally.start = min((r.arrival_s for r in requests), default=0.0)
     admit()
+    _drive(engine, tally, finished, lambda: False)
+
+
+def _drive(engine: Engine, tally: _Tally, finished: Callable[[int], None], drained: Callable[[], bool]) -> None:
+    """Step ``engine`` until no event is left, or it is idle and ``drained`` says no request is left to send; after
+    each step, ``finished`` is told how many requests it completed (so the caller can send more)."""
     for _ in range(MAX_STEPS):
         start = engine.now
         step = engine.step()
         if step is None:
+            if engine.idle and drained():
+                return
             nxt = engine.next_event
             if nxt is None:
                 return
             engine.advance_to(nxt)
             continue
-        in_flight -= len(tally.observe(start, step))
-        admit()
+        finished(len(tally.observe(start, step)))
     raise RuntimeError("truth: the workload did not finish within the step budget")
 
 

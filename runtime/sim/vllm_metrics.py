@@ -14,10 +14,9 @@ labelled ``model_name`` and ``engine``.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 
-from elsa_tune.runtime.sim.metrics import Counter, Gauge, Histogram, _Metric
+from elsa_tune.runtime.sim.metrics import Counter, Histogram, Metric, MetricRegistry
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -75,7 +74,7 @@ class _Drop:
         return None
 
 
-class _Info(_Metric):
+class _Info(Metric):
     """An info-style gauge (value 1) whose labels are the configuration."""
 
     kind = "gauge"
@@ -96,15 +95,14 @@ _GAUGES = {"num_running_reqs": "vllm:num_requests_running", "num_queue_reqs": "v
            "token_usage": "vllm:kv_cache_usage_perc"}
 
 
-class VllmMetrics:
+class VllmMetrics(MetricRegistry):
     """The collectors of one simulated vLLM server. Thread-safe; ``render()`` gives the ``/metrics`` body."""
 
     def __init__(self, model_name: str, max_model_len: int = 32768) -> None:
-        self.lock = threading.Lock()
+        super().__init__()
         self.tok = {"model_name": model_name, "engine": "0"}
         self.sched = dict(self.tok)
         labels = tuple(self.tok)
-        self._metrics: list[_Metric] = []
         tokens = _token_buckets(max_model_len)
         c, h = self._counter, self._histogram
         prompt = c("vllm:prompt_tokens", "Number of prefill tokens processed.")
@@ -131,7 +129,7 @@ class VllmMetrics:
         self.generation_hist = h("vllm:request_generation_tokens", "Number of generation tokens processed.", tokens)
         self.gauges = {name: self._gauge(series, _GAUGE_DOCS[series], labels) for name, series in _GAUGES.items()}
         self.cache_config = _Info("vllm:cache_config_info", "Information of the LLMEngine CacheConfig")
-        self._metrics.append(self.cache_config)
+        self._add(self.cache_config)
         drop = _Drop()
         self.aborted = self.uncached_hist = self.realtime_tokens = self.graph_memory = drop
         self.http_requests = self.http_responses = self.http_active = drop
@@ -153,32 +151,11 @@ class VllmMetrics:
         with self.lock:
             self.cache_config.info = {k: str(v) for k, v in info.items()}
 
-    def render(self) -> str:
-        with self.lock:
-            lines: list[str] = []
-            for metric in self._metrics:
-                samples = metric.samples()
-                if not samples:
-                    continue
-                lines.append(f"# HELP {metric.name} {metric.doc}")
-                lines.append(f"# TYPE {metric.name} {metric.kind}")
-                lines.extend(samples)
-            return "\n".join(lines) + "\n"
-
     def _counter(self, name: str, doc: str) -> Counter:
-        metric = Counter(f"{name}_total", doc, tuple(self.tok))
-        self._metrics.append(metric)
-        return metric
-
-    def _gauge(self, name: str, doc: str, labels: Sequence[str]) -> Gauge:
-        metric = Gauge(name, doc, labels)
-        self._metrics.append(metric)
-        return metric
+        return self._add(Counter(f"{name}_total", doc, tuple(self.tok)))
 
     def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> Histogram:
-        metric = Histogram(name, doc, tuple(self.tok), buckets)
-        self._metrics.append(metric)
-        return metric
+        return self._add(Histogram(name, doc, tuple(self.tok), buckets))
 
 
 _GAUGE_DOCS = {"vllm:num_requests_running": "Number of requests in model execution batches.",

@@ -26,12 +26,12 @@ real hangs: it is never a failure by itself, only evidence beside a timeout.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from elsa_tune.errors import ConfigError, EnvironmentError_, RuntimeUnavailable, StudyError
+from elsa_tune.runtime.classify import FailureLog
 from elsa_tune.runtime.failure import Failure, FailureHints, FailureKind
-from elsa_tune.runtime.vllm.log_lines import LogLine, split_lines
+from elsa_tune.runtime.vllm.log_lines import split_lines
 
 #: Lines a vLLM server prints once it serves (the HTTP server is up); readiness itself is ``/health``.
 READY_MARKERS = re.compile(r"Starting vLLM (?:API )?server on http|Application startup complete"
@@ -71,36 +71,10 @@ _KILLED = re.compile(r"Killed process \d+|oom-kill|Out of memory: Killed|Failed 
 _SHM_WAIT = re.compile(r"No available shared memory broadcast block found in \d+ seconds")
 
 
-@dataclass(frozen=True)
-class _Context:
-    lines: Sequence[LogLine]
-    hints: FailureHints
-
-    def find(self, pattern: re.Pattern[str]) -> list[int]:
-        return [i for i, line in enumerate(self.lines) if pattern.search(line.text)]
-
-    def evidence(self, indexes: Sequence[int], limit: int = 4) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.lines[i].raw.strip() for i in indexes if self.lines[i].raw.strip()))[:limit]
-
-    def ready_before(self, index: int) -> bool:
-        return self.hints.became_ready or any(READY_MARKERS.search(line.text) for line in self.lines[:index])
-
-    def tail(self, n: int = 3) -> tuple[str, ...]:
-        return tuple(line.raw.strip() for line in self.lines if line.raw.strip())[-n:]
+_Rule = Callable[[FailureLog], Failure | None]
 
 
-_Rule = Callable[[_Context], Failure | None]
-
-
-def _failure(ctx: _Context, kind: FailureKind, summary: str, remedy: str, evidence: Sequence[str],
-             phase: str | None = None) -> Failure:
-    if phase is None:
-        phase = "serve" if ctx.ready_before(len(ctx.lines)) else "boot"
-    return Failure(kind=kind, summary=summary, remedy=remedy, evidence=tuple(evidence) or ctx.tail(), phase=phase,
-                   exit_code=ctx.hints.exit_code, elapsed_s=ctx.hints.elapsed_s)
-
-
-def _bad_flag(ctx: _Context) -> Failure | None:
+def _bad_flag(ctx: FailureLog) -> Failure | None:
     for i in ctx.find(_ARGPARSE):
         match = _ARGPARSE.search(ctx.lines[i].text)
         assert match is not None
@@ -110,70 +84,65 @@ def _bad_flag(ctx: _Context) -> Failure | None:
         named = flag[0].split("=")[0] if flag else ""
         what = f"the flag {named}" if named else "the launch flags"
         detail = f": {match['detail'].strip()}" if match["detail"] else ""
-        return _failure(ctx, FailureKind.BAD_FLAG, f"vllm serve refused {what}{detail}",
-                        f"remove or rename {named or 'the flag'}: this vLLM version does not accept it as given "
-                        "(check the space with `elsa-tune space check SPACE --runtime-python PY` before the "
-                        "study)", ctx.evidence([i]))
+        return ctx.failure(FailureKind.BAD_FLAG, f"vllm serve refused {what}{detail}",
+                           f"remove or rename {named or 'the flag'}: this vLLM version does not accept it as given "
+                           "(check the space with `elsa-tune space check SPACE --runtime-python PY` before the "
+                           "study)", ctx.evidence([i]))
     for i in ctx.find(_VALIDATION):
         after = [j for j in range(i + 1, min(i + 4, len(ctx.lines))) if ctx.lines[j].text]
         reason = next((ctx.lines[j].text for j in after if "error" in ctx.lines[j].text.lower()),
                       ctx.lines[i].text.strip())
-        return _failure(ctx, FailureKind.BAD_FLAG, f"vLLM's engine config refused a value: {reason[:240]}",
-                        "give the flag the message names a value vLLM accepts (a "
-                        "--kv-cache-dtype it knows, --gpu-memory-utilization at most 1, a --max-model-len within "
-                        "the model's limit, a --tensor-parallel-size that divides the heads)",
-                        ctx.evidence([i, *after[:2]]))
+        return ctx.failure(FailureKind.BAD_FLAG, f"vLLM's engine config refused a value: {reason[:240]}",
+                           "give the flag the message names a value vLLM accepts (a "
+                           "--kv-cache-dtype it knows, --gpu-memory-utilization at most 1, a --max-model-len within "
+                           "the model's limit, a --tensor-parallel-size that divides the heads)",
+                           ctx.evidence([i, *after[:2]]))
     return None
 
 
-def _port_in_use(ctx: _Context) -> Failure | None:
-    hits = ctx.find(_PORT)
-    if not hits and not ctx.hints.port_in_use:
-        return None
-    return _failure(ctx, FailureKind.PORT_IN_USE, "the server port was already taken by another process",
-                    "stop the stale server holding the port (`ss -ltnp`); elsa-tune picks a fresh free --port on "
-                    "the next boot", ctx.evidence(hits[:1]))
+def _port_in_use(ctx: FailureLog) -> Failure | None:
+    return ctx.port_in_use(_PORT)
 
 
-def _gpu_busy(ctx: _Context) -> Failure | None:
+def _gpu_busy(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_GPU_BUSY)
     if not hits:
         return None
-    return _failure(ctx, FailureKind.GPU_BUSY,
-                    "the GPU had less free memory at start than --gpu-memory-utilization asks for",
-                    "free the GPU (another process, or the previous server still releasing its memory) or lower "
-                    "--gpu-memory-utilization below the free fraction the line shows", ctx.evidence(hits[:1]))
+    return ctx.failure(FailureKind.GPU_BUSY,
+                       "the GPU had less free memory at start than --gpu-memory-utilization asks for",
+                       "free the GPU (another process, or the previous server still releasing its memory) or lower "
+                       "--gpu-memory-utilization below the free fraction the line shows", ctx.evidence(hits[:1]))
 
 
-def _no_room_for_kv(ctx: _Context) -> Failure | None:
+def _no_room_for_kv(ctx: FailureLog) -> Failure | None:
     for i in ctx.find(_V1_TOO_LONG):
         match = _V1_TOO_LONG.search(ctx.lines[i].text)
         assert match is not None
         fits = f"--max-model-len {int(match['fits']):,} (vLLM's own estimate of what fits) or lower" \
             if match["fits"] else "a lower --max-model-len"
-        return _failure(ctx, FailureKind.NO_ROOM_FOR_KV,
-                        f"one request at max_model_len {int(match['len']):,} needs {match['need']} GiB of KV cache; "
-                        f"{match['have']} GiB is available",
-                        f"use {fits}, raise --gpu-memory-utilization, or a smaller --kv-cache-dtype (fp8)",
-                        ctx.evidence([i]))
+        return ctx.failure(FailureKind.NO_ROOM_FOR_KV,
+                           f"one request at max_model_len {int(match['len']):,} needs {match['need']} GiB of KV cache; "
+                           f"{match['have']} GiB is available",
+                           f"use {fits}, raise --gpu-memory-utilization, or a smaller --kv-cache-dtype (fp8)",
+                           ctx.evidence([i]))
     for i in ctx.find(_V0_TOO_LONG):
         match = _V0_TOO_LONG.search(ctx.lines[i].text)
         assert match is not None
-        return _failure(ctx, FailureKind.NO_ROOM_FOR_KV,
-                        f"max_model_len {int(match['len']):,} is longer than the KV cache holds "
-                        f"({int(match['kv']):,} tokens)",
-                        f"use --max-model-len {int(match['kv']):,} or lower, or raise --gpu-memory-utilization",
-                        ctx.evidence([i]))
+        return ctx.failure(FailureKind.NO_ROOM_FOR_KV,
+                           f"max_model_len {int(match['len']):,} is longer than the KV cache holds "
+                           f"({int(match['kv']):,} tokens)",
+                           f"use --max-model-len {int(match['kv']):,} or lower, or raise --gpu-memory-utilization",
+                           ctx.evidence([i]))
     hits = ctx.find(_NO_CACHE_MEMORY)
     if hits:
-        return _failure(ctx, FailureKind.NO_ROOM_FOR_KV, "the weights and activations leave no memory for the KV "
-                        "cache blocks",
-                        "raise --gpu-memory-utilization, lower --max-num-batched-tokens (the profiling batch), or "
-                        "serve a smaller or quantized model", ctx.evidence(hits[:1]))
+        return ctx.failure(FailureKind.NO_ROOM_FOR_KV, "the weights and activations leave no memory for the KV "
+                           "cache blocks",
+                           "raise --gpu-memory-utilization, lower --max-num-batched-tokens (the profiling batch), or "
+                           "serve a smaller or quantized model", ctx.evidence(hits[:1]))
     return None
 
 
-def _oom(ctx: _Context) -> Failure | None:
+def _oom(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_OOM)
     if not hits:
         return None
@@ -182,34 +151,34 @@ def _oom(ctx: _Context) -> Failure | None:
     window = ctx.lines[max(0, at - 40):at + 1]
     evidence = ctx.evidence(hits[:2])
     if ctx.ready_before(at):
-        return _failure(ctx, FailureKind.OOM_UNDER_LOAD, "CUDA ran out of memory while serving",
-                        "lower --gpu-memory-utilization (more headroom for activations), --max-num-batched-tokens "
-                        "or --max-num-seqs", evidence, phase="serve")
+        return ctx.failure(FailureKind.OOM_UNDER_LOAD, "CUDA ran out of memory while serving",
+                           "lower --gpu-memory-utilization (more headroom for activations), --max-num-batched-tokens "
+                           "or --max-num-seqs", evidence, phase="serve")
     if any(_CAPTURE.search(line.text) for line in window):
-        return _failure(ctx, FailureKind.CUDA_GRAPH_FAILED, "CUDA ran out of memory while capturing CUDA graphs",
-                        "lower --gpu-memory-utilization by 0.03 to leave room for the graphs, cap the capture sizes "
-                        "(--max-cudagraph-capture-size or -cc.cudagraph_capture_sizes), or --enforce-eager",
-                        evidence + ctx.evidence([i for i in range(max(0, at - 40), at + 1)
-                                                 if _CAPTURE.search(ctx.lines[i].text)][:1]))
+        return ctx.failure(FailureKind.CUDA_GRAPH_FAILED, "CUDA ran out of memory while capturing CUDA graphs",
+                           "lower --gpu-memory-utilization by 0.03 to leave room for the graphs, cap the capture sizes "
+                           "(--max-cudagraph-capture-size or -cc.cudagraph_capture_sizes), or --enforce-eager",
+                           evidence + ctx.evidence([i for i in range(max(0, at - 40), at + 1)
+                                               if _CAPTURE.search(ctx.lines[i].text)][:1]))
     weights_done = any(_WEIGHTS_DONE.search(line.text) for line in before)
     kv_done = any(_KV_DONE.search(line.text) for line in before)
     if not weights_done and (any(_WEIGHTS_PHASE.search(line.text) for line in window) or not before
                              or not any(_PROFILE_PHASE.search(line.text) for line in window)):
-        return _failure(ctx, FailureKind.WEIGHTS_OOM, "CUDA ran out of memory while creating the model's weights",
-                        "the weights do not fit: raise --tensor-parallel-size, serve a quantized model "
-                        "(--quantization), or free the GPU", evidence)
+        return ctx.failure(FailureKind.WEIGHTS_OOM, "CUDA ran out of memory while creating the model's weights",
+                           "the weights do not fit: raise --tensor-parallel-size, serve a quantized model "
+                           "(--quantization), or free the GPU", evidence)
     if not kv_done:
-        return _failure(ctx, FailureKind.PROFILE_OOM,
-                        "CUDA ran out of memory in the profiling run (one dummy batch of max_num_batched_tokens)",
-                        "lower --max-num-batched-tokens (and --max-num-seqs), or --max-model-len when chunked "
-                        "prefill is off", evidence)
-    return _failure(ctx, FailureKind.CUDA_GRAPH_FAILED, "CUDA ran out of memory after the KV cache was allocated "
-                    "(CUDA-graph capture or warm-up)",
-                    "lower --gpu-memory-utilization by 0.03, cap the CUDA-graph capture sizes, or --enforce-eager",
-                    evidence)
+        return ctx.failure(FailureKind.PROFILE_OOM,
+                           "CUDA ran out of memory in the profiling run (one dummy batch of max_num_batched_tokens)",
+                           "lower --max-num-batched-tokens (and --max-num-seqs), or --max-model-len when chunked "
+                           "prefill is off", evidence)
+    return ctx.failure(FailureKind.CUDA_GRAPH_FAILED, "CUDA ran out of memory after the KV cache was allocated "
+                       "(CUDA-graph capture or warm-up)",
+                       "lower --gpu-memory-utilization by 0.03, cap the CUDA-graph capture sizes, or --enforce-eager",
+                       evidence)
 
 
-def _technique_crash(ctx: _Context) -> Failure | None:
+def _technique_crash(ctx: FailureLog) -> Failure | None:
     if not ctx.find(_TRACEBACK) and not ctx.find(_ENGINE_DEAD):
         return None
     wrappers = set(ctx.find(_ENGINE_DEAD))
@@ -219,40 +188,40 @@ def _technique_crash(ctx: _Context) -> Failure | None:
     i = crashes[-1]
     match = _CRASH.search(ctx.lines[i].text)
     assert match is not None
-    return _failure(ctx, FailureKind.TECHNIQUE_CRASH,
-                    f"vLLM raised {match['type']}:{match['msg'][:200]}",
-                    "drop the flag this candidate added last: a code path it enabled fails in this vLLM version "
-                    "on this model", ctx.evidence([i, *ctx.find(_ENGINE_DEAD)[:1]]))
+    return ctx.failure(FailureKind.TECHNIQUE_CRASH,
+                       f"vLLM raised {match['type']}:{match['msg'][:200]}",
+                       "drop the flag this candidate added last: a code path it enabled fails in this vLLM version "
+                       "on this model", ctx.evidence([i, *ctx.find(_ENGINE_DEAD)[:1]]))
 
 
-def _host_oom_killed(ctx: _Context) -> Failure | None:
+def _host_oom_killed(ctx: FailureLog) -> Failure | None:
     hits = ctx.find(_KILLED)
     silent = ctx.hints.exit_code in (-9, 137) and not ctx.find(_TRACEBACK)
     if not hits and not silent:
         return None
-    return _failure(ctx, FailureKind.HOST_OOM_KILLED, "vLLM was SIGKILLed, likely by the host OOM killer",
-                    "free host RAM, or lower what lives there: --swap-space, --cpu-offload-gb, --kv-offloading-size; "
-                    "check `dmesg`", ctx.evidence(hits[:1]) if hits else ctx.tail())
+    return ctx.failure(FailureKind.HOST_OOM_KILLED, "vLLM was SIGKILLed, likely by the host OOM killer",
+                       "free host RAM, or lower what lives there: --swap-space, --cpu-offload-gb, "
+                       "--kv-offloading-size; check `dmesg`", ctx.evidence(hits[:1]) if hits else ctx.tail())
 
 
-def _boot_timeout(ctx: _Context) -> Failure | None:
+def _boot_timeout(ctx: FailureLog) -> Failure | None:
     if not ctx.hints.timed_out or ctx.hints.became_ready:
         return None
     waited = f" after {ctx.hints.elapsed_s:.0f} s" if ctx.hints.elapsed_s is not None else ""
     shm = ctx.find(_SHM_WAIT)
     note = (" (the shared-memory broadcast warnings also appear in healthy slow compiles: a cold torch.compile "
             "cache can take minutes)") if shm else ""
-    return _failure(ctx, FailureKind.BOOT_TIMEOUT, f"vLLM did not become ready{waited}{note}",
-                    "raise the boot timeout if the last log line shows progress (compilation, weights loading); "
-                    "otherwise treat the last phase in the log as the culprit", ctx.evidence(shm[-1:]) + ctx.tail())
+    return ctx.failure(FailureKind.BOOT_TIMEOUT, f"vLLM did not become ready{waited}{note}",
+                       "raise the boot timeout if the last log line shows progress (compilation, weights loading); "
+                       "otherwise treat the last phase in the log as the culprit", ctx.evidence(shm[-1:]) + ctx.tail())
 
 
-def _hang(ctx: _Context) -> Failure | None:
+def _hang(ctx: FailureLog) -> Failure | None:
     if not (ctx.hints.timed_out and ctx.hints.became_ready):
         return None
-    return _failure(ctx, FailureKind.HANG, "the server stopped answering after it became ready",
-                    "drop the flag this candidate added last; the last engine lines show where it stopped",
-                    ctx.evidence(ctx.find(_SHM_WAIT)[-1:]) + ctx.tail(), phase="serve")
+    return ctx.failure(FailureKind.HANG, "the server stopped answering after it became ready",
+                       "drop the flag this candidate added last; the last engine lines show where it stopped",
+                       ctx.evidence(ctx.find(_SHM_WAIT)[-1:]) + ctx.tail(), phase="serve")
 
 
 _RULES: tuple[_Rule, ...] = (_bad_flag, _port_in_use, _gpu_busy, _no_room_for_kv, _oom, _host_oom_killed,
@@ -265,22 +234,22 @@ _LOG_RULES: tuple[_Rule, ...] = (_bad_flag, _port_in_use, _gpu_busy, _no_room_fo
 
 def classify(log_text: str, hints: FailureHints | None = None) -> Failure:
     """Classify a failed boot or a dead server. Never raises; an unknown cause gives ``UNKNOWN_CRASH``."""
-    ctx = _Context(split_lines(log_text), hints or FailureHints())
+    ctx = FailureLog(split_lines(log_text), hints or FailureHints(), READY_MARKERS)
     for rule in _RULES:
         failure = rule(ctx)
         if failure is not None:
             return failure
     errors = [i for i, line in enumerate(ctx.lines) if line.level in ("ERROR", "CRITICAL")]
     code = f" (exit code {ctx.hints.exit_code})" if ctx.hints.exit_code is not None else ""
-    return _failure(ctx, FailureKind.UNKNOWN_CRASH, f"vLLM died for an unrecognised reason{code}",
-                    "read the full server log in the boot folder; if it is a new failure mode, report it so "
-                    "elsa-tune learns to classify it", ctx.evidence(errors[-3:]) if errors else ctx.tail(5))
+    return ctx.failure(FailureKind.UNKNOWN_CRASH, f"vLLM died for an unrecognised reason{code}",
+                       "read the full server log in the boot folder; if it is a new failure mode, report it so "
+                       "elsa-tune learns to classify it", ctx.evidence(errors[-3:]) if errors else ctx.tail(5))
 
 
 def looks_failed(log_text: str) -> bool:
     """Whether the log shows a failure: a rule's signature, or an engine-core failure line. The shared-memory
     broadcast warning alone is not one."""
-    ctx = _Context(split_lines(log_text), FailureHints())
+    ctx = FailureLog(split_lines(log_text), FailureHints(), READY_MARKERS)
     return any(rule(ctx) for rule in _LOG_RULES) or bool(ctx.find(_ENGINE_DEAD))
 
 

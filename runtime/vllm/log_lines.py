@@ -17,7 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+from elsa_tune.runtime.log_lines import ANSI
+
 _PROCESS = re.compile(r"^\((?P<proc>[^()]*?)\s+pid=(?P<pid>\d+)\)\s?")
 _PREFIX = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<month>\d\d)-(?P<day>\d\d)\s+"
                      r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:\.\d+)?\s+"
@@ -44,7 +45,7 @@ def split_lines(log_text: str) -> list[LogLine]:
     """Every line of ``log_text`` with its prefix parsed; tolerant of lines that have none."""
     lines = []
     for original in log_text.splitlines():
-        raw = _ANSI.sub("", original).replace("\r", "").rstrip()
+        raw = ANSI.sub("", original).replace("\r", "").rstrip()
         process = _PROCESS.match(raw)
         rest = raw[process.end():] if process else raw
         name = process["proc"] if process else ""
@@ -56,24 +57,6 @@ def split_lines(log_text: str) -> list[LogLine]:
         lines.append(LogLine(raw, rest[match.end():].strip(), name, match["level"], float(seconds),
                              match["open"] is not None))
     return lines
-
-
-def first(lines: Sequence[LogLine], pattern: re.Pattern[str]) -> tuple[LogLine, re.Match[str]] | None:
-    """The first line ``pattern`` matches (searched in ``text``) and its match."""
-    for line in lines:
-        match = pattern.search(line.text)
-        if match:
-            return line, match
-    return None
-
-
-def last(lines: Sequence[LogLine], pattern: re.Pattern[str]) -> tuple[LogLine, re.Match[str]] | None:
-    """The last line ``pattern`` matches (searched in ``text``) and its match."""
-    for line in reversed(lines):
-        match = pattern.search(line.text)
-        if match:
-            return line, match
-    return None
 
 
 def has_vllm_prefix(lines: Sequence[LogLine]) -> bool:

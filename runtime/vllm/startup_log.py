@@ -41,8 +41,9 @@ from dataclasses import replace
 from typing import Any
 
 from elsa_tune.runtime.boot_report import Adjustment, BootPhase, BootReport
+from elsa_tune.runtime.log_lines import first, last
 from elsa_tune.runtime.vllm.flags import canonical
-from elsa_tune.runtime.vllm.log_lines import LogLine, first, last, split_lines
+from elsa_tune.runtime.vllm.log_lines import LogLine, split_lines
 from elsa_tune.search_spaces.candidate import Candidate
 
 #: vLLM's CUDA block size when none is set (V0 prints its pool in blocks of this many tokens).

@@ -2,7 +2,9 @@
 
 ``data/schema3-verdicts.json`` holds verdicts (schema 3: their facts in ``extra``) and a ledger entry as the code
 before verdict schema 4 wrote them in a scenario study, beside the category, sentence and retest that code read
-from them.
+from them. ``data/schema5-verdicts-schema2-study.json`` holds verdicts of schema 5 (the A/B run's order and
+schedule seed in ``extra``) and a study record of schema 2 (its ``--extend`` extensions in ``extra``) as the code
+before verdict schema 6 and study schema 3 wrote them.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def test_an_old_verdict_reads_into_typed_fields_and_decides_as_before() -> None:
             assert verdict.at_cap is not None and verdict.at_cap.p == extra["cap_p"]
         # the typed facts leave ``extra``; descriptive detail stays in it
         assert not {"final", "futility", "z", "stages", "nominal_p", "outlier_boots"} & set(verdict.extra)
-        assert verdict.extra.get("order") == extra.get("order")
+        assert verdict.order == extra.get("order") and "order" not in verdict.extra
 
 
 def test_an_old_verdict_written_again_reads_back_the_same() -> None:
@@ -116,10 +118,40 @@ def test_an_old_study_record_reads_its_settings_digest_notes_and_confirmation_in
     old = OLD["study"]
     assert old["schema_version"] == 1
     study = StudyRecord.from_dict(old)
-    assert study.schema_version == STUDY_SCHEMA == 2
+    assert study.schema_version == STUDY_SCHEMA == 3 and study.extensions == ()
     assert study.confirmation is not None and study.confirmation.status is ConfirmationStatus.CONFIRMED
     assert study.confirmation.detail == old["extra"]["confirmation"]["detail"]
     assert study.settings == old["extra"]["settings"] and study.space_digest == old["extra"]["space_digest"]
     assert list(study.notes) == old["extra"]["notes"] and study.worker is None
     assert set(study.extra) == {"budget", "memory_model", "policy", "reconcile"}   # opaque detail only
+    assert StudyRecord.from_dict(json.loads(json.dumps(study.to_dict()))) == study
+
+
+SCHEMA5 = json.loads((Path(__file__).parent / "data" / "schema5-verdicts-schema2-study.json").read_text())
+
+
+def test_a_schema_5_verdict_reads_its_order_and_schedule_seed_into_fields() -> None:
+    for old in SCHEMA5["verdicts"]:
+        assert old["schema_version"] == 5
+        verdict = Verdict.from_dict(old)
+        assert verdict.schema_version == SCHEMA_VERSION == 6
+        assert verdict.order == old["extra"]["order"] and verdict.schedule_seed == old["extra"]["schedule_seed"]
+        assert set(verdict.extra) == {"ci_note", "context", "looks"}           # descriptive detail only
+        assert verdict.decision.value == old["decision"] and verdict.p_value == old["p_value"]
+        assert Verdict.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
+
+
+def test_a_schema_2_study_record_reads_its_extensions_into_a_field() -> None:
+    from elsa_tune.history.study_record import SCHEMA_VERSION as STUDY_SCHEMA
+    from elsa_tune.history.study_record import StudyRecord
+
+    old = SCHEMA5["study"]
+    assert old["schema_version"] == 2
+    study = StudyRecord.from_dict(old)
+    assert study.schema_version == STUDY_SCHEMA == 3
+    [extension] = study.extensions
+    [recorded] = old["extra"]["extensions"]
+    assert extension.from_budget_s == recorded["from_budget_s"] and extension.added_s == recorded["added_s"]
+    assert extension.budget_s == recorded["budget_s"] == study.budget_s and extension.at == recorded["at"]
+    assert "extensions" not in study.extra
     assert StudyRecord.from_dict(json.loads(json.dumps(study.to_dict()))) == study

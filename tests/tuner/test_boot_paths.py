@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from elsa_tune.history.fingerprint import Fingerprint
-from elsa_tune.history.records import BootOutcome, BootRecord, Phase
+from elsa_tune.history.records import Arm, BootOutcome, BootRecord, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget, ProbeStatus
 from elsa_tune.probes.quality import QualityGate, QualitySettings, knowledge_file
@@ -24,7 +24,6 @@ from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
 from elsa_tune.tuner.booter import BootContext, BootPlan, CandidateBooter
 from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.virtual import VirtualLoad
 
 PROFILE = Path(__file__).resolve().parents[1] / "probes" / "profiles" / "probe-tiny.yaml"

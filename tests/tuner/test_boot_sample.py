@@ -6,16 +6,16 @@ import math
 
 import pytest
 
+from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement, failure_of, summarize
-from elsa_tune.tuner.schedule import Arm
+from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement, failure_of, summarize
 
 
 def boot(*tok_s: float, warm: int = 1, errors: float = 0.0) -> BootSample:
     passes = tuple(PassMeasurement(x, ttft_p50_s=0.4 + i / 100, ttft_p99_s=1.2, warmup=i < warm, error_fraction=errors)
                    for i, x in enumerate(tok_s))
     return BootSample(arm=Arm.CANDIDATE, block=3, position=1, passes=passes, kv_pool_tokens=358_000,
-                      quality_passed=True, covariates=Covariates(sm_clock_mhz=2700, extra={"probe": 1.5}))
+                      quality_passed=True, covariates=Covariates(sm_clock_mhz=2700, probe_score=1.5))
 
 
 def test_summary_is_log_of_mean_of_the_measured_passes() -> None:
@@ -54,7 +54,22 @@ def test_failure_of_prefers_the_boots_own_failure() -> None:
 def test_boot_sample_round_trips() -> None:
     sample = boot(872, 995, 1005)
     assert BootSample.from_dict(sample.to_dict()) == sample
-    assert sample.covariates.as_mapping() == {"sm_clock_mhz": 2700.0, "probe": 1.5}
+    assert sample.covariates.drifting() == {"sm_clock_mhz": 2700.0, "probe_score": 1.5}
+
+
+def test_a_schema_1_boot_sample_is_read() -> None:
+    """Schema 1 wrote the arm's letter, the power limit as ``power_w`` and an ``extra`` mapping of covariates."""
+    old = {"schema_version": 1, "arm": "B", "block": 3, "position": 1, "candidate_key": "k",
+           "passes": [{"output_throughput_tok_s": 990.0, "warmup": True}], "kv_pool_tokens": 358_000,
+           "quality_passed": True, "failed": None,
+           "covariates": {"sm_clock_mhz": 2700.0, "mem_clock_mhz": None, "temperature_c": 61.0,
+                          "free_memory_mib": None, "power_w": 575.0, "probe_score": None, "started_at": 12.0,
+                          "extra": {}}}
+    sample = BootSample.from_dict(old)
+    assert sample.arm is Arm.CANDIDATE and sample.schema_version == 2
+    assert sample.covariates == Covariates(sm_clock_mhz=2700.0, temperature_c=61.0, power_limit_w=575.0,
+                                           started_at=12.0)
+    assert sample.to_dict()["arm"] == "candidate"
 
 
 def _tail_boot(requests: int, p90: float = 0.9) -> BootSample:

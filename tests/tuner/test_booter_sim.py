@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from elsa_tune.history.fingerprint import Fingerprint
-from elsa_tune.history.records import BootOutcome, Phase
+from elsa_tune.history.records import Arm, BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.probes.protocol import ProbeBudget
 from elsa_tune.runtime.failure import FailureKind
@@ -17,7 +17,6 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
 from elsa_tune.tuner.booter import ABSampler, BootContext, BootPlan, CandidateBooter
-from elsa_tune.tuner.schedule import Arm
 
 BASE = {"mem-fraction-static": 0.6, "max-running-requests": 2, "max-mamba-cache-size": 24}
 

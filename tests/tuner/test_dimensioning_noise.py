@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample, Covariates, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.dimensioning import dimension, dimension_passes, outlier_boot
 from elsa_tune.tuner.noise_model import NoiseModelSampler
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.study import EXTRA_BASELINE_BOOTS, _disagree
 
 

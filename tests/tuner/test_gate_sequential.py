@@ -8,13 +8,13 @@ from collections import Counter
 import pytest
 
 from elsa_tune.errors import BootFailed
+from elsa_tune.history.records import Arm
 from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.boundaries import Design, calibrate, null_maxima
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide, run_ab
 from elsa_tune.tuner.noise_model import NoiseModelSampler
-from elsa_tune.tuner.schedule import Arm
 
 POLICY = GatePolicy()
 
@@ -207,7 +207,7 @@ def test_run_records_schedule_and_samples() -> None:
     looks = result.verdict.extra["looks"]
     assert looks[-1]["decision"] == result.verdict.decision.value and looks[-1]["boots"] == len(result.samples)
     assert all(look["decision"] == "inconclusive" for look in looks[:-1])
-    assert result.verdict.extra["order"] == result.schedule.letters() == "".join(s.arm.value for s in result.samples)
+    assert result.verdict.order == result.schedule.letters() == "".join(s.arm.letter for s in result.samples)
     assert result.verdict.boots_incumbent + result.verdict.boots_candidate == len(result.samples)
     data = result.to_dict()
     assert data["schedule"]["order"] == result.schedule.letters() and len(data["samples"]) == len(result.samples)

@@ -106,7 +106,7 @@ def test_extend_continues_a_finished_study_with_more_budget_and_records_it(
     capsys.readouterr()
     study = json.loads((run / "study.json").read_text())
     assert study["status"] == "finished" and study["budget_s"] == first["budget_s"] + 1200
-    [extension] = study["extra"]["extensions"]
+    [extension] = study["extensions"]
     assert extension["from_budget_s"] == first["budget_s"] and extension["added_s"] == 1200
     for name, record in boots.items():      # every boot of the finished study is kept as it was, and reused
         assert (run / "boots" / name / "boot.json").read_bytes() == record

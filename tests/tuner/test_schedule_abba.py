@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from elsa_tune.tuner.schedule import Arm, Schedule, abba_baab, drift_bias
+from elsa_tune.history.records import Arm
+from elsa_tune.tuner.schedule import Schedule, abba_baab, drift_bias
 
 
 def test_unrandomized_order_is_exactly_abba_baab() -> None:
@@ -17,7 +18,7 @@ def test_unrandomized_order_is_exactly_abba_baab() -> None:
 def test_every_block_boots_the_incumbent_once_and_the_candidate_once() -> None:
     s = abba_baab(12, seed=7)
     for block in range(12):
-        arms = sorted(slot.arm.value for slot in s if slot.block == block)
+        arms = sorted(slot.arm.letter for slot in s if slot.block == block)
         assert arms == ["A", "B"]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct
-from elsa_tune.history.records import Phase
+from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.search_spaces.space import TechniqueKind
 from elsa_tune.tuner.booter import BootPlan
@@ -21,7 +21,6 @@ from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
 from elsa_tune.tuner.night import Night, PhaseOver, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import LocalSearch

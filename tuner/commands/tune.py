@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from elsa_tune.tuner.argument_types import positive_float, positive_int
 from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
+    from elsa_tune.history.study_record import Extension
     from elsa_tune.tuner.load import ServerLoad
     from elsa_tune.tuner.night import StudyClock
     from elsa_tune.tuner.preflight import Preflight
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         return _study(args, pre, settings, gpus, live, extension)
 
 
-def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[Settings, dict[str, float] | None]:
+def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[Settings, Extension | None]:
     """The settings of a run in ``run_dir`` and the extension it records, if any.
 
     ``--extend D`` on a finished study: its recorded budget plus D, recorded as an extension. On a study an extension
@@ -164,12 +166,12 @@ def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[S
     resumed extension is not extended twice nor cut back to ``--budget``.
     """
     from elsa_tune.history.run_dir import RunDir
-    from elsa_tune.history.study_record import StudyStatus
+    from elsa_tune.history.study_record import Extension, StudyStatus
     from elsa_tune.tuner.budget import parse_duration
 
     added = parse_duration(extend) if extend is not None else None
     previous = RunDir(run_dir).read_study() if run_dir.is_dir() else None
-    extended = previous is not None and bool(previous.extra.get("extensions"))
+    extended = previous is not None and bool(previous.extensions)
     if added is not None and previous is None:
         raise ConfigError(f"--extend: {run_dir} holds no study to extend",
                           remedy="drop --extend to start a study there, or point --out at a finished study's folder")
@@ -179,7 +181,7 @@ def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[S
     if added is not None and previous.status is StudyStatus.FINISHED:
         budget = recorded + added
         return (dataclasses.replace(settings, budget_s=budget),
-                {"from_budget_s": recorded, "added_s": added, "budget_s": budget})
+                Extension(from_budget_s=recorded, added_s=added, budget_s=budget, at=time.time()))
     if added is not None and not extended:
         raise ConfigError(f"--extend: study {previous.name} in {run_dir} has not finished ({previous.status.value}), "
                           "so there is nothing to extend yet",
@@ -188,7 +190,7 @@ def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[S
 
 
 def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: list[str], live: bool,
-           extension: dict[str, float] | None) -> int:
+           extension: Extension | None) -> int:
     from elsa_tune.history.study_record import StudyStatus
     from elsa_tune.tuner.console import StudyView, setup_logging
     from elsa_tune.tuner.signals import Interrupts
