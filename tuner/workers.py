@@ -37,13 +37,13 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.baseline import BaselineRequest, measure_baseline
 from elsa_tune.tuner.booter import ABSampler, BootPlan, CandidateBooter
-from elsa_tune.tuner.comparison import InsufficientData
-from elsa_tune.tuner.dimensioning import NoiseReport, dimension
+from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import GatePolicy, run_ab
 from elsa_tune.tuner.memory_model import MemoryModel, Observation
-from elsa_tune.tuner.night import arm_mean, boot_mean, geo, typical_boot_s
-from elsa_tune.tuner.policy import DEFAULT_LOOKS, gate_policy
+from elsa_tune.tuner.night import arm_mean, typical_boot_s
+from elsa_tune.tuner.policy import SEARCH_LOOKS
 from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.search import NumericSearch, Proposal
@@ -205,31 +205,23 @@ class Worker:
         if claim.state is ClaimState.BUSY:
             raise StudyError(f"GPU {self.config.gpu} ({self.gpu_uuid}) is already worked on by {claim.owner}",
                              remedy="run one worker per GPU; a dead worker's claim frees itself after the grace period")
-        samples = []
+        gpu = self.gpu_uuid or self.config.gpu
         with self.claims.holding(claim) if claim.state is ClaimState.CLAIMED else _nothing(claim):
-            for i in range(self.pre.settings.baseline_boots):
-                result = self.booter.boot(BootPlan(tag=f"baseline:{i}", candidate=self.baseline,
-                                                   phase=Phase.BASELINE, probes=i == 0))
-                if result.sample.failed is not None:
-                    f = result.sample.failed
-                    raise StudyError(f"the baseline fails on GPU {self.config.gpu}: {f.kind.value}: {f.summary}",
-                                     remedy=f.remedy or "fix the base flags of the search space")
-                samples.append(result.sample)
-            try:
-                self.noise = dimension(samples, context={"runtime": self.pre.fingerprint.describe(),
-                                                         "gpu": self.gpu_uuid or self.config.gpu})
-            except InsufficientData as exc:
-                raise StudyError(f"the baseline boots on GPU {self.config.gpu} cannot be dimensioned: {exc}",
-                                 remedy="give the worker more passes per boot (--pass-seconds)") from exc
-            throughput = geo([m for m in (boot_mean(s.passes) for s in samples) if m is not None])
+            baseline = measure_baseline(self.booter.boot, BaselineRequest(
+                candidate=self.baseline, boots=self.pre.settings.baseline_boots, tag="baseline",
+                phase=Phase.BASELINE, what="the baseline", where=f"on GPU {self.config.gpu}", runner="the worker",
+                remedy="fix the base flags of the search space",
+                noise_context={"runtime": self.pre.fingerprint.describe(), "gpu": gpu}),
+                run_dir=self.store.run_dir)
+            self.noise = baseline.noise
+            throughput = baseline.throughput_all_boots
             if throughput is not None:
                 self.own_throughput[self.baseline.key()] = throughput
             if claim.state is ClaimState.CLAIMED:
                 self.claims.finish(claim, {"throughput": self.own_throughput.get(self.baseline.key()),
                                            "sigma_boot": self.noise.sigma_boot, "worker": self.name})
-        settings = self.pre.settings
-        self.policy = gate_policy(self.space, self.noise, settings, looks=settings.looks or DEFAULT_LOOKS,
-                                  context_target=self.context_target)
+        self.policy = baseline.policy(self.space, self.pre.settings, looks=self.pre.settings.looks or SEARCH_LOOKS,
+                                      context_target=self.context_target)
         self.claims.compare_and_set(INCUMBENT, None, self.baseline.key(),
                                     {"values": self.space.baseline_values(), "trial": None, "worker": self.name})
         log.info("worker %s: GPU %s baseline %.1f tok/s, boot noise %.1f%%", self.name, self.config.gpu,
