@@ -211,7 +211,8 @@ class FleetSearch:
 
     def adopt(self, ctx: SearchContext, run_dir: Path, *, earlier: Sequence[str] = ()) -> SearchOutcome:
         """The shared incumbent becomes the night's (``ctx.keep``); every worker decision is recorded in the study's
-        history (``ctx.adopt``), also those of GPUs an earlier start had that this one does not (``earlier``)."""
+        history (``ctx.decide`` with ``ledgered=True``), also those of GPUs an earlier start had that this one does
+        not (``earlier``)."""
         folders = [(gpu, local_run_dir(run_dir, gpu)) for gpu in dict.fromkeys([*self.gpus, *earlier])]
         found: list[tuple[float, int, int, str, DecisionRecord]] = []
         trials = 0
@@ -221,7 +222,7 @@ class FleetSearch:
             files = RunDir(folder)
             trials += len(files.trials())
             found += [(d.decided_at, index, d.number, gpu, d) for d in files.decisions()]
-        decisions = [ctx.adopt(replace(decision, technique=f"{decision.technique} (GPU {gpu})"))
+        decisions = [ctx.decide(replace(decision, technique=f"{decision.technique} (GPU {gpu})"), ledgered=True)
                      for _, _, _, gpu, decision in sorted(found, key=lambda f: f[:3])]
         incumbent = ctx.incumbent
         shared = self._shared_incumbent(run_dir, ctx.name)

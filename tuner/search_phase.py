@@ -50,8 +50,8 @@ class SearchOutcome:
 class SearchBackend(Protocol):
     """Runs the numeric search phase of one study around ``ctx.incumbent``.
 
-    A backend boots through ``ctx.boot``/``ctx.ab``, records every decision through ``ctx.decide`` (or, for a
-    decision a worker already put in the ledger, ``ctx.adopt``), calls ``ctx.check()`` between boots (it raises
+    A backend boots through ``ctx.boot``/``ctx.ab``, records every decision through ``ctx.decide`` (with
+    ``ledgered=True`` for a decision a worker already put in the ledger), calls ``ctx.check()`` between boots (it raises
     ``StopStudy``/``PhaseOver``, which a backend lets through), hands every keep to ``ctx.keep`` as it promotes,
     so a phase cut short leaves the night's incumbent right, and on resume charges the budget with recorded boots
     it will not replay (``ctx.charge_recorded``). It returns the incumbent it ended with: ``ctx.incumbent`` or the
@@ -152,14 +152,10 @@ def next_trial(ctx: SearchContext, search: NumericSearch, measured: dict[str, li
                        context_target=ctx.context_target)
     prediction, result = trial.prediction, trial.result
     if result is None:
-        ctx.model_skipped()
         log.info("trial %d skipped without a boot: predicted KV pool %s < target %s (model error %.1f%%)",
                  number, f"{prediction.kv_tokens:,.0f}", f"{ctx.context_target:,}",
                  100 * (prediction.relative_error or 0.0))
         return None
-    report = result.record.report
-    if report and report.max_total_num_tokens and prediction.kv_tokens is not None:
-        ctx.model_error(abs(prediction.kv_tokens - report.max_total_num_tokens) / report.max_total_num_tokens)
     measured[key] = trial.values
     tput = result.record.throughput_tok_s
     return Booted(number, dict(proposal.values), candidate, tput) if trial.values and tput else None
@@ -182,10 +178,12 @@ def boot_trial(boot: Callable[[BootPlan], BootResult], memory: MemoryModel, sear
                context_target: int | None) -> TrialBoot:
     """The trial step the single-GPU search and a worker share: skip ``candidate`` without a boot when ``memory``
     predicts its pool misses the context target (told infeasible by the predicted shortfall), else boot it with the
-    probes, teach ``memory`` the pool it got, and tell the search its values (``trial_values``)."""
+    probes, teach ``memory`` the pool it got (and how far its prediction was), and tell the search its values
+    (``trial_values``)."""
     number = proposal.trial.number
     prediction = memory.predict(candidate.flags)
     if prediction.misses(context_target):
+        memory.skipped += 1
         gap = (context_target or 0) - (prediction.kv_tokens or 0)
         constraint = max(1e-3, gap / max(1, context_target or 1))
         search.tell(proposal, None, constraint=constraint)
@@ -194,6 +192,9 @@ def boot_trial(boot: Callable[[BootPlan], BootResult], memory: MemoryModel, sear
                            probes=True))
     report = result.record.report
     if report and report.max_total_num_tokens:
+        if prediction.kv_tokens is not None:
+            memory.prediction_errors.append(abs(prediction.kv_tokens - report.max_total_num_tokens)
+                                            / report.max_total_num_tokens)
         memory.add(Observation(candidate.flags, report.max_total_num_tokens, report.max_running_requests))
     values, constraint, failure = trial_values(result, space=space, context_target=context_target)
     search.tell(proposal, values, constraint=constraint, failure=failure, boot_ids=(result.record.boot_id,))

@@ -50,7 +50,7 @@ from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyC
 from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
-from elsa_tune.tuner.search_context import SearchContext
+from elsa_tune.tuner.search_context import NightSearch
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
 
@@ -243,7 +243,7 @@ class Study:
     def _search(self) -> None:
         Screening(self.night).retest("search")
         Screening(self.night).continue_unscreened("search")
-        outcome = self.search.run(SearchContext.of(self.night))
+        outcome = self.search.run(NightSearch(self.night))
         self.night.incumbent = outcome.incumbent
 
     # ---- confirmation -------------------------------------------------------------------------------
@@ -388,8 +388,8 @@ class Study:
         extra = {"budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
                             "left_s": self.budget.left_s, "clock": self.budget.counts},
                  "memory_model": {"boots": len(night.memory.observations), "loo_error": night.memory.error(),
-                                  "prediction_errors": list(night.memory_errors),
-                                  "skipped_candidates": night.skipped_by_model},
+                                  "prediction_errors": list(night.memory.prediction_errors),
+                                  "skipped_candidates": night.memory.skipped},
                  "policy": night.policy.to_dict() if night.policy else None,
                  "reconcile": dataclasses.asdict(self.reconcile), "extensions": self.extensions}
         record = StudyRecord(name=self.name, fingerprint=self.pre.fingerprint, started_at=self.started_at,
