@@ -320,9 +320,8 @@ class Screening:
         log.info("%s: a one-boot test, the night has no room for an A/B: %s", probed.technique.name,
                  decision.kept.value)
         if decision.kept is Kept.YES:
-            night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(probed.technique),
-                                        probed.candidate, night.incumbent.throughput * probed.estimate
-                                        if night.incumbent.throughput else None)
+            self._keep(probed.technique, None, probed.candidate, night.incumbent.throughput * probed.estimate
+                       if night.incumbent.throughput else None)
         if phase == "screening":
             names = {p.technique.name for p in survivors}
             night.unscreened = [q for q in night.unscreened if q.technique.name in names]
@@ -397,8 +396,8 @@ class Screening:
                                     with_=test.with_, boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                     boots_candidate=test.boots + tuple(ids[Arm.CANDIDATE]), **base)
             if decision.kept is Kept.YES:
-                night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(test.technique, test.with_),
-                                            test.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+                self._keep(test.technique, test.with_, test.candidate,
+                           arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
             elif _unresolved(verdict, night.policy.min_effect):
                 night.unresolved.append(OpenTest(test.index, test.technique, verdict, test.with_))
 
@@ -579,13 +578,18 @@ class Screening:
                                            incumbent_key=night.incumbent.candidate.key(), verdict=verdict,
                                            with_=with_))
         if decision.kept is Kept.YES:
-            night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(technique, with_),
-                                        probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+            self._keep(technique, with_, probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
         return decision
 
     def _stack(self, technique: Technique, with_: str | None = None) -> list[str]:
         """The incumbent's techniques, then ``with_`` (a memory technique screened alongside), then ``technique``."""
         return [*self.night.incumbent.techniques, *([with_] if with_ else []), technique.name]
+
+    def _keep(self, technique: Technique, with_: str | None, candidate: Candidate, throughput: float | None) -> None:
+        """Make ``candidate``, a kept ``technique`` (with ``with_``) stacked on the incumbent, the night's incumbent;
+        ``throughput`` is its measured mean."""
+        self.night.incumbent = Incumbent(dict(self.night.incumbent.values), self._stack(technique, with_), candidate,
+                                         throughput)
 
     def _base(self, technique: Technique, with_: str | None) -> dict[str, Any]:
         night = self.night
