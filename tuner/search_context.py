@@ -110,54 +110,18 @@ class SearchContext(Protocol):
 
 
 class NightSearch:
-    """The ``SearchContext`` of a night's search phase; the baseline must have set the night's policy."""
+    """The ``SearchContext`` of a night's search phase: the night's values as the phase starts (the baseline must
+    have set its policy), and its actions."""
 
     def __init__(self, night: Night) -> None:
         if night.policy is None:
             raise RuntimeError("the search phase needs the gate policy the baseline sets")
         self._night = night
-        self._policy = night.policy
-        self._incumbent = night.incumbent
-
-    @property
-    def name(self) -> str:
-        return self._night.name
-
-    @property
-    def settings(self) -> Settings:
-        return self._night.settings
-
-    @property
-    def space(self) -> SearchSpace:
-        return self._night.space
-
-    @property
-    def store(self) -> StudyStore:
-        return self._night.store
-
-    @property
-    def context_target(self) -> int | None:
-        return self._night.context_target
-
-    @property
-    def incumbent(self) -> Incumbent:
-        return self._incumbent
-
-    @property
-    def policy(self) -> GatePolicy:
-        return self._policy
-
-    @property
-    def noise(self) -> NoiseReport | None:
-        return self._night.noise
-
-    @property
-    def memory(self) -> MemoryModel:
-        return self._night.memory
-
-    @property
-    def interrupts(self) -> Interrupts:
-        return self._night.interrupts
+        self.name, self.settings, self.space, self.store = night.name, night.settings, night.space, night.store
+        self.context_target = night.context_target
+        self.incumbent: Incumbent = night.incumbent
+        self.policy: GatePolicy = night.policy
+        self.noise, self.memory, self.interrupts = night.noise, night.memory, night.interrupts
 
     def boot(self, plan: BootPlan) -> BootResult:
         return self._night.boot(plan)
@@ -184,7 +148,7 @@ class NightSearch:
 
     def first_look_boots(self) -> int:
         """Boots the gate needs to reach its first look (both arms)."""
-        return 2 * self._policy.looks[0]
+        return 2 * self.policy.looks[0]
 
     def charge_recorded(self, phase: Phase) -> float:
         return self._night.charge_recorded(phase)
