@@ -280,6 +280,7 @@ class _Comparison:
         self.min_effect = night.policy.min_effect
         return baseline
 
+
 def _record(night: Night, result: FlagComparison, a: Candidate, b: Candidate, *, probe_boot: str,
             ids: Mapping[Arm, list[str]] | None = None) -> None:
     """The comparison as a decision record (``decisions/``; never the ledger: a comparison is no technique)."""

@@ -437,4 +437,3 @@ def memory_in_winner(technique: Technique, decisions: Sequence[DecisionRecord], 
                           decided_at=decided_at,
                           result=f"in the winner, kept with {pair.technique} as one change "
                                  f"({effect_text(pair.verdict)}): {bought}{speed}")
-
