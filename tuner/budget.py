@@ -36,6 +36,10 @@ DEFAULT_SHARES: Mapping[BudgetPhase, float] = {
 WALL_CLOCK = "wall-clock seconds"
 SIMULATED_CLOCK = "the simulated system's seconds"
 
+#: The arguments a budget crosses to another process as (``Budget.to_argv``; ``Budget.handed_over`` reads them back).
+BUDGET_FLAG = "--budget"
+DEADLINE_FLAG = "--deadline"
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -57,7 +61,11 @@ class Budget:
 
     ``allowance(phase)`` is the time the phase may still spend: its share of the whole budget plus
     whatever earlier phases left unused, never more than the time left overall minus the reserves of
-    later phases. ``counts`` names the clock ``clock`` reads (``WALL_CLOCK`` or ``SIMULATED_CLOCK``).
+    later phases. ``counts`` names the clock ``clock`` reads (``WALL_CLOCK`` or ``SIMULATED_CLOCK``). A budget of
+    zero seconds is spent from the start (one handed over past its deadline).
+
+    A budget crosses to another process (a search worker) as itself: ``to_argv`` writes the time it has left as that
+    process's arguments, ``handed_over`` builds the same budget there from them.
     """
 
     total_s: float
@@ -70,12 +78,28 @@ class Budget:
     _phase_started: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.total_s <= 0:
-            raise ConfigError("the budget must be positive", remedy="pass e.g. --budget 8h")
+        if self.total_s < 0:
+            raise ConfigError("the budget cannot be negative", remedy="pass e.g. --budget 8h")
         if abs(sum(self.shares.values()) - 1.0) > 1e-6:
             raise ConfigError("budget shares must add up to 1", remedy="fix the shares in the settings")
         if self.started_at < 0:
             self.started_at = self.clock()
+
+    @classmethod
+    def handed_over(cls, total_s: float, deadline: float | None, *, now: float | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> Budget:
+        """The budget another process handed over (``to_argv``): ``total_s`` seconds counted from now on ``clock``,
+        ending by ``deadline`` (Unix seconds; ``now`` is the Unix time, the wall clock's by default) at the latest."""
+        wall = time.time() if now is None else now
+        left = total_s if deadline is None else max(0.0, min(total_s, deadline - wall))
+        return cls(left, clock=clock)
+
+    def to_argv(self, *, now: float | None = None) -> list[str]:
+        """The time this budget has left, as another process's arguments: its seconds, and the Unix time they end
+        (``now`` plus them), so the seconds that process takes to start count against it too."""
+        left = self.left_s
+        end = (time.time() if now is None else now) + left
+        return [BUDGET_FLAG, f"{left:.0f}", DEADLINE_FLAG, f"{end:.1f}"]
 
     @property
     def elapsed_s(self) -> float:

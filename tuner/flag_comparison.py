@@ -4,7 +4,8 @@ The comparison is a small night (``tuner/night.py``) with A as its incumbent, bo
 into a run folder of its own, so every boot is recorded as a study's is:
 
 1. **A's boots** (``baseline_boots``, the first with the stress probes and the quality reference) measure the noise
-   of this stack; ``gate_policy`` (``tuner/policy.py``) turns it and the search space's guardrails into the policy.
+   of this stack (``measure_baseline``, ``tuner/baseline.py``: the step a study and a worker take too);
+   ``gate_policy`` (``tuner/policy.py``) turns it and the search space's guardrails into the policy.
 2. **B's probed boot**: its stress probes and quality gate against A's answers. A crash, an OOM, a hang, wrong
    answers or a KV pool below the context target (``Screening.immediate_reject``) ends it: B failed.
 3. **The A/B** (``Night.ab`` → ``gate.run_ab``): seeded ABBA·BAAB blocks of fresh boots, sequential looks, the
@@ -29,23 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from elsa_tune import exit_codes
-from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.boot_sample import BootSample
+from elsa_tune.tuner.baseline import Baseline, BaselineRequest, measure_baseline
 from elsa_tune.tuner.booter import BootPlan
 from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
-from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.dimensioning import dimension
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean, boot_mean, geo
-from elsa_tune.tuner.policy import gate_policy
+from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean
+from elsa_tune.tuner.policy import COMPARISON_LOOKS
 from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.screening import Screening
 from elsa_tune.tuner.signals import Interrupts
@@ -54,8 +52,6 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 # schema history: 1 — first version.
-#: Blocks per arm at each look unless ``--looks`` says otherwise (the gate's default: a cap of 12 boots per arm).
-DEFAULT_LOOKS = (4, 8, 12)
 #: The futility rule of a comparison: stop early only when the interval shows the gain cannot reach the minimum.
 FUTILITY = Futility.CI
 RECORD_FILE = "compare.json"
@@ -230,8 +226,9 @@ class _Comparison:
         night, a, b, files = self.night, self.a, self.b, self.files
         pre, store = night.pre, night.store
         settings = pre.settings
-        samples = self._measure_a()
-        night.incumbent.throughput = geo([m for m in (boot_mean(s.passes) for s in samples) if m is not None])
+        baseline = self._measure_a()
+        samples = baseline.samples
+        night.incumbent.throughput = baseline.throughput_all_boots
         probe = night.boot(BootPlan(tag="compare:B:probe", candidate=b, phase=Phase.COMPARE, arm=Arm.CANDIDATE,
                                     probes=True, technique="B"))
         self.probe_boot = probe.record.boot_id
@@ -262,37 +259,25 @@ class _Comparison:
         _record(night, result, a, b, probe_boot=probe.record.boot_id, ids=ids)
         return result
 
-    def _measure_a(self) -> list[BootSample]:
+    def _measure_a(self) -> Baseline:
         """A's boots (the first probed: the quality reference), the noise they show, and the gate's policy."""
         night, pre = self.night, self.night.pre
         settings = pre.settings
-        samples: list[BootSample] = []
-        for i in range(settings.baseline_boots):
-            result = night.boot(BootPlan(tag=f"compare:A:{i}", candidate=self.a, phase=Phase.COMPARE,
-                                         probes=i == 0, technique="A"))
-            self.boots_a += 1
-            failed = result.sample.failed
-            if failed is not None:
-                raise StudyError(f"A ({self.files[0]}) fails on this setup: {failed.kind.value}: {failed.summary}",
-                                 remedy=f"{failed.remedy or 'fix the flags of A'}; server log: "
-                                        f"{night.store.run_dir / (result.record.log_path or '')}")
-            if not result.sample.passes:
-                raise StudyError(f"A ({self.files[0]}) was not measured: "
-                                 f"{result.record.note or result.record.outcome.value}",
-                                 remedy="give A flags whose KV pool holds the space's context target, or pass "
-                                        "another --space")
-            samples.append(result.sample)
+        before = night.booter.boots
         try:
-            night.noise = dimension(samples, context={"runtime": pre.fingerprint.describe()})
-        except InsufficientData as exc:
-            raise StudyError(f"A's boots cannot be dimensioned: {exc}",
-                             remedy="give the comparison more passes per boot (--pass-seconds) or a steadier "
-                                    "machine") from exc
-        policy = gate_policy(pre.space, night.noise, settings, looks=self.looks or settings.looks or DEFAULT_LOOKS,
-                             context_target=pre.context_target)
+            baseline = measure_baseline(night.boot, BaselineRequest(
+                candidate=self.a, boots=settings.baseline_boots, tag="compare:A", phase=Phase.COMPARE,
+                what=f"A ({self.files[0]})", where="on this setup", runner="the comparison",
+                remedy="fix the flags of A", technique="A",
+                noise_context={"runtime": pre.fingerprint.describe()}), run_dir=night.store.run_dir)
+        finally:
+            self.boots_a = night.booter.boots - before
+        night.noise = baseline.noise
+        policy = baseline.policy(pre.space, settings, looks=self.looks or settings.looks or COMPARISON_LOOKS,
+                                 context_target=pre.context_target)
         night.policy = policy if self.requested_effect is None else replace(policy, min_effect=self.requested_effect)
         self.min_effect = night.policy.min_effect
-        return samples
+        return baseline
 
 
 def _record(night: Night, result: FlagComparison, a: Candidate, b: Candidate, *, probe_boot: str,

@@ -11,8 +11,9 @@ run folders are ``<run_dir>/<host>-gpu<N>/``; they append their decisions to thi
 own GPU's fingerprint, once.
 
 One budget: the workers' budget is the search phase's allowance (less one boot, which a worker may finish after
-it); the pool stops what overruns; Ctrl-C reaches the pool through the study's ``Interrupts`` and is forwarded
-(each worker finishes its boot and writes its outputs); the children die with the lead (``WorkerPool``).
+it), handed to each as itself (``Budget.to_argv``, read back by ``Budget.handed_over``); the pool stops what
+overruns; Ctrl-C reaches the pool through the study's ``Interrupts`` and is forwarded (each worker finishes its boot
+and writes its outputs); the children die with the lead (``WorkerPool``).
 
 Afterwards the study adopts what the workers did: the shared incumbent becomes the night's incumbent, and every
 worker decision is recorded in the study's own history (numbered in the study's order, its GPU in its name), so
@@ -39,10 +40,11 @@ from typing import Any
 from elsa_tune.durable_file import write_atomic
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.run_dir import RunDir
+from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.commands.worker import worker_argv
 from elsa_tune.tuner.night import Incumbent, geo
 from elsa_tune.tuner.search_context import SearchContext
 from elsa_tune.tuner.search_phase import SearchOutcome
-from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.worker_pool import WorkerPool, WorkerProcess
 from elsa_tune.tuner.workers import INCUMBENT, local_run_dir
 
@@ -173,7 +175,8 @@ class FleetSearch:
 
     def _run_pool(self, ctx: SearchContext, fleet: FleetLog, run_dir: Path, allowance: float) -> None:
         boot_s = ctx.boot_s()
-        budget_s = max(boot_s, allowance - boot_s)
+        budget = Budget(max(boot_s, allowance - boot_s))
+        budget_s = budget.total_s
         start = PoolStart(started_at=time.time(), budget_s=budget_s, gpus=tuple(self.gpus))
         fleet.starts.append(start)
         fleet.write()
@@ -183,10 +186,10 @@ class FleetSearch:
                                                                         for w in workers))
             fleet.write()
 
-        argv = worker_argv(ctx.settings, study=ctx.name, run_dir=run_dir, budget_s=budget_s,
-                           deadline=start.started_at + budget_s, techniques=ctx.incumbent.techniques,
-                           looks=ctx.policy.looks, ledger=str(ctx.store.ledger.backend.source),
-                           heartbeat_s=self.heartbeat_s, grace_s=self.grace_s, verbose=self.verbose)
+        argv = worker_argv(ctx.settings, storage=f"sqlite:///{run_dir / FLEET_DB}", study=ctx.name, out=run_dir,
+                           budget=budget, techniques=ctx.incumbent.techniques, looks=ctx.policy.looks,
+                           ledger=str(ctx.store.ledger.backend.source), heartbeat_s=self.heartbeat_s,
+                           grace_s=self.grace_s, verbose=self.verbose)
         pool = WorkerPool(self.gpus, argv, log_dir=run_dir / "logs", timeout_s=budget_s + 2 * boot_s + 60.0,
                           stop_grace_s=self.stop_grace_s, interrupts=ctx.interrupts, on_started=started)
         ctx.event(f"search on GPUs {', '.join(self.gpus)}: one worker each")
@@ -208,7 +211,8 @@ class FleetSearch:
 
     def adopt(self, ctx: SearchContext, run_dir: Path, *, earlier: Sequence[str] = ()) -> SearchOutcome:
         """The shared incumbent becomes the night's (``ctx.keep``); every worker decision is recorded in the study's
-        history (``ctx.adopt``), also those of GPUs an earlier start had that this one does not (``earlier``)."""
+        history (``ctx.decide`` with ``ledgered=True``), also those of GPUs an earlier start had that this one does
+        not (``earlier``)."""
         folders = [(gpu, local_run_dir(run_dir, gpu)) for gpu in dict.fromkeys([*self.gpus, *earlier])]
         found: list[tuple[float, int, int, str, DecisionRecord]] = []
         trials = 0
@@ -218,7 +222,7 @@ class FleetSearch:
             files = RunDir(folder)
             trials += len(files.trials())
             found += [(d.decided_at, index, d.number, gpu, d) for d in files.decisions()]
-        decisions = [ctx.adopt(replace(decision, technique=f"{decision.technique} (GPU {gpu})"))
+        decisions = [ctx.decide(replace(decision, technique=f"{decision.technique} (GPU {gpu})"), ledgered=True)
                      for _, _, _, gpu, decision in sorted(found, key=lambda f: f[:3])]
         incumbent = ctx.incumbent
         shared = self._shared_incumbent(run_dir, ctx.name)
@@ -253,33 +257,6 @@ class FleetSearch:
         if key is None or value is None or value.get("trial") is None:
             return None          # never set, or still the workers' baseline (the night's incumbent)
         return key, dict(value["values"]), int(value["trial"])
-
-
-def worker_argv(settings: Settings, *, study: str, run_dir: Path, budget_s: float, deadline: float,
-                techniques: Sequence[str], looks: Sequence[int], ledger: str, heartbeat_s: int = 5,
-                grace_s: int = 20, verbose: int = 0) -> list[str]:
-    """``elsa-tune worker`` arguments every child gets (the pool adds ``--gpu N``): the study's own settings, its
-    pass length and gate looks (a GPU's numbers are measured as the lead's are), the techniques the screening
-    kept, the study's ledger, and the search phase's end."""
-    s = settings
-    argv = ["--storage", f"sqlite:///{run_dir / FLEET_DB}", "--study", study, "--out", str(run_dir),
-            "--budget", f"{budget_s:.0f}", "--deadline", f"{deadline:.1f}", "--max-trials", str(s.max_trials),
-            "--pass-seconds", repr(s.pass_s), "--baseline-boots", str(s.baseline_boots), "--seed", str(s.seed),
-            "--runtime", s.runtime, "--traffic", s.traffic, "--space", s.space, "--heartbeat", str(heartbeat_s),
-            "--grace", str(grace_s), "--ledger", ledger]
-    if looks:
-        argv += ["--looks", ",".join(str(n) for n in looks)]
-    if techniques:
-        argv += ["--techniques", ",".join(techniques)]
-    for flag, value in (("--model", s.model), ("--launch", s.launch), ("--image", s.image),
-                        ("--sim-profile", s.sim_profile)):
-        if value is not None:
-            argv += [flag, str(value)]
-    if s.simulated:
-        argv += ["--sim-speedup", repr(s.sim_speedup)]
-    if verbose:
-        argv.append("-" + "v" * verbose)
-    return argv
 
 
 def _boots(folder: Path) -> list[Any]:

@@ -94,6 +94,10 @@ class MemoryModel:
     numeric: tuple[str, ...] = ()
     min_points: int = 4
     observations: list[Observation] = field(default_factory=list)
+    #: candidates the search skipped without a boot on this model's prediction (``search_phase.boot_trial``)
+    skipped: int = 0
+    #: relative errors of the predictions made before a boot that then reported its pool
+    prediction_errors: list[float] = field(default_factory=list)
     _coef: np.ndarray | None = None
     _scale: np.ndarray | None = None
     _loo: float | None = None

@@ -88,6 +88,28 @@ class Incumbent:
 
 
 @dataclass(frozen=True)
+class QueuedTechnique:
+    """A technique waiting to be screened: its place in the space (it seeds its tests' schedules) and itself."""
+
+    index: int
+    technique: Technique
+
+
+@dataclass(frozen=True)
+class OpenTest:
+    """A technique whose first test the gate left undecided, waiting to be tested again.
+
+    ``index`` is its place in the space, ``verdict`` the first test's verdict (its estimate orders the queue, its
+    p-value is the first stage of the retest), ``with_`` the memory technique it was screened together with.
+    """
+
+    index: int
+    technique: Technique
+    verdict: Verdict
+    with_: str | None = None
+
+
+@dataclass(frozen=True)
 class PausedTest:
     """A screening A/B that an early look stopped to save boots, as it stood: enough to continue the same test.
 
@@ -140,26 +162,23 @@ class Night:
         self.decision_number = 0
         self.boot_seconds: list[float] = []
         self.memory = MemoryModel.for_space(self.space)
-        self.memory_errors: list[float] = []
-        self.skipped_by_model = 0
         self.notes: list[str] = []
         #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
-        #: (index, technique, first verdict, the memory technique it was screened with)
-        self.promising: list[tuple[int, Technique, Verdict, str | None]] = []
+        self.promising: list[OpenTest] = []
         #: screening A/Bs an early look stopped to save boots while their interval still reached the minimum
         #: worthwhile gain: continued to their cap with time nothing else needs (``Screening.resume``)
         self.paused: list[PausedTest] = []
         #: first tests the gate left inconclusive with a positive estimate and an interval that still reaches the
         #: minimum worthwhile gain, though not shown faster: a longer retest if the night ends with time nothing
         #: else needs (``Screening.extend``)
-        self.unresolved: list[tuple[int, Technique, Verdict, str | None]] = []
+        self.unresolved: list[OpenTest] = []
         #: techniques screening had no time for: continued at the start of the search phase (``Screening``)
-        self.unscreened: list[tuple[int, Technique]] = []
+        self.unscreened: list[QueuedTechnique] = []
         #: techniques rejected for want of memory (context drop, OOM) not yet retried with more pool (``Screening``)
-        self.lacking: list[tuple[int, Technique]] = []
+        self.lacking: list[QueuedTechnique] = []
         #: the first memory technique that grew the pool without being kept: a partner for what lacked memory
         self.freeing: str | None = None
-        #: the confirmation's outcome: "confirmed", "unconfirmed", "rejected", "not needed" or "" (not reached)
+        #: the confirmation's outcome (``ConfirmationStatus`` and why); ``None`` until the confirmation phase decides
         self.confirmation: Confirmation | None = None
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
         self._seen: set[str] = set()          # boots this run has counted and timed once
@@ -204,16 +223,24 @@ class Night:
         assert self.policy is not None
         return min(self.policy.alpha, self.fdr.next_level())
 
-    def decide(self, decision: DecisionRecord, *, trials: Sequence[int] = ()) -> DecisionRecord:
-        """Number, store and ledger one decision, show it, and have the outputs rewritten; returns it numbered."""
+    def decide(self, decision: DecisionRecord, *, trials: Sequence[int] = (), ledgered: bool = False
+               ) -> DecisionRecord:
+        """Number, store and ledger one decision, show it, and have the outputs rewritten; returns it numbered.
+
+        ``ledgered``: a decision the ledger already has (a search worker's, adopted into this study's history): it is
+        numbered, stored under this study's name and shown; the ledger and the outputs are left to the caller.
+        """
         self.decision_number += 1
-        decision = dataclasses.replace(decision, number=self.decision_number)
+        decision = dataclasses.replace(decision, number=self.decision_number,
+                                       study=self.name if ledgered else decision.study)
         self.store.record_decision(decision)
-        self.store.ledger.record(decision, self.pre.fingerprint, run_dir=self.store.run_dir, trials=trials)
+        if not ledgered:
+            self.store.ledger.record(decision, self.pre.fingerprint, run_dir=self.store.run_dir, trials=trials)
         line = f"{decision.technique}: {decision.kept.value} — {decision.result}"
         log.info("decision %d %s", decision.number, line)
         self.view.update(decisions=(*self.view.status.decisions, line), last_event=line)
-        self.on_decision()
+        if not ledgered:
+            self.on_decision()
         return decision
 
     def use_workload(self, workload: Workload) -> None:

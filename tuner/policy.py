@@ -14,8 +14,14 @@ from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy
 from elsa_tune.tuner.settings import Settings
 
-#: Blocks per arm at each look when neither the settings nor a budget size them (a worker started by hand).
-DEFAULT_LOOKS = (2, 4, 6)
+#: Blocks per arm at each look of a search worker's A/Bs when the settings give none (a worker started by hand; a
+#: study's fleet passes its own looks). A worker's A/B promotes one trial among many within its budget, so it stops
+#: at 6 blocks per arm, the least with which a study's own looks end (``Study._looks``).
+SEARCH_LOOKS = (2, 4, 6)
+#: Blocks per arm at each look of ``elsa-tune compare`` when the settings give none: the gate's own default
+#: (``GatePolicy.looks``), a cap of 12 boots per arm. A comparison is a single A/B that has its whole budget, so
+#: it may run to the gate's full cap where a search's many A/Bs cannot.
+COMPARISON_LOOKS = (4, 8, 12)
 #: Monte Carlo replicates of the boundary calibration for a study's policy.
 REPLICATES = 4000
 

@@ -3,11 +3,14 @@
 ``refuse_before_preflight`` needs the settings alone (a foreign ``study.db``, a folder of another kind or name, a
 finished study); ``identity`` is what the preflight adds (the space's and the traffic's digests, the setup), for
 ``check_owner`` before the folder is created and ``claim`` under the run lock (``history/run_identity.py``).
+``remove_created`` undoes what a refused preflight created.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
+import shutil
 from pathlib import Path
 
 from elsa_tune.errors import ConfigError
@@ -49,3 +52,12 @@ def _traffic_digest(traffic: str) -> str:
     except OSError as exc:    # the preflight has just read it: only a file removed since gets here
         raise ConfigError(f"--traffic {traffic} cannot be read: {exc.strerror or exc}",
                           remedy="give --traffic a trace file you can read") from exc
+
+
+def remove_created(card_dir: Path, root: Path) -> None:
+    """Undo what a refused preflight created under a new run folder ``root``: the simulated card ``card_dir``, then
+    the folders above it that are left empty (a folder holding another run's files is left as it is)."""
+    shutil.rmtree(card_dir, ignore_errors=True)
+    for folder in (card_dir.parent, root):
+        with contextlib.suppress(OSError):   # not empty, or already gone
+            folder.rmdir()

@@ -47,7 +47,7 @@ from elsa_tune.tuner.booter import BootPlan, BootResult
 from elsa_tune.tuner.boundaries import smallest_level
 from elsa_tune.tuner.budget import BudgetPhase
 from elsa_tune.tuner.multiplicity import second_stage_level, with_first_stage
-from elsa_tune.tuner.night import Incumbent, Night, PausedTest, PhaseOver, arm_mean
+from elsa_tune.tuner.night import Incumbent, Night, OpenTest, PausedTest, PhaseOver, QueuedTechnique, arm_mean
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class Screening:
             if any(t.name == name for t in night.space.techniques):
                 log.info("technique %s was rejected on another setup (%s); the setup changed (%s): screening it again",
                          name, entry.reason, "; ".join(changes) or "fingerprint")
-        todo: list[tuple[int, Technique]] = []
+        todo: list[QueuedTechnique] = []
         for index, technique in enumerate(night.space.techniques):     # what costs no boot is decided first
             if not technique.screen:
                 log.info("technique %s is not screened automatically: %s", technique.name,
@@ -135,7 +135,7 @@ class Screening:
                                             flags_delta=dict(technique.flags), env_delta=dict(technique.env),
                                             skipped=note, decided_at=time.time()))
             else:
-                todo.append((index, technique))
+                todo.append(QueuedTechnique(index, technique))
         self._screen_all(todo, BudgetPhase.SCREENING)
 
     def continue_unscreened(self, phase: BudgetPhase) -> None:
@@ -153,7 +153,7 @@ class Screening:
                  phase, len(todo), len(night.lacking))
         self._screen_all(todo, phase, share=0.5)
 
-    def _screen_all(self, todo: list[tuple[int, Technique]], phase: BudgetPhase, *, share: float = 1.0) -> None:
+    def _screen_all(self, todo: list[QueuedTechnique], phase: BudgetPhase, *, share: float = 1.0) -> None:
         """Screen ``todo`` while ``phase`` has time (``share`` of what it has now), in two stages.
 
         1. Every technique gets its probed screening boot: a crash, OOM, hang, silent ignore, quality regression,
@@ -173,8 +173,8 @@ class Screening:
         stage1 = list(todo)
         try:
             while stage1:
-                index, technique = stage1[0]
-                if not self._time(phase, floor, [t for _, t in stage1] + [p.technique for p in survivors]):
+                index, technique = stage1[0].index, stage1[0].technique
+                if not self._time(phase, floor, [q.technique for q in stage1] + [p.technique for p in survivors]):
                     if survivors and self._no_room_for_a_test():
                         self._short_test(survivors, phase)
                     return
@@ -183,8 +183,8 @@ class Screening:
                 if isinstance(probed, _Probed):
                     survivors.append(probed)
                 elif probed is not None and self._lacked_memory(probed, technique) \
-                        and technique.name not in {t.name for _, t in night.lacking}:
-                    night.lacking.append((index, technique))
+                        and technique.name not in {q.technique.name for q in night.lacking}:
+                    night.lacking.append(QueuedTechnique(index, technique))
             survivors.sort(key=_priority)
             if night.freeing:         # a pair waiting from an earlier phase: its partner is known already
                 self._retry_lacking(phase, floor, share, with_=night.freeing)
@@ -212,9 +212,9 @@ class Screening:
             if survivors and self._no_room_for_a_test():
                 self._short_test(survivors, phase)
             if phase == BudgetPhase.SCREENING:     # an unfinished comparison is screened again, from its start
-                night.unscreened = sorted({(i, t.name): (i, t) for i, t in
-                                           [*stage1, *((p.index, p.technique) for p in survivors)]}.values(),
-                                          key=lambda item: item[0])
+                night.unscreened = sorted({(q.index, q.technique.name): q for q in
+                                           [*stage1, *(QueuedTechnique(p.index, p.technique) for p in survivors)]
+                                           }.values(), key=lambda q: q.index)
             raise
 
     def _retry_lacking(self, phase: BudgetPhase, floor: float, share: float, *, after: str | None = None,
@@ -223,7 +223,7 @@ class Screening:
         the larger pool) or ``with_`` one that grew the pool (the pair as one change). Each is retried once."""
         night = self.night
         while night.lacking:
-            index, technique = night.lacking[0]
+            index, technique = night.lacking[0].index, night.lacking[0].technique
             if technique.name in night.incumbent.techniques:
                 night.lacking.pop(0)
                 continue
@@ -265,7 +265,7 @@ class Screening:
         log.warning("%s out of time: %s not tried", phase, names)
         if phase == BudgetPhase.SCREENING and carry:
             index = {t.name: i for i, t in enumerate(night.space.techniques)}
-            night.unscreened = [(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
+            night.unscreened = [QueuedTechnique(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
             night.notes.append(f"screening ran out of time before {names}: continued in the search phase")
         elif phase == BudgetPhase.SCREENING:
             night.notes.append(f"screening ran out of time before retrying {names} with more memory: "
@@ -320,12 +320,11 @@ class Screening:
         log.info("%s: a one-boot test, the night has no room for an A/B: %s", probed.technique.name,
                  decision.kept.value)
         if decision.kept is Kept.YES:
-            night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(probed.technique),
-                                        probed.candidate, night.incumbent.throughput * probed.estimate
-                                        if night.incumbent.throughput else None)
+            self._keep(probed.technique, None, probed.candidate, night.incumbent.throughput * probed.estimate
+                       if night.incumbent.throughput else None)
         if phase == BudgetPhase.SCREENING:
             names = {p.technique.name for p in survivors}
-            night.unscreened = [(i, t) for i, t in night.unscreened if t.name in names]
+            night.unscreened = [q for q in night.unscreened if q.technique.name in names]
 
     @staticmethod
     def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:
@@ -342,9 +341,10 @@ class Screening:
         """
         night = self.night
         assert night.policy is not None
-        promising = sorted(night.promising, key=lambda item: -(item[2].effect or 0.0))
+        promising = sorted(night.promising, key=lambda test: -(test.verdict.effect or 0.0))
         night.promising = []
-        for i, (index, technique, first, with_) in enumerate(promising[:RETESTS]):
+        for i, test in enumerate(promising[:RETESTS]):
+            index, technique, first, with_ = test.index, test.technique, test.verdict, test.with_
             night.check()
             if technique.name in night.incumbent.techniques:
                 continue
@@ -358,9 +358,9 @@ class Screening:
                      reason_from_verdict(first))
             partner = with_ if with_ not in night.incumbent.techniques else None
             self.screen(index, technique, first=first, with_=partner)
-        for _, technique, first, _with in promising[RETESTS:]:
-            night.notes.append(f"{technique.name} not retested (at most {RETESTS} retests a night): "
-                               f"{reason_from_verdict(first)}")
+        for test in promising[RETESTS:]:
+            night.notes.append(f"{test.technique.name} not retested (at most {RETESTS} retests a night): "
+                               f"{reason_from_verdict(test.verdict)}")
 
     def resume(self, phase: BudgetPhase) -> None:
         """Continue, to its cap, each screening A/B an early look stopped to save boots, if ``phase`` has room.
@@ -397,10 +397,10 @@ class Screening:
                                     with_=test.with_, boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                     boots_candidate=test.boots + tuple(ids[Arm.CANDIDATE]), **base)
             if decision.kept is Kept.YES:
-                night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(test.technique, test.with_),
-                                            test.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+                self._keep(test.technique, test.with_, test.candidate,
+                           arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
             elif _unresolved(verdict, night.policy.min_effect):
-                night.unresolved.append((test.index, test.technique, verdict, test.with_))
+                night.unresolved.append(OpenTest(test.index, test.technique, verdict, test.with_))
 
     def extend(self, phase: BudgetPhase) -> None:
         """Retest the most promising unresolved technique with the longest test ``phase``'s time allows.
@@ -414,10 +414,11 @@ class Screening:
         """
         night = self.night
         assert night.policy is not None
-        unresolved = sorted(night.unresolved, key=lambda item: -(item[2].effect or 0.0))
+        unresolved = sorted(night.unresolved, key=lambda test: -(test.verdict.effect or 0.0))
         night.unresolved = []
         base = night.policy.looks
-        for index, technique, first, with_ in unresolved:
+        for test in unresolved:
+            index, technique, first, with_ = test.index, test.technique, test.verdict, test.with_
             night.check()
             if technique.name in night.incumbent.techniques:
                 continue
@@ -569,22 +570,27 @@ class Screening:
         margin = night.policy.non_inferiority_margin if kind is PolicyKind.MEMORY else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
-            night.promising.append((probed.index, technique, verdict, with_))
+            night.promising.append(OpenTest(probed.index, technique, verdict, with_))
         elif first is None and _unresolved(verdict, night.policy.min_effect):
-            night.unresolved.append((probed.index, technique, verdict, with_))
+            night.unresolved.append(OpenTest(probed.index, technique, verdict, with_))
         if first is None and after is None and ab.verdict.futility is Futility.BOOT_SAVING:
             night.paused.append(PausedTest(index=probed.index, technique=technique, candidate=probed.candidate,
                                            boots=probed.boots, tag=probed.tag, level=level,
                                            incumbent_key=night.incumbent.candidate.key(), verdict=verdict,
                                            with_=with_))
         if decision.kept is Kept.YES:
-            night.incumbent = Incumbent(dict(night.incumbent.values), self._stack(technique, with_),
-                                        probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
+            self._keep(technique, with_, probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
         return decision
 
     def _stack(self, technique: Technique, with_: str | None = None) -> list[str]:
         """The incumbent's techniques, then ``with_`` (a memory technique screened alongside), then ``technique``."""
         return [*self.night.incumbent.techniques, *([with_] if with_ else []), technique.name]
+
+    def _keep(self, technique: Technique, with_: str | None, candidate: Candidate, throughput: float | None) -> None:
+        """Make ``candidate``, a kept ``technique`` (with ``with_``) stacked on the incumbent, the night's incumbent;
+        ``throughput`` is its measured mean."""
+        self.night.incumbent = Incumbent(dict(self.night.incumbent.values), self._stack(technique, with_), candidate,
+                                         throughput)
 
     def _base(self, technique: Technique, with_: str | None) -> dict[str, Any]:
         night = self.night

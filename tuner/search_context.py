@@ -1,19 +1,17 @@
-"""``SearchContext``: what a search backend may see of and do to its study; ``SearchContext.of`` builds it from a night.
+"""``SearchContext``: what a search backend may see of and do to its study; ``NightSearch`` is a night's.
 
 A backend does not get the ``Night``: it gets the incumbent to start from (read it, do not change it), the gate's
 policy and the baseline's noise, the study's identity (name, settings, space, store, context target) and the
-actions of the phase. It boots and A/Bs through ``boot``/``ab``, records its own decisions through ``decide``
-(numbered, stored, ledgered) and a worker's through ``adopt`` (numbered and stored; the ledger has them), makes a
-keep the night's incumbent through ``keep`` as soon as it is decided, so a phase cut short leaves it right,
-and charges the clock through ``charge_recorded`` (a killed run's boots it will not replay) and ``charge_s``.
-``check`` raises ``StopStudy``/``PhaseOver`` between boots; a backend lets them through.
+actions of the phase. It boots and A/Bs through ``boot``/``ab``, records its decisions through ``decide`` (numbered,
+stored, ledgered; a decision a worker already put in the ledger with ``ledgered=True``), makes a keep the night's
+incumbent through ``keep`` as soon as it is decided, so a phase cut short leaves it right, and charges the clock
+through ``charge_recorded`` (a killed run's boots it will not replay) and ``charge_s``. ``check`` raises
+``StopStudy``/``PhaseOver`` between boots; a backend lets them through.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Protocol
 
 from elsa_tune.history.decision import DecisionRecord
@@ -31,78 +29,136 @@ from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
 
 
-class ABRun(Protocol):
-    """The sequential A/B gate of ``candidate`` against the incumbent; the result and the boot ids per arm."""
+class SearchContext(Protocol):
+    """The search phase's view of one study: what it reads, and what it may do."""
 
-    def __call__(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, seed: int = 0,
-                 trial: int | None = None) -> tuple[ABResult, dict[Arm, list[str]]]: ...
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def space(self) -> SearchSpace: ...
+
+    @property
+    def store(self) -> StudyStore: ...
+
+    @property
+    def context_target(self) -> int | None: ...
+
+    @property
+    def incumbent(self) -> Incumbent:
+        """The incumbent the phase started from."""
+        ...
+
+    @property
+    def policy(self) -> GatePolicy: ...
+
+    @property
+    def noise(self) -> NoiseReport | None: ...
+
+    @property
+    def memory(self) -> MemoryModel: ...
+
+    @property
+    def interrupts(self) -> Interrupts: ...
+
+    def boot(self, plan: BootPlan) -> BootResult: ...
+
+    def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, seed: int = 0,
+           trial: int | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
+        """The sequential A/B gate of ``candidate`` against the night's incumbent; the result, boot ids per arm."""
+        ...
+
+    def decide(self, decision: DecisionRecord, *, trials: Sequence[int] = (), ledgered: bool = False
+               ) -> DecisionRecord:
+        """Number and store one decision (and ledger it unless ``ledgered``); returns it numbered."""
+        ...
+
+    def keep(self, incumbent: Incumbent) -> None:
+        """Make ``incumbent`` the night's."""
+        ...
+
+    def check(self) -> None: ...
+
+    def allowance_s(self) -> float:
+        """Seconds the search phase may still spend."""
+        ...
+
+    def boot_s(self) -> float: ...
+
+    def first_look_boots(self) -> int: ...
+
+    def charge_recorded(self, phase: Phase) -> float: ...
+
+    def charge_s(self, seconds: float) -> None: ...
+
+    def note(self, text: str) -> None:
+        """Add a note to the study's report."""
+        ...
+
+    def event(self, line: str) -> None:
+        """Show ``line`` on the console as the latest event."""
+        ...
+
+    def outputs(self) -> None:
+        """Have the study's outputs rewritten."""
+        ...
 
 
-class Decide(Protocol):
-    """Number, store and ledger one decision, and have the outputs rewritten; returns it numbered."""
+class NightSearch:
+    """The ``SearchContext`` of a night's search phase: the night's values as the phase starts (the baseline must
+    have set its policy), and its actions."""
 
-    def __call__(self, decision: DecisionRecord, *, trials: Sequence[int] = ()) -> DecisionRecord: ...
+    def __init__(self, night: Night) -> None:
+        if night.policy is None:
+            raise RuntimeError("the search phase needs the gate policy the baseline sets")
+        self._night = night
+        self.name, self.settings, self.space, self.store = night.name, night.settings, night.space, night.store
+        self.context_target = night.context_target
+        self.incumbent: Incumbent = night.incumbent
+        self.policy: GatePolicy = night.policy
+        self.noise, self.memory, self.interrupts = night.noise, night.memory, night.interrupts
 
+    def boot(self, plan: BootPlan) -> BootResult:
+        return self._night.boot(plan)
 
-@dataclass(frozen=True)
-class SearchContext:
-    """The search phase's view of one study: read-only values, and the phase's actions as callables."""
+    def ab(self, candidate: Candidate, *, tag: str, phase: Phase, technique: str | None, seed: int = 0,
+           trial: int | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
+        return self._night.ab(candidate, tag=tag, phase=phase, technique=technique, seed=seed, trial=trial)
 
-    name: str
-    settings: Settings
-    space: SearchSpace
-    store: StudyStore
-    context_target: int | None
-    incumbent: Incumbent
-    policy: GatePolicy
-    noise: NoiseReport | None
-    memory: MemoryModel
-    interrupts: Interrupts
-    boot: Callable[[BootPlan], BootResult]
-    ab: ABRun
-    decide: Decide
-    adopt: Callable[[DecisionRecord], DecisionRecord]
-    keep: Callable[[Incumbent], None]
-    check: Callable[[], None]
-    allowance_s: Callable[[], float]
-    boot_s: Callable[[], float]
-    charge_recorded: Callable[[Phase], float]
-    charge_s: Callable[[float], None]
-    note: Callable[[str], None]
-    event: Callable[[str], None]
-    model_skipped: Callable[[], None]
-    model_error: Callable[[float], None]
-    outputs: Callable[[], None]
+    def decide(self, decision: DecisionRecord, *, trials: Sequence[int] = (), ledgered: bool = False
+               ) -> DecisionRecord:
+        return self._night.decide(decision, trials=trials, ledgered=ledgered)
+
+    def keep(self, incumbent: Incumbent) -> None:
+        self._night.incumbent = incumbent
+
+    def check(self) -> None:
+        self._night.check()
+
+    def allowance_s(self) -> float:
+        return self._night.budget.allowance(BudgetPhase.SEARCH)
+
+    def boot_s(self) -> float:
+        return self._night.boot_s()
 
     def first_look_boots(self) -> int:
         """Boots the gate needs to reach its first look (both arms)."""
         return 2 * self.policy.looks[0]
 
-    @classmethod
-    def of(cls, night: Night) -> SearchContext:
-        """The context of ``night``'s search phase; the baseline must have set the night's policy."""
-        if night.policy is None:
-            raise RuntimeError("the search phase needs the gate policy the baseline sets")
+    def charge_recorded(self, phase: Phase) -> float:
+        return self._night.charge_recorded(phase)
 
-        def adopt(decision: DecisionRecord) -> DecisionRecord:
-            night.decision_number += 1
-            numbered = dataclasses.replace(decision, number=night.decision_number, study=night.name)
-            night.store.record_decision(numbered)
-            line = f"{numbered.technique}: {numbered.kept.value} — {numbered.result}"
-            night.view.update(decisions=(*night.view.status.decisions, line), last_event=line)
-            return numbered
+    def charge_s(self, seconds: float) -> None:
+        self._night.clock.advance(seconds)
 
-        def keep(incumbent: Incumbent) -> None:
-            night.incumbent = incumbent
+    def note(self, text: str) -> None:
+        self._night.notes.append(text)
 
-        def model_skipped() -> None:
-            night.skipped_by_model += 1
+    def event(self, line: str) -> None:
+        self._night.view.update(last_event=line)
 
-        return cls(name=night.name, settings=night.settings, space=night.space, store=night.store,
-                   context_target=night.context_target, incumbent=night.incumbent, policy=night.policy,
-                   noise=night.noise, memory=night.memory, interrupts=night.interrupts, boot=night.boot,
-                   ab=night.ab, decide=night.decide, adopt=adopt, keep=keep, check=night.check,
-                   allowance_s=lambda: night.budget.allowance(BudgetPhase.SEARCH), boot_s=night.boot_s,
-                   charge_recorded=night.charge_recorded, charge_s=night.clock.advance, note=night.notes.append,
-                   event=lambda line: night.view.update(last_event=line), model_skipped=model_skipped,
-                   model_error=night.memory_errors.append, outputs=night.on_decision)
+    def outputs(self) -> None:
+        self._night.on_decision()

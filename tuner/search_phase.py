@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -29,9 +29,9 @@ from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.tuner.booter import BootPlan, BootResult
 from elsa_tune.tuner.gate import ABResult
-from elsa_tune.tuner.memory_model import Observation
+from elsa_tune.tuner.memory_model import MemoryModel, Observation, Prediction
 from elsa_tune.tuner.night import Incumbent, arm_mean
-from elsa_tune.tuner.search import NumericSearch, proposal_key
+from elsa_tune.tuner.search import NumericSearch, Proposal, proposal_key
 from elsa_tune.tuner.search_context import SearchContext
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ class SearchOutcome:
 class SearchBackend(Protocol):
     """Runs the numeric search phase of one study around ``ctx.incumbent``.
 
-    A backend boots through ``ctx.boot``/``ctx.ab``, records every decision through ``ctx.decide`` (or, for a
-    decision a worker already put in the ledger, ``ctx.adopt``), calls ``ctx.check()`` between boots (it raises
+    A backend boots through ``ctx.boot``/``ctx.ab``, records every decision through ``ctx.decide`` (with
+    ``ledgered=True`` for a decision a worker already put in the ledger), calls ``ctx.check()`` between boots (it raises
     ``StopStudy``/``PhaseOver``, which a backend lets through), hands every keep to ``ctx.keep`` as it promotes,
     so a phase cut short leaves the night's incumbent right, and on resume charges the budget with recorded boots
     it will not replay (``ctx.charge_recorded``). It returns the incumbent it ended with: ``ctx.incumbent`` or the
@@ -147,28 +147,57 @@ def next_trial(ctx: SearchContext, search: NumericSearch, measured: dict[str, li
         values = measured[key]
         search.tell(proposal, values, constraint=0.0 if values else 1.0)
         return None
-    prediction = ctx.memory.predict(candidate.flags)
-    if prediction.misses(ctx.context_target):
-        ctx.model_skipped()
+    trial = boot_trial(ctx.boot, ctx.memory, search, proposal, candidate, tag=f"search:{number}", space=ctx.space,
+                       context_target=ctx.context_target)
+    prediction, result = trial.prediction, trial.result
+    if result is None:
         log.info("trial %d skipped without a boot: predicted KV pool %s < target %s (model error %.1f%%)",
                  number, f"{prediction.kv_tokens:,.0f}", f"{ctx.context_target:,}",
                  100 * (prediction.relative_error or 0.0))
-        gap = (ctx.context_target or 0) - (prediction.kv_tokens or 0)
-        search.tell(proposal, None, constraint=max(1e-3, gap / max(1, ctx.context_target or 1)))
         return None
-    result = ctx.boot(BootPlan(tag=f"search:{number}", candidate=candidate, phase=Phase.SEARCH,
-                               arm=Arm.CANDIDATE, trial_number=number, probes=True, technique=None))
+    measured[key] = trial.values
+    tput = result.record.throughput_tok_s
+    return Booted(number, dict(proposal.values), candidate, tput) if trial.values and tput else None
+
+
+@dataclass(frozen=True)
+class TrialBoot:
+    """What one search trial's boot told the search: its objective values (``None`` when infeasible), constraint
+    and failure, the boot (``None`` when the memory model skipped it), and the memory model's prediction before it."""
+
+    values: list[float] | None
+    constraint: float
+    failure: Failure | None
+    result: BootResult | None
+    prediction: Prediction
+
+
+def boot_trial(boot: Callable[[BootPlan], BootResult], memory: MemoryModel, search: NumericSearch,
+               proposal: Proposal, candidate: Candidate, *, tag: str, space: SearchSpace,
+               context_target: int | None) -> TrialBoot:
+    """The trial step the single-GPU search and a worker share: skip ``candidate`` without a boot when ``memory``
+    predicts its pool misses the context target (told infeasible by the predicted shortfall), else boot it with the
+    probes, teach ``memory`` the pool it got (and how far its prediction was), and tell the search its values
+    (``trial_values``)."""
+    number = proposal.trial.number
+    prediction = memory.predict(candidate.flags)
+    if prediction.misses(context_target):
+        memory.skipped += 1
+        gap = (context_target or 0) - (prediction.kv_tokens or 0)
+        constraint = max(1e-3, gap / max(1, context_target or 1))
+        search.tell(proposal, None, constraint=constraint)
+        return TrialBoot(None, constraint, None, None, prediction)
+    result = boot(BootPlan(tag=tag, candidate=candidate, phase=Phase.SEARCH, arm=Arm.CANDIDATE, trial_number=number,
+                           probes=True))
     report = result.record.report
     if report and report.max_total_num_tokens:
         if prediction.kv_tokens is not None:
-            ctx.model_error(abs(prediction.kv_tokens - report.max_total_num_tokens) / report.max_total_num_tokens)
-        ctx.memory.add(Observation(candidate.flags, report.max_total_num_tokens, report.max_running_requests))
-    values, constraint, failure = trial_values(result, space=ctx.space, context_target=ctx.context_target)
-    measured[key] = values
+            memory.prediction_errors.append(abs(prediction.kv_tokens - report.max_total_num_tokens)
+                                            / report.max_total_num_tokens)
+        memory.add(Observation(candidate.flags, report.max_total_num_tokens, report.max_running_requests))
+    values, constraint, failure = trial_values(result, space=space, context_target=context_target)
     search.tell(proposal, values, constraint=constraint, failure=failure, boot_ids=(result.record.boot_id,))
-    tput = result.record.throughput_tok_s
-    return Booted(number, dict(proposal.values), candidate, tput) if values and tput else None
-
+    return TrialBoot(values, constraint, failure, result, prediction)
 
 def told(search: NumericSearch, trial: FrozenTrial) -> tuple[dict[str, Any], bool]:
     """A finished trial's parameter values as the space reads them, and whether it was told feasible."""

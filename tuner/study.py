@@ -3,7 +3,8 @@
 The flow, under one ``Budget``:
 
 - **baseline**: boot the baseline ``baseline_boots`` times (the first with the probes and the quality
-  reference); ``dimension`` the noise; the gate's policy follows from it and from the time left.
+  reference) and dimension the noise (``tuner/baseline.py``, the step ``worker`` and ``compare`` share); the
+  gate's policy follows from it and from the time left.
 - **screening** (``tuner/screening.py``): every technique the ledger has not rejected for this fingerprint is
   booted once with the probes; immediate rejects need no A/B; the rest go through the sequential A/B gate, under
   online false-keep control across the night; kept techniques stack into the incumbent.
@@ -28,8 +29,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from elsa_tune.errors import StudyError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import effect_text, pool_text
@@ -47,19 +46,16 @@ from elsa_tune.history.verdict import Decision, Futility, PolicyKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
 from elsa_tune.traffic.workload import closed_loop
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.baseline import BaselineRequest, measure_baseline
+from elsa_tune.tuner.boot_sample import PassMeasurement
 from elsa_tune.tuner.booter import BootPlan
 from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget, BudgetPhase
-from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.dimensioning import NoiseReport, dimension, outlier_boot
-from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock, boot_mean, geo
-from elsa_tune.tuner.policy import gate_policy
+from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock
 from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.screening import Screening
-from elsa_tune.tuner.search_context import SearchContext
+from elsa_tune.tuner.search_context import NightSearch
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.signals import Interrupts
 
@@ -193,34 +189,16 @@ class Study:
 
     def _baseline(self) -> None:
         night = self.night
-        samples: list[BootSample] = []
-        i, resized, wanted = 0, False, self.settings.baseline_boots
-        while len(samples) < wanted:
-            result = night.boot(BootPlan(tag=f"baseline:{i}", candidate=night.baseline, phase=Phase.BASELINE,
-                                         probes=i == 0))
-            i += 1
-            if result.sample.failed is not None:
-                f = result.sample.failed
-                raise StudyError(f"the baseline configuration fails on this setup: {f.kind.value}: {f.summary}",
-                                 remedy=f"{f.remedy or 'fix the base flags of the search space'}; server log: "
-                                        f"{self.store.run_dir / (result.record.log_path or '')}")
-            if result.sample.quality_passed is False:
-                raise StudyError("the baseline failed its own stress probes", remedy="read the boot's probes")
-            if not resized and self._fit_pass(result.sample.passes):
-                resized = True       # the first boot measured a pass of another length: it is not a noise sample
-                continue
-            samples.append(result.sample)
-            if len(samples) == wanted == self.settings.baseline_boots and _disagree(samples):
-                wanted += EXTRA_BASELINE_BOOTS    # one boot stands apart: more boots, so σ_boot rests on more
-        try:
-            noise = dimension(samples, context={"runtime": self.pre.fingerprint.describe()})
-        except InsufficientData as exc:
-            raise StudyError(f"the baseline boots cannot be dimensioned: {exc}",
-                             remedy="give the study more passes per boot (pass_seconds) or a steadier machine") from exc
-        night.noise = noise
-        measured = [boot_mean(s.passes) for i, s in enumerate(samples) if i != noise.set_aside_boot]
-        night.incumbent.throughput = geo([m for m in measured if m is not None])
-        night.policy = policy = self._policy(noise)
+        baseline = measure_baseline(night.boot, BaselineRequest(
+            candidate=night.baseline, boots=self.settings.baseline_boots, tag="baseline", phase=Phase.BASELINE,
+            what="the baseline configuration", where="on this setup", runner="the study",
+            remedy="fix the base flags of the search space", extra_boots=EXTRA_BASELINE_BOOTS,
+            noise_context={"runtime": self.pre.fingerprint.describe()}), run_dir=self.store.run_dir,
+            fit_pass=self._fit_pass)
+        night.noise = noise = baseline.noise
+        night.incumbent.throughput = baseline.throughput
+        night.policy = policy = baseline.policy(self.space, self.settings, looks=self.settings.looks or self._looks(),
+                                                context_target=night.context_target)
         for line in noise.summary_lines():
             log.info("noise: %s", line.removeprefix("- "))
         log.info("gate: looks at %s blocks per arm, noise floor %.1f%%, minimum effect %.1f%%",
@@ -254,10 +232,6 @@ class Study:
         night.notes.append(note)
         return True
 
-    def _policy(self, noise: NoiseReport) -> GatePolicy:
-        return gate_policy(self.space, noise, self.settings, looks=self.settings.looks or self._looks(),
-                           context_target=self.night.context_target)
-
     def _looks(self) -> tuple[int, ...]:
         """Blocks per arm at each look, sized so the A/Bs of the techniques fit the screening allowance."""
         boot_s = self.night.boot_s()
@@ -274,7 +248,7 @@ class Study:
     def _search(self) -> None:
         Screening(self.night).retest(BudgetPhase.SEARCH)
         Screening(self.night).continue_unscreened(BudgetPhase.SEARCH)
-        outcome = self.search.run(SearchContext.of(self.night))
+        outcome = self.search.run(NightSearch(self.night))
         self.night.incumbent = outcome.incumbent
 
     # ---- confirmation -------------------------------------------------------------------------------
@@ -419,8 +393,8 @@ class Study:
         extra = {"budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
                             "left_s": self.budget.left_s, "clock": self.budget.counts},
                  "memory_model": {"boots": len(night.memory.observations), "loo_error": night.memory.error(),
-                                  "prediction_errors": list(night.memory_errors),
-                                  "skipped_candidates": night.skipped_by_model},
+                                  "prediction_errors": list(night.memory.prediction_errors),
+                                  "skipped_candidates": night.memory.skipped},
                  "policy": night.policy.to_dict() if night.policy else None,
                  "reconcile": dataclasses.asdict(self.reconcile)}
         record = StudyRecord(name=self.name, fingerprint=self.pre.fingerprint, started_at=self.started_at,
@@ -469,12 +443,3 @@ def memory_in_winner(technique: Technique, decisions: Sequence[DecisionRecord], 
                           decided_at=decided_at,
                           result=f"in the winner, kept with {pair.technique} as one change "
                                  f"({effect_text(pair.verdict)}): {bought}{speed}")
-
-
-def _disagree(samples: Sequence[BootSample]) -> bool:
-    """Whether one of the first baseline boots' mean log throughput stands apart from the others' (``outlier_boot``
-    at as few as 4 boots: too few to set it aside, enough to ask for more boots)."""
-    means = [boot_mean(s.passes) for s in samples]
-    if any(m is None or m <= 0 for m in means):
-        return False
-    return outlier_boot(np.log(np.asarray(means, dtype=np.float64)), min_boots=len(samples)) is not None

@@ -6,8 +6,9 @@ the candidate (``history/claims.py``: one boot per candidate however many trials
 (``trial_values``, as on one GPU). A trial that beats the incumbent's throughput on the same GPU by
 ``promote_margin`` boot σ's goes through the A/B gate, claimed as one work item and run on this GPU only;
 a keep replaces the shared incumbent by compare-and-set. A dead worker's trial is failed once its
-heartbeat is stale and queued again. What is here is about claims and shared storage; the phase pieces
-(boot, values, policy, noise record) are the single-GPU study's.
+heartbeat is stale and queued again. What is here is about claims and shared storage; the steps are the
+single-GPU study's: the baseline (``measure_baseline``, ``tuner/baseline.py``), the trial (``boot_trial``,
+``tuner/search_phase.py``), the policy and the A/B's record.
 """
 
 from __future__ import annotations
@@ -37,16 +38,17 @@ from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
 from elsa_tune.search_spaces.candidate import Candidate
+from elsa_tune.tuner.baseline import BaselineRequest, measure_baseline
 from elsa_tune.tuner.booter import ABSampler, BootPlan, CandidateBooter
-from elsa_tune.tuner.comparison import InsufficientData
-from elsa_tune.tuner.dimensioning import NoiseReport, dimension
+from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.dimensioning import NoiseReport
 from elsa_tune.tuner.gate import GatePolicy, run_ab
-from elsa_tune.tuner.memory_model import MemoryModel, Observation
-from elsa_tune.tuner.night import arm_mean, boot_mean, geo, typical_boot_s
-from elsa_tune.tuner.policy import DEFAULT_LOOKS, gate_policy
+from elsa_tune.tuner.memory_model import MemoryModel
+from elsa_tune.tuner.night import arm_mean, typical_boot_s
+from elsa_tune.tuner.policy import SEARCH_LOOKS
 from elsa_tune.tuner.preflight import Preflight
 from elsa_tune.tuner.search import NumericSearch, Proposal
-from elsa_tune.tuner.search_phase import search_decision, trial_values
+from elsa_tune.tuner.search_phase import boot_trial, search_decision
 from elsa_tune.tuner.signals import Interrupts
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,8 @@ log = logging.getLogger(__name__)
 INCUMBENT = "incumbent"
 SPACE, SETUP = "space", "setup"       # shared values every worker of a study must agree on
 SHARED_SUMMARY = "shared-study.json"
+#: The time a worker built without a budget has.
+WORKER_BUDGET_S = 3600.0
 #: Work-item phases of the claim table.
 BASELINE, SEARCH, AB = "baseline", "search", "ab"
 
@@ -72,7 +76,6 @@ class WorkerConfig:
     gpu: str
     worker: str = ""
     max_trials: int = 40
-    budget_s: float = 3600.0
     heartbeat_s: int = 5
     grace_s: int = 20
     promote: bool = True
@@ -112,7 +115,9 @@ class WorkerStats:
 class Worker:
     """One GPU's worker. Build it from the GPU's own ``Preflight`` (its runtime and ``GpuView``), run it."""
 
-    def __init__(self, pre: Preflight, config: WorkerConfig, *, interrupts: Interrupts | None = None) -> None:
+    def __init__(self, pre: Preflight, config: WorkerConfig, *, budget: Budget | None = None,
+                 interrupts: Interrupts | None = None) -> None:
+        """``budget``: the time this worker has (``Budget.handed_over`` from its command line; an hour if none)."""
         self.pre = pre
         self.interrupts = interrupts or Interrupts()
         self.config = config
@@ -141,7 +146,7 @@ class Worker:
         self.policy: GatePolicy | None = None
         self.own_throughput: dict[str, float] = {}     # candidate key → this GPU's mean throughput
         self.stats = WorkerStats(self.name, config.gpu, self.gpu_uuid)
-        self.started = time.monotonic()
+        self.budget = budget if budget is not None else Budget(WORKER_BUDGET_S)
         self.started_at = time.time()
 
     # ---- the worker's life -----------------------------------------------------------------------------
@@ -163,7 +168,7 @@ class Worker:
             raise
         finally:
             self.stats.boots = self.booter.boots
-            self.stats.seconds = time.monotonic() - self.started
+            self.stats.seconds = self.budget.elapsed_s
             self.write_outputs(status)
             self.claims.close()
         return self.stats
@@ -187,14 +192,11 @@ class Worker:
         comparison keeps the incumbent; its work item is released for another worker)."""
         if self.interrupts.requested:
             raise StopWorker("interrupted: the last boot was recorded")
-        if plan.tag.startswith(f"{AB}:") and self._left_s() <= 0:
+        if plan.tag.startswith(f"{AB}:") and self.budget.left_s <= 0:
             raise StopWorker("the budget ran out during an A/B comparison")
 
     def _boot_s(self) -> float:
         return typical_boot_s(b.seconds for b in self.store.load().boots)
-
-    def _left_s(self) -> float:
-        return self.config.budget_s - (time.monotonic() - self.started)
 
     # ---- baseline on this GPU ----------------------------------------------------------------------
 
@@ -204,31 +206,23 @@ class Worker:
         if claim.state is ClaimState.BUSY:
             raise StudyError(f"GPU {self.config.gpu} ({self.gpu_uuid}) is already worked on by {claim.owner}",
                              remedy="run one worker per GPU; a dead worker's claim frees itself after the grace period")
-        samples = []
+        gpu = self.gpu_uuid or self.config.gpu
         with self.claims.holding(claim) if claim.state is ClaimState.CLAIMED else _nothing(claim):
-            for i in range(self.pre.settings.baseline_boots):
-                result = self.booter.boot(BootPlan(tag=f"baseline:{i}", candidate=self.baseline,
-                                                   phase=Phase.BASELINE, probes=i == 0))
-                if result.sample.failed is not None:
-                    f = result.sample.failed
-                    raise StudyError(f"the baseline fails on GPU {self.config.gpu}: {f.kind.value}: {f.summary}",
-                                     remedy=f.remedy or "fix the base flags of the search space")
-                samples.append(result.sample)
-            try:
-                self.noise = dimension(samples, context={"runtime": self.pre.fingerprint.describe(),
-                                                         "gpu": self.gpu_uuid or self.config.gpu})
-            except InsufficientData as exc:
-                raise StudyError(f"the baseline boots on GPU {self.config.gpu} cannot be dimensioned: {exc}",
-                                 remedy="give the worker more passes per boot (--pass-seconds)") from exc
-            throughput = geo([m for m in (boot_mean(s.passes) for s in samples) if m is not None])
+            baseline = measure_baseline(self.booter.boot, BaselineRequest(
+                candidate=self.baseline, boots=self.pre.settings.baseline_boots, tag="baseline",
+                phase=Phase.BASELINE, what="the baseline", where=f"on GPU {self.config.gpu}", runner="the worker",
+                remedy="fix the base flags of the search space",
+                noise_context={"runtime": self.pre.fingerprint.describe(), "gpu": gpu}),
+                run_dir=self.store.run_dir)
+            self.noise = baseline.noise
+            throughput = baseline.throughput_all_boots
             if throughput is not None:
                 self.own_throughput[self.baseline.key()] = throughput
             if claim.state is ClaimState.CLAIMED:
                 self.claims.finish(claim, {"throughput": self.own_throughput.get(self.baseline.key()),
                                            "sigma_boot": self.noise.sigma_boot, "worker": self.name})
-        settings = self.pre.settings
-        self.policy = gate_policy(self.space, self.noise, settings, looks=settings.looks or DEFAULT_LOOKS,
-                                  context_target=self.context_target)
+        self.policy = baseline.policy(self.space, self.pre.settings, looks=self.pre.settings.looks or SEARCH_LOOKS,
+                                      context_target=self.context_target)
         self.claims.compare_and_set(INCUMBENT, None, self.baseline.key(),
                                     {"values": self.space.baseline_values(), "trial": None, "worker": self.name})
         log.info("worker %s: GPU %s baseline %.1f tok/s, boot noise %.1f%%", self.name, self.config.gpu,
@@ -246,7 +240,7 @@ class Worker:
         self.search = search
         search.enqueue(self.space.baseline_values())
         drain_until: float | None = None
-        while self._left_s() > 0 and not self.interrupts.requested:
+        while self.budget.left_s > 0 and not self.interrupts.requested:
             self.store.fail_stale_trials(search.study)       # a dead worker's trial: FAIL, then queued again
             trials = search.study.get_trials(deepcopy=False)
             complete = sum(t.state is TrialState.COMPLETE for t in trials)
@@ -281,7 +275,7 @@ class Worker:
             candidate = replace(proposal.candidate, label=f"trial-{number}")
             key = candidate.key()
             # A live twin finishes its boot (then its result is told here) or dies (then this worker takes over).
-            claim = self.claims.wait(SEARCH, key, gpu=self.gpu_uuid, timeout_s=max(60.0, self._left_s()))
+            claim = self.claims.wait(SEARCH, key, gpu=self.gpu_uuid, timeout_s=max(60.0, self.budget.left_s))
             if claim.state is ClaimState.DONE and claim.result is not None:
                 self.stats.shared_results += 1
                 r = claim.result
@@ -306,26 +300,18 @@ class Worker:
     def _measure(self, search: NumericSearch, proposal: Proposal, candidate: Candidate,
                  number: int) -> dict[str, Any]:
         """Boot one candidate for a trial and tell Optuna; returns the claim's result (what a twin is told)."""
-        prediction = self.memory.predict(candidate.flags)
-        if prediction.misses(self.context_target):
+        trial = boot_trial(self.booter.boot, self.memory, search, proposal, candidate,
+                           tag=f"search:{candidate.key()}", space=self.space, context_target=self.context_target)
+        result, values, failure = trial.result, trial.values, trial.failure
+        if result is None:
             self.stats.skipped_by_model += 1
-            gap = (self.context_target or 0) - (prediction.kv_tokens or 0)
-            constraint = max(1e-3, gap / max(1, self.context_target or 1))
-            search.tell(proposal, None, constraint=constraint)
-            return {"values": None, "constraint": constraint, "boot_ids": [], "worker": self.name,
+            return {"values": None, "constraint": trial.constraint, "boot_ids": [], "worker": self.name,
                     "skipped": "memory model"}
-        result = self.booter.boot(BootPlan(tag=f"search:{candidate.key()}", candidate=candidate, phase=Phase.SEARCH,
-                                           arm=Arm.CANDIDATE, trial_number=number, probes=True))
-        report = result.record.report
-        if report and report.max_total_num_tokens:
-            self.memory.add(Observation(candidate.flags, report.max_total_num_tokens, report.max_running_requests))
-        values, constraint, failure = trial_values(result, space=self.space, context_target=self.context_target)
         boot_ids = (result.record.boot_id,)
-        search.tell(proposal, values, constraint=constraint, failure=failure, boot_ids=boot_ids)
         tput = result.record.throughput_tok_s
         if values and tput:
             self.own_throughput.setdefault(candidate.key(), tput)
-        return {"values": values, "constraint": constraint, "boot_ids": list(boot_ids), "worker": self.name,
+        return {"values": values, "constraint": trial.constraint, "boot_ids": list(boot_ids), "worker": self.name,
                 "gpu": self.gpu_uuid, "throughput": tput, "trial": number,
                 "failure_kind": failure.kind.value if failure else None}
 
@@ -345,7 +331,7 @@ class Worker:
         if reference is None or math.log(tput / reference) <= self.config.promote_margin * self.noise.sigma_boot:
             return
         boots_needed = 2 * self.policy.looks[0]
-        if self._left_s() < boots_needed * self._boot_s():
+        if self.budget.left_s < boots_needed * self._boot_s():
             return
         margin = self.config.promote_margin
         why = (f"trial {number}: {100 * (tput / reference - 1):+.1f}% against the incumbent on GPU {self.config.gpu} "
@@ -362,7 +348,7 @@ class Worker:
             incumbent_key, incumbent = self.claims.get(INCUMBENT)
             if incumbent_key is None or incumbent is None or incumbent_key == candidate.key():
                 return
-            if self._left_s() < boots_needed * self._boot_s():
+            if self.budget.left_s < boots_needed * self._boot_s():
                 log.info("trial %d kept, but the incumbent changed meanwhile and no time is left to compare it "
                          "with the new one; it stays a kept trial only", number)
                 return
@@ -419,7 +405,7 @@ class Worker:
         noise = self.noise.record() if self.noise is not None else None
         record = StudyRecord(name=self.config.study, fingerprint=self.pre.fingerprint, started_at=self.started_at,
                              updated_at=time.time(), baseline=self.baseline, incumbent=final,
-                             budget_s=self.config.budget_s, status=status, noise=noise,
+                             budget_s=self.budget.total_s, status=status, noise=noise,
                              traffic=self.pre.settings.traffic, context_target=self.context_target,
                              note=f"worker {self.name} of the shared study {self.config.study} (GPU {self.config.gpu})",
                              worker=self.stats.to_dict(), extra={"storage": _redacted(self.config.storage_url)})

@@ -9,11 +9,10 @@ import pytest
 
 from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.boot_sample import BootSample
 from elsa_tune.tuner.comparison import InsufficientData
 from elsa_tune.tuner.dimensioning import dimension, dimension_passes, outlier_boot
 from elsa_tune.tuner.noise_model import NoiseModelSampler
-from elsa_tune.tuner.study import EXTRA_BASELINE_BOOTS, _disagree
 
 
 def matrix(n: int, m: int, *, sigma_boot: float, sigma_run: float, warm: tuple[float, ...] = (0.873,),
@@ -125,14 +124,3 @@ def test_outlier_rule_rarely_sets_a_boot_aside_on_normal_noise() -> None:
     fired = sum(outlier_boot(np.log(matrix(6, 3, sigma_boot=0.10, sigma_run=0.0, warm=(), seed=s)[:, 0])) is not None
                 for s in range(2000))
     assert fired / 2000 < 0.08
-
-
-def test_the_study_asks_for_more_baseline_boots_when_one_of_its_first_four_stands_apart() -> None:
-    def boots(means: list[float]) -> list[BootSample]:
-        return [BootSample(arm=Arm.INCUMBENT, block=i, position=0, passes=(
-            PassMeasurement(m * 0.873, 0.5, 1.5, warmup=True), PassMeasurement(m, 0.5, 1.5),
-            PassMeasurement(m * 1.005, 0.5, 1.5))) for i, m in enumerate(means)]
-
-    assert _disagree(boots([53.4, 40.1, 36.6, 40.5])) and EXTRA_BASELINE_BOOTS >= 2
-    assert not _disagree(boots([45.0, 40.1, 36.6, 40.5]))
-    assert not _disagree(boots([53.4, 40.1, 36.6]))                  # three boots leave two to judge one by

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.cli import main
 from elsa_tune.tuner.commands import worker as worker_command
-from elsa_tune.tuner.fleet import FLEET_DB, FleetLog, FleetSearch, PoolStart, _start_ticks, worker_argv
+from elsa_tune.tuner.commands.worker import worker_argv
+from elsa_tune.tuner.fleet import FLEET_DB, FleetLog, FleetSearch, PoolStart, _start_ticks
 from elsa_tune.tuner.settings import Settings
 
 
@@ -26,19 +28,29 @@ def _parse_worker(argv: list[str]) -> argparse.Namespace:
 def test_every_worker_measures_as_the_lead_does(tmp_path: Path) -> None:
     settings = Settings(gpu="0", runtime="sim", sim_profile="tiny-test", space="tiny.yaml", traffic="t.parquet",
                         budget_s=1800.0, seed=3, baseline_boots=3, max_trials=50, sim_speedup=20.0)
-    argv = worker_argv(settings, study="night", run_dir=tmp_path, budget_s=400.0, deadline=1234.5,
-                       techniques=["mixed-chunk", "fp8-kv"], looks=(2, 4, 6), ledger=str(tmp_path / "ledger.jsonl"))
+    argv = worker_argv(settings, storage=f"sqlite:///{tmp_path / FLEET_DB}", study="night", out=tmp_path,
+                       budget=Budget(400.0), techniques=["mixed-chunk", "fp8-kv"], looks=(2, 4, 6),
+                       ledger=str(tmp_path / "ledger.jsonl"))
     args = _parse_worker(argv)
     assert args.storage == f"sqlite:///{tmp_path / FLEET_DB}" and args.out == tmp_path and args.study == "night"
     # The pass length is the lead's (its budget's), not one derived from the worker's shorter budget.
     assert float(args.pass_seconds) == settings.pass_s != Settings(budget_s=400.0).pass_s
-    assert args.budget_s == "400" and args.deadline == 1234.5
+    # The budget crosses as itself: its seconds, and the wall-clock time they end by.
+    assert args.budget_s == "400" and args.deadline == pytest.approx(time.time() + 400.0, abs=5.0)
+    handed = Budget.handed_over(float(args.budget_s), args.deadline)
+    assert handed.total_s == pytest.approx(400.0, abs=5.0)
+    assert Budget.handed_over(400.0, deadline=100.0, now=1000.0).expired()      # past its deadline: nothing left
     assert args.techniques == "mixed-chunk,fp8-kv" and args.looks == "2,4,6" and args.ledger.endswith("ledger.jsonl")
     assert (args.runtime, args.sim_profile, float(args.sim_speedup)) == ("sim", "tiny-test", 20.0)
     assert (args.seed, args.baseline_boots, args.max_trials) == (3, 3, 50)
-    bare = _parse_worker(worker_argv(Settings(), study="s", run_dir=tmp_path, budget_s=60.0, deadline=0.0,
-                                     techniques=(), looks=(), ledger="l.jsonl"))
-    assert bare.techniques == "" and bare.looks is None and bare.sim_speedup is None
+    bare = _parse_worker(worker_argv(Settings(), storage="sqlite:///s.db", study="s", out=tmp_path,
+                                     budget=Budget(60.0), techniques=(), looks=(), ledger=None))
+    assert bare.techniques == "" and bare.looks is None and bare.sim_speedup is None and bare.ledger is None
+    assert bare.promote and bare.promote_margin == 1.0
+    family = _parse_worker(worker_argv(Settings(runtime="llamacpp"), storage="sqlite:///s.db", study="s",
+                                       out=tmp_path, budget=Budget(60.0), techniques=(), looks=(), ledger=None,
+                                       promote=False, promote_margin=2.0))
+    assert family.runtime == "llamacpp" and not family.promote and family.promote_margin == 2.0
 
 
 def test_the_fleet_log_remembers_each_start_and_what_it_spent(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from elsa_tune.tuner.fleet import FleetSearch
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.night import Night, StopStudy, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.search_context import SearchContext
+from elsa_tune.tuner.search_context import NightSearch
 from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
@@ -78,7 +78,7 @@ def test_a_search_returns_the_incumbent_it_kept_and_the_decisions_it_recorded(ba
     # own values, never promoted: the next ones are).
     given = night.incumbent = replace(night.incumbent, throughput=50.0)
     search = backend()
-    outcome = search.run(SearchContext.of(night))
+    outcome = search.run(NightSearch(night))
     assert outcome.trials >= 1
     assert outcome.decisions or not isinstance(search, LocalSearch)
     assert outcome.incumbent is night.incumbent
@@ -96,7 +96,7 @@ def test_the_incumbents_own_values_are_never_put_through_an_a_b_against_it(tmp_p
     ``Worker._maybe_promote``)."""
     night = _night(tmp_path, SPACE)                  # one trial: the incumbent's values
     night.incumbent = replace(night.incumbent, throughput=50.0)
-    outcome = LocalSearch().run(SearchContext.of(night))
+    outcome = LocalSearch().run(NightSearch(night))
     assert outcome.trials == 1 and outcome.decisions == ()
     assert not [d for d in night.store.load().decisions if d.phase is Phase.SEARCH]
 
@@ -106,7 +106,7 @@ def test_a_space_without_parameters_is_searched_without_a_boot(backend: Backends
     space = tmp_path / "fixed.yaml"
     space.write_text(NO_PARAMETERS)
     night = _night(tmp_path, space)
-    outcome = backend().run(SearchContext.of(night))
+    outcome = backend().run(NightSearch(night))
     assert (outcome.incumbent, outcome.decisions, outcome.trials) == (night.incumbent, (), 0)
     assert night.booter.boots == 0 and not (night.store.run_dir / "fleet.json").exists()
 
@@ -116,16 +116,16 @@ def test_a_spent_budget_stops_the_search_before_any_boot(backend: Backends, tmp_
     night = _night(tmp_path, SPACE)
     night.clock.advance(night.budget.total_s)
     with pytest.raises(StopStudy):
-        backend().run(SearchContext.of(night))
+        backend().run(NightSearch(night))
     assert night.booter.boots == 0 and not list(night.store.run_dir.glob("*-gpu*/boots/*"))
 
 
 def test_the_context_numbers_adopted_decisions_after_the_nights_and_hands_a_keep_to_the_night(tmp_path: Path) -> None:
     night = _night(tmp_path, SPACE)
-    ctx = SearchContext.of(night)
+    ctx = NightSearch(night)
     worker = DecisionRecord(study="shared", number=1, phase=Phase.SEARCH, technique="search trial 0 (GPU 1)",
                             skipped="already measured", decided_at=1.0)
-    adopted = ctx.adopt(worker)                    # a worker's decision: numbered and stored, not ledgered again
+    adopted = ctx.decide(worker, ledgered=True)    # a worker's decision: numbered and stored, not ledgered again
     assert (adopted.number, adopted.study, night.decision_number) == (4, night.name, 4)
     assert [(d.number, d.technique) for d in night.store.load().decisions] == [(4, "search trial 0 (GPU 1)")]
     assert night.store.ledger.entries() == []
@@ -135,4 +135,4 @@ def test_the_context_numbers_adopted_decisions_after_the_nights_and_hands_a_keep
     assert night.incumbent is kept and ctx.incumbent is started
     night.policy = None
     with pytest.raises(RuntimeError, match="gate policy"):
-        SearchContext.of(night)
+        NightSearch(night)

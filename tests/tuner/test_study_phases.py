@@ -19,10 +19,10 @@ from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
-from elsa_tune.tuner.night import Night, PhaseOver, StudyClock
+from elsa_tune.tuner.night import Night, OpenTest, PhaseOver, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.screening import Screening
-from elsa_tune.tuner.search_context import SearchContext
+from elsa_tune.tuner.search_context import NightSearch
 from elsa_tune.tuner.search_phase import LocalSearch
 from elsa_tune.tuner.settings import Settings
 from elsa_tune.tuner.signals import Interrupts
@@ -63,7 +63,7 @@ def test_a_resumed_search_charges_the_trials_the_killed_run_finished(tmp_path: P
     first = _night(pre)
     first.policy = GatePolicy()              # the baseline's, as the search phase always has one
     first.budget.begin("search")
-    done = LocalSearch().run(SearchContext.of(first))
+    done = LocalSearch().run(NightSearch(first))
     assert done.trials == 1 and not done.decisions
     recorded = [b for b in first.store.load().boots if b.phase is Phase.SEARCH]
     assert len(recorded) == 1
@@ -73,7 +73,7 @@ def test_a_resumed_search_charges_the_trials_the_killed_run_finished(tmp_path: P
     resumed = _night(pre)            # the killed study restarts: its trial is finished, not asked again
     resumed.policy = GatePolicy()
     resumed.budget.begin("search")
-    again = LocalSearch().run(SearchContext.of(resumed))
+    again = LocalSearch().run(NightSearch(resumed))
     assert again.trials == 1 and resumed.booter.boots == 0
     assert resumed.budget.elapsed_s >= spent
     assert resumed.budget.elapsed_s < spent + 10.0      # charged once, not per phase or per look-up
@@ -146,7 +146,7 @@ def test_a_resumed_search_replays_the_promotion_a_finished_trial_made(tmp_path: 
         return n
 
     first = night()
-    done = LocalSearch().run(SearchContext.of(first))
+    done = LocalSearch().run(NightSearch(first))
     assert done.decisions and done.decisions[0].technique != "search trial 0"
     number = done.decisions[0].technique.removeprefix("search trial ")
     booted = {b.boot_id for b in first.store.load().boots}
@@ -154,7 +154,7 @@ def test_a_resumed_search_replays_the_promotion_a_finished_trial_made(tmp_path: 
     assert len(ab) >= 4
 
     resumed = night()                        # the restart: the finished trials are not asked again
-    again = LocalSearch().run(SearchContext.of(resumed))
+    again = LocalSearch().run(NightSearch(resumed))
     assert {b.boot_id for b in resumed.store.load().boots} == booted          # every A/B boot replayed, none new
     assert len(again.decisions) == len(done.decisions)
     before, after = done.decisions[0], again.decisions[0]
@@ -196,7 +196,7 @@ def test_a_resumed_night_knows_what_its_probed_boots_found(tmp_path: Path) -> No
     assert resumed.booter.quality.get(trial.key()) is True and resumed.booter.boots == 0
 
 
-def _promising(night: Night, name: str) -> tuple[int, object, object, None]:
+def _promising(night: Night, name: str) -> OpenTest:
     """A technique as the night files it after an inconclusive first test whose interval showed a gain."""
     from elsa_tune.history.verdict import Decision, NightControl, Verdict
 
@@ -206,7 +206,7 @@ def _promising(night: Night, name: str) -> tuple[int, object, object, None]:
                     "0.10: the incumbent stays", effect=1.20, ci_low=1.08, ci_high=1.33, p_value=0.02,
                     boots_incumbent=6, boots_candidate=6, adjusted_p_value=0.2667,
                     night_control=NightControl(method="lond online, test 9 at level 0.0075", level=0.10, held=True))
-    return index, technique, first, None
+    return OpenTest(index, technique, first)
 
 
 def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_pat
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
     night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
     night.budget.begin("search")
-    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
+    night.promising = [_promising(night, "fused-qk-norm-rope")]
     tests_before = night.fdr.tests
     second_level = second_stage_level(0.02, min(0.05, night.fdr.next_level()))
 
@@ -247,12 +247,12 @@ def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
     night = _night(pre)
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
     night.budget.begin("search")
-    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
+    night.promising = [_promising(night, "fused-qk-norm-rope")]
     Screening(night).retest("search")
     assert night.booter.boots == 0 and not night.store.load().decisions
     assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope in the search phase (not kept under the "
                                       "night's false-keep")
-    assert [t.name for _, t, _, _ in night.promising] == ["fused-qk-norm-rope"]   # still promising, for a later phase
+    assert [t.technique.name for t in night.promising] == ["fused-qk-norm-rope"]   # still promising, for a later phase
 
 
 def test_a_retest_runs_when_its_first_look_fits_though_its_cap_does_not(tmp_path: Path) -> None:
@@ -263,7 +263,7 @@ def test_a_retest_runs_when_its_first_look_fits_though_its_cap_does_not(tmp_path
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
     night.budget.begin("search")
     assert night.boot_s() == 60.0 and 300.0 < night.budget.allowance("search") < 420.0
-    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
+    night.promising = [_promising(night, "fused-qk-norm-rope")]
     with contextlib.suppress(PhaseOver):
         Screening(night).retest("search")
     assert night.booter.boots > 0 and not any(n.startswith("no time to retest") for n in night.notes)
@@ -372,7 +372,7 @@ def test_an_unresolved_technique_is_retested_with_the_longest_test_the_time_left
     index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
     first = Verdict(decision=Decision.INCONCLUSIVE, reason="inconclusive at the cap of 3 blocks: +4.0%",
                     effect=1.04, ci_low=0.96, ci_high=1.13, p_value=0.2, boots_incumbent=3, boots_candidate=3)
-    night.unresolved = [(index, technique, first, None)]
+    night.unresolved = [OpenTest(index, technique, first)]
     tests_before = night.fdr.tests
 
     Screening(night).extend("search")
@@ -397,7 +397,7 @@ def test_a_longer_retest_without_time_for_the_nights_own_cap_is_a_note(tmp_path:
     index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
     first = Verdict(decision=Decision.INCONCLUSIVE, reason="inconclusive at the cap of 3 blocks: +4.0%",
                     effect=1.04, ci_low=0.96, ci_high=1.13, p_value=0.2, boots_incumbent=3, boots_candidate=3)
-    night.unresolved = [(index, technique, first, None)]
+    night.unresolved = [OpenTest(index, technique, first)]
     Screening(night).extend("search")
     assert night.booter.boots == 0 and not night.store.load().decisions
     assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope with a longer test")

@@ -11,10 +11,8 @@ every listed GPU at once (``tuner/fleet.py``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.history.run_lock import RunLock
     from elsa_tune.tuner.console import interactive, setup_logging
     from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.run_folder import identity, refuse_before_preflight
+    from elsa_tune.tuner.run_folder import identity, refuse_before_preflight, remove_created
     from elsa_tune.tuner.settings import Settings
     from elsa_tune.tuner.worker_pool import parse_gpus
 
@@ -144,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         check_owner(run_dir, owner)
     except BaseException:
         if not existed and card_dir is not None:
-            _remove_created(card_dir, run_dir)
+            remove_created(card_dir, run_dir)
         raise
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -241,14 +239,6 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         print(f"  search on GPUs {', '.join(gpus)}: " + ", ".join(f"{n} boots on GPU {gpu} ({f.name}/)"
                                                               for gpu, n, f in zip(gpus, counts, folders, strict=True)))
     return exit_codes.OK if outcome.status is StudyStatus.FINISHED else exit_codes.INTERRUPTED
-
-
-def _remove_created(card_dir: Path, run_dir: Path) -> None:
-    """Undo what a refused preflight created: the simulated card under the run folder, then the empty folders."""
-    shutil.rmtree(card_dir, ignore_errors=True)
-    for folder in (card_dir.parent, run_dir):
-        with contextlib.suppress(OSError):   # not empty (another study's files) or already gone: left as it is
-            folder.rmdir()
 
 
 def _dry_run(settings: Any, *, as_json: bool) -> int:

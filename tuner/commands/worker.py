@@ -10,8 +10,7 @@ ledger is in the database when ``--storage`` names a server, else ``<out>/ledger
 from __future__ import annotations
 
 import argparse
-import contextlib
-import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,7 @@ from elsa_tune.tuner.argument_types import (
 from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
+    from elsa_tune.tuner.budget import Budget
     from elsa_tune.tuner.settings import Settings
 
 NAME = "worker"
@@ -98,11 +98,15 @@ def run(args: argparse.Namespace) -> int:
         _check_inputs(args, gpus[0], root)   # the children check their GPUs; the inputs are checked once, here
         root.mkdir(parents=True, exist_ok=True)
         setup_logging(args.log_file, int(args.verbose), console=True)
-        argv = _child_argv(args, root, storage)
-        from elsa_tune.tuner.budget import parse_duration
+        from elsa_tune.tuner.budget import Budget
 
-        budget = float(parse_duration(args.budget_s)) if args.budget_s else 8 * 3600.0
-        code: int = WorkerPool(gpus, argv, log_dir=root / "logs", timeout_s=budget + 600.0).run()
+        settings = _settings(args, gpus[0], root)
+        budget = Budget.handed_over(settings.budget_s, args.deadline)
+        argv = worker_argv(settings, storage=storage, study=args.study, out=root, budget=budget,
+                           techniques=[t for t in args.techniques.split(",") if t], looks=settings.looks,
+                           ledger=args.ledger, heartbeat_s=args.heartbeat, grace_s=args.grace,
+                           verbose=int(args.verbose), promote=args.promote, promote_margin=args.promote_margin)
+        code: int = WorkerPool(gpus, argv, log_dir=root / "logs", timeout_s=budget.total_s + 600.0).run()
         return code
     return _run_one(args, gpus[0], root, storage)
 
@@ -110,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> int:
     from elsa_tune.tuner.console import setup_logging
     from elsa_tune.tuner.preflight import run_preflight
+    from elsa_tune.tuner.run_folder import remove_created
     from elsa_tune.tuner.workers import Worker, WorkerConfig, local_run_dir
 
     run_dir = local_run_dir(root, gpu)
@@ -120,23 +125,18 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
         pre = run_preflight(settings, card_dir=card_dir)
     except BaseException:
         if not existed and card_dir is not None:
-            shutil.rmtree(card_dir, ignore_errors=True)
-            for folder in (card_dir.parent, root):
-                with contextlib.suppress(OSError):   # not empty: another worker's files are left alone
-                    folder.rmdir()
+            remove_created(card_dir, root)
         raise
     root.mkdir(parents=True, exist_ok=True)
     setup_logging(args.log_file, int(args.verbose), console=True)
-    budget_s = settings.budget_s
-    if args.deadline is not None:      # counted from here: the preflight's seconds are already spent
-        import time
+    from elsa_tune.tuner.budget import Budget
 
-        budget_s = max(0.0, min(budget_s, args.deadline - time.time()))
+    budget = Budget.handed_over(settings.budget_s, args.deadline)   # from here: the preflight's seconds are spent
     config = WorkerConfig(storage_url=storage, study=args.study, gpu=gpu, worker=args.worker_name,
-                          max_trials=settings.max_trials, budget_s=budget_s, heartbeat_s=args.heartbeat,
+                          max_trials=settings.max_trials, heartbeat_s=args.heartbeat,
                           grace_s=args.grace, promote=args.promote, promote_margin=args.promote_margin,
                           techniques=tuple(t for t in args.techniques.split(",") if t), ledger=args.ledger)
-    stats = Worker(pre, config).run()
+    stats = Worker(pre, config, budget=budget).run()
     print(f"worker {stats.worker} (GPU {gpu}): {stats.boots} boots, {stats.trials_told} trials told "
           f"({stats.shared_results} from another worker's boot), {stats.promotions} A/B, {stats.keeps} kept; "
           f"{stats.seconds:.0f} s; report {run_dir / 'report.md'}")
@@ -214,21 +214,35 @@ def _check_storage(url: str) -> None:
                           remedy="pip install psycopg2-binary (or psycopg), or use sqlite:///PATH") from exc
 
 
-def _child_argv(args: argparse.Namespace, root: Path, storage: str) -> list[str]:
-    """The arguments every per-GPU child gets (the pool adds ``--gpu N``)."""
-    argv = ["--storage", storage, "--study", args.study, "--out", str(root), "--heartbeat", str(args.heartbeat),
-            "--grace", str(args.grace), "--promote-margin", str(args.promote_margin)]
-    for flag, value in (("--traffic", args.traffic), ("--space", args.space), ("--model", args.model),
-                        ("--runtime", args.runtime), ("--launch", args.launch), ("--image", args.image),
-                        ("--sim-profile", args.sim_profile), ("--sim-speedup", args.sim_speedup),
-                        ("--budget", args.budget_s), ("--max-trials", args.max_trials),
-                        ("--techniques", args.techniques or None), ("--pass-seconds", args.pass_seconds),
-                        ("--baseline-boots", args.baseline_boots), ("--looks", args.looks), ("--seed", args.seed),
-                        ("--ledger", args.ledger), ("--deadline", args.deadline)):
+def worker_argv(settings: Settings, *, storage: str, study: str, out: Path, budget: Budget,
+                techniques: Sequence[str], looks: Sequence[int], ledger: str | None, heartbeat_s: int = 5,
+                grace_s: int = 20, verbose: int = 0, promote: bool = True,
+                promote_margin: float | None = None) -> list[str]:
+    """``elsa-tune worker`` arguments every per-GPU child gets (its pool adds ``--gpu N``): the study's settings as
+    resolved here (its pass length and gate looks, so a GPU's numbers are measured as this process's are), the
+    techniques every candidate carries, the shared storage and ledger, and the time ``budget`` has left."""
+    s = settings
+    runtime = s.family if s.runtime == "process" and s.family else s.runtime
+    argv = ["--storage", storage, "--study", study, "--out", str(out), *budget.to_argv(),
+            "--max-trials", str(s.max_trials), "--pass-seconds", repr(s.pass_s), "--baseline-boots",
+            str(s.baseline_boots), "--seed", str(s.seed), "--runtime", runtime, "--traffic", s.traffic,
+            "--space", s.space, "--heartbeat", str(heartbeat_s), "--grace", str(grace_s)]
+    if ledger is not None:
+        argv += ["--ledger", ledger]
+    if looks:
+        argv += ["--looks", ",".join(str(n) for n in looks)]
+    if techniques:
+        argv += ["--techniques", ",".join(techniques)]
+    for flag, value in (("--model", s.model), ("--launch", s.launch), ("--image", s.image),
+                        ("--sim-profile", s.sim_profile)):
         if value is not None:
             argv += [flag, str(value)]
-    if not args.promote:
+    if s.simulated:
+        argv += ["--sim-speedup", repr(s.sim_speedup)]
+    if not promote:
         argv.append("--no-promote")
-    if args.verbose:
-        argv.append("-" + "v" * int(args.verbose))
+    if promote_margin is not None:
+        argv += ["--promote-margin", repr(promote_margin)]
+    if verbose:
+        argv.append("-" + "v" * verbose)
     return argv
