@@ -19,7 +19,7 @@ from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
-from elsa_tune.tuner.night import Night, PhaseOver, StudyClock
+from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
@@ -422,3 +422,24 @@ def test_a_test_whose_level_the_gate_cannot_calibrate_is_recorded_not_run(tmp_pa
     assert decision.result == decision.verdict.reason
     assert not any(str(b.tag).startswith("screening:fused-qk-norm-rope:ab:")
                    for b in night.store.load().boots)
+
+
+def test_the_search_spends_the_confirmations_reserve_only_while_nothing_is_left_to_confirm(tmp_path: Path) -> None:
+    """While the incumbent is the baseline and no test waits for the confirmation's time, the search's allowance
+    includes the confirmation's share; a test waiting for that time, or a keep, puts the reserve back."""
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    budget = night.budget
+    budget.begin("search")
+    reserve = budget.shares["confirmation"] * budget.total_s
+    whole = budget.allowance("search")     # nothing spent before: the whole night, the confirmation's share too
+    assert whole == pytest.approx(budget.left_s, abs=1.0)
+    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
+    held = budget.allowance("search")
+    assert held == pytest.approx(whole - reserve, abs=1.0)
+    night.promising = []
+    assert budget.allowance("search") == pytest.approx(whole, abs=1.0)
+    kept = night.space.candidate(night.space.baseline_values(), ["fused-qk-norm-rope"])
+    night.incumbent = Incumbent(night.space.baseline_values(), ["fused-qk-norm-rope"], kept, 100.0)
+    assert budget.allowance("search") == pytest.approx(held, abs=1.0)
+    assert night.lends("screening") == ()
