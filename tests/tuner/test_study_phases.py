@@ -443,3 +443,18 @@ def test_the_search_spends_the_confirmations_reserve_only_while_nothing_is_left_
     night.incumbent = Incumbent(night.space.baseline_values(), ["fused-qk-norm-rope"], kept, 100.0)
     assert budget.allowance("search") == pytest.approx(held, abs=1.0)
     assert night.lends("screening") == ()
+
+
+def test_the_sweep_measures_a_configuration_that_passed_its_probes_without_them(tmp_path: Path) -> None:
+    """The sweep's first trial is the incumbent's own values, probed by the baseline's first boot: it is measured
+    without the stress probes; a move the night has not probed is booted with them."""
+    pre = _preflight(tmp_path, TINY_SPACE, max_trials=2)
+    night = _night(pre)
+    night.policy = GatePolicy()
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    assert night.booter.quality.get(night.baseline.key()) is True
+    night.budget.begin("search")
+    LocalSearch().run(SearchContext.of(night))
+    swept = {b.tag: b for b in night.store.load().boots if b.phase is Phase.SEARCH}
+    assert swept["search:0"].candidate.key() == night.baseline.key() and not swept["search:0"].probes
+    assert swept["search:1"].candidate.key() != night.baseline.key() and swept["search:1"].probes
