@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from elsa_tune.errors import ConfigError
@@ -45,16 +45,13 @@ class Budget:
 
     ``allowance(phase)`` is the time the phase may still spend: its share of the whole budget plus
     whatever earlier phases left unused, never more than the time left overall minus the reserves of
-    later phases. ``lends(phase)`` names the later phases whose reserve ``phase`` may spend as its own right now
-    (none by default; the study lends the confirmation's to the search while nothing is left to confirm).
-    ``counts`` names the clock ``clock`` reads (``WALL_CLOCK`` or ``SIMULATED_CLOCK``).
+    later phases. ``counts`` names the clock ``clock`` reads (``WALL_CLOCK`` or ``SIMULATED_CLOCK``).
     """
 
     total_s: float
     shares: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARES))
     clock: Callable[[], float] = time.monotonic
     counts: str = WALL_CLOCK
-    lends: Callable[[str], Collection[str]] = lambda phase: ()
     started_at: float = -1.0
     spent: dict[str, float] = field(default_factory=dict)
     _phase: str | None = None
@@ -101,12 +98,11 @@ class Budget:
         planned_so_far = sum(self.shares[p] for p in earlier) * self.total_s
         spent_so_far = sum(self.spent.get(p, 0.0) for p in earlier)
         carried = max(0.0, planned_so_far - spent_so_far)
-        lent = [p for p in later if p in self.lends(phase)]
-        own = (self.shares[phase] + sum(self.shares[p] for p in lent)) * self.total_s + carried
+        own = self.shares[phase] * self.total_s + carried
         if self._phase == phase:
             own -= self.clock() - self._phase_started
         own -= self.spent.get(phase, 0.0)
-        reserve = sum(self.shares[p] for p in later if p not in lent) * self.total_s
+        reserve = sum(self.shares[p] for p in later) * self.total_s
         return max(0.0, min(own, self.left_s - reserve))
 
     def expired(self) -> bool:

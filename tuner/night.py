@@ -164,17 +164,6 @@ class Night:
         self.confirmation: Confirmation | None = None
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
         self._seen: set[str] = set()          # boots this run has counted and timed once
-        budget.lends = self.lends
-
-    def lends(self, phase: str) -> tuple[str, ...]:
-        """The later phases whose reserve ``phase`` may spend now (``Budget.lends``): the search spends the
-        confirmation's while the incumbent is still the baseline and no test waits for the confirmation's time
-        (``promising``, ``paused``, ``unresolved``). There is then nothing to confirm: a search move kept now was
-        kept by an A/B against the baseline itself, on fresh boots, which is what the confirmation would run."""
-        if (phase == "search" and self.incumbent.candidate.key() == self.baseline.key()
-                and not (self.promising or self.paused or self.unresolved)):
-            return ("confirmation",)
-        return ()
 
     # ---- what every phase does ------------------------------------------------------------------------
 

@@ -61,7 +61,6 @@ class SearchContext:
     memory: MemoryModel
     interrupts: Interrupts
     boot: Callable[[BootPlan], BootResult]
-    probed: Callable[[Candidate], bool]
     ab: ABRun
     decide: Decide
     adopt: Callable[[DecisionRecord], DecisionRecord]
@@ -104,7 +103,6 @@ class SearchContext:
         return cls(name=night.name, settings=night.settings, space=night.space, store=night.store,
                    context_target=night.context_target, incumbent=night.incumbent, policy=night.policy,
                    noise=night.noise, memory=night.memory, interrupts=night.interrupts, boot=night.boot,
-                   probed=lambda candidate: night.booter.quality.get(candidate.key()) is True,
                    ab=night.ab, decide=night.decide, adopt=adopt, keep=keep, check=night.check,
                    allowance_s=lambda: night.budget.allowance(SEARCH), boot_s=night.boot_s,
                    charge_recorded=night.charge_recorded, charge_s=night.clock.advance, note=night.notes.append,

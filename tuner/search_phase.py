@@ -134,8 +134,8 @@ class LocalSearch:
 
 def next_trial(ctx: SearchContext, search: NumericSearch, measured: dict[str, list[float] | None]) -> Booted | None:
     """Ask the search for its next trial, boot it (unless a rule refuses it, the memory model predicts it misses
-    the context target, or the same values were measured already; with the stress probes unless the configuration
-    passed them this night) and tell the result; the boot when it measured a throughput on a feasible candidate."""
+    the context target, or the same values were measured already) and tell the result; the boot when it measured a
+    throughput on a feasible candidate."""
     proposal = search.ask()
     number = proposal.trial.number
     if proposal.candidate is None:
@@ -157,11 +157,8 @@ def next_trial(ctx: SearchContext, search: NumericSearch, measured: dict[str, li
         gap = (ctx.context_target or 0) - (prediction.kv_tokens or 0)
         search.tell(proposal, None, constraint=max(1e-3, gap / max(1, ctx.context_target or 1)))
         return None
-    # a configuration that passed its stress probes and quality gate this night (the incumbent's own values, the
-    # sweep's first trial) is measured without them: on a slow model the probes cost several plain boots
     result = ctx.boot(BootPlan(tag=f"search:{number}", candidate=candidate, phase=Phase.SEARCH,
-                               arm=Arm.CANDIDATE, trial_number=number, probes=not ctx.probed(candidate),
-                               technique=None))
+                               arm=Arm.CANDIDATE, trial_number=number, probes=True, technique=None))
     report = result.record.report
     if report and report.max_total_num_tokens:
         if prediction.kv_tokens is not None:

@@ -44,24 +44,3 @@ def test_unused_time_flows_to_later_phases_and_reserves_hold() -> None:
     clock.now = 2000
     assert budget.expired()
     assert budget.allowance("confirmation") == 0.0
-
-
-def test_a_lent_reserve_is_spent_by_the_borrower_and_returned_when_the_loan_ends() -> None:
-    clock = FakeClock()
-    lent: list[str] = ["confirmation"]
-    budget = Budget(total_s=1000, clock=clock, lends=lambda phase: lent if phase == "search" else ())
-    for phase, ends in (("preflight", 20), ("baseline", 170), ("screening", 520)):
-        budget.begin(phase)     # each earlier phase spends exactly its share: nothing carried
-        clock.now = ends
-    budget.begin("search")
-    clock.now = 600
-    # 80 of the search's 330 spent; the confirmation's 150 is the search's own while lent
-    assert budget.allowance("search") == pytest.approx(330 + 150 - 80)
-    clock.now = 900
-    assert budget.allowance("search") == pytest.approx(100.0)
-    lent.clear()        # the loan ends (a keep): the confirmation's reserve holds again, the search is over
-    assert budget.allowance("search") == pytest.approx(0.0)
-    budget.begin("confirmation")
-    assert budget.allowance("confirmation") == pytest.approx(100.0)
-    # a phase nobody lends to keeps its own share and the later reserves
-    assert budget.allowance("screening") == pytest.approx(0.0)

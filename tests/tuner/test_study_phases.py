@@ -19,7 +19,7 @@ from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.gate import GatePolicy
 from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
-from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StudyClock
+from elsa_tune.tuner.night import Night, PhaseOver, StudyClock
 from elsa_tune.tuner.preflight import Preflight, run_preflight
 from elsa_tune.tuner.schedule import Arm
 from elsa_tune.tuner.screening import Screening
@@ -263,9 +263,8 @@ def test_a_retest_runs_when_its_first_look_fits_though_its_cap_does_not(tmp_path
     night = _night(pre)
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
     night.budget.begin("search")
-    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
-    # a retest waits for the confirmation's time: its reserve is not the search's
     assert night.boot_s() == 60.0 and 300.0 < night.budget.allowance("search") < 420.0
+    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
     with contextlib.suppress(PhaseOver):
         Screening(night).retest("search")
     assert night.booter.boots > 0 and not any(n.startswith("no time to retest") for n in night.notes)
@@ -423,39 +422,3 @@ def test_a_test_whose_level_the_gate_cannot_calibrate_is_recorded_not_run(tmp_pa
     assert decision.result == decision.verdict.reason
     assert not any(str(b.tag).startswith("screening:fused-qk-norm-rope:ab:")
                    for b in night.store.load().boots)
-
-
-def test_the_search_spends_the_confirmations_reserve_only_while_nothing_is_left_to_confirm(tmp_path: Path) -> None:
-    """While the incumbent is the baseline and no test waits for the confirmation's time, the search's allowance
-    includes the confirmation's share; a test waiting for that time, or a keep, puts the reserve back."""
-    pre = _preflight(tmp_path, TINY_SPACE)
-    night = _night(pre)
-    budget = night.budget
-    budget.begin("search")
-    reserve = budget.shares["confirmation"] * budget.total_s
-    whole = budget.allowance("search")     # nothing spent before: the whole night, the confirmation's share too
-    assert whole == pytest.approx(budget.left_s, abs=1.0)
-    night.promising = [_promising(night, "fused-qk-norm-rope")]      # type: ignore[list-item]
-    held = budget.allowance("search")
-    assert held == pytest.approx(whole - reserve, abs=1.0)
-    night.promising = []
-    assert budget.allowance("search") == pytest.approx(whole, abs=1.0)
-    kept = night.space.candidate(night.space.baseline_values(), ["fused-qk-norm-rope"])
-    night.incumbent = Incumbent(night.space.baseline_values(), ["fused-qk-norm-rope"], kept, 100.0)
-    assert budget.allowance("search") == pytest.approx(held, abs=1.0)
-    assert night.lends("screening") == ()
-
-
-def test_the_sweep_measures_a_configuration_that_passed_its_probes_without_them(tmp_path: Path) -> None:
-    """The sweep's first trial is the incumbent's own values, probed by the baseline's first boot: it is measured
-    without the stress probes; a move the night has not probed is booted with them."""
-    pre = _preflight(tmp_path, TINY_SPACE, max_trials=2)
-    night = _night(pre)
-    night.policy = GatePolicy()
-    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
-    assert night.booter.quality.get(night.baseline.key()) is True
-    night.budget.begin("search")
-    LocalSearch().run(SearchContext.of(night))
-    swept = {b.tag: b for b in night.store.load().boots if b.phase is Phase.SEARCH}
-    assert swept["search:0"].candidate.key() == night.baseline.key() and not swept["search:0"].probes
-    assert swept["search:1"].candidate.key() != night.baseline.key() and swept["search:1"].probes
