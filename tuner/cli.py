@@ -119,7 +119,7 @@ def _fill_shared_help(parser: argparse.ArgumentParser) -> None:
 
 def epilog() -> str:
     """The top-level help's tail: examples, exit statuses, environment variables."""
-    from elsa_tune.tuner.settings import ENV_PREFIX, Settings
+    from elsa_tune.tuner.flow.settings import ENV_PREFIX, Settings
 
     names = ", ".join(ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Settings) if f.name != "schema_version")
     lines = ["examples:",

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.flag_comparison import Outcome, compare_flags
-from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.virtual import VirtualBench, VirtualTestbed
+from elsa_tune.tuner.flow.flag_comparison import Outcome, compare_flags
+from elsa_tune.tuner.flow.preflight import run_preflight
+from elsa_tune.tuner.flow.settings import Settings
+from elsa_tune.tuner.flow.virtual import VirtualBench, VirtualTestbed
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = str(REPO / "benchmarks" / "workers" / "tiny-space.yaml")

@@ -2,7 +2,7 @@
 
 Each row is one whole study (``tune``, the default command) on the tiny simulated card with the numeric space of
 ``benchmarks/workers/tiny-space.yaml``; with several GPUs its search phase runs one worker per GPU
-(``tuner/fleet.py``). Counted from the records, over the search phase's wall time (``study.json`` phases):
+(``tuner/fleet/fleet_search.py``). Counted from the records, over the search phase's wall time (``study.json`` phases):
 every boot of the search phase (with several GPUs this includes each worker's per-GPU baseline, the price of
 comparing trials only within one GPU), the trial boots alone, and the A/B boots.
 

@@ -43,9 +43,9 @@ import numpy as np
 from scipy import stats
 
 from elsa_tune.history.verdict import Decision
-from elsa_tune.tuner.comparison import WINSOR_K
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
-from elsa_tune.tuner.noise_model import NoiseModelSampler
+from elsa_tune.tuner.ab.comparison import WINSOR_K
+from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, run_ab
+from elsa_tune.tuner.ab.noise_model import NoiseModelSampler
 
 EFFECTS = (-0.05, 0.0, 0.02, 0.05, 0.10, 0.20)
 SIGMA_BOOTS = (0.05, 0.10)

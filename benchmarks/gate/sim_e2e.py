@@ -43,8 +43,8 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.loadgen import LoadGenerator
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload, synthetic
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, run_ab
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "runtime" / "sim" / "profiles" / "rtx5090-qwen3.6-35b-a3b-nvfp4.yaml"

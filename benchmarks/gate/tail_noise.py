@@ -15,7 +15,7 @@ and the B/A ratio:
 - the mean log TTFT of every request.
 
 On this profile the long-prompt requests make the tail, their TTFT is prefill time, and prefill time scales with
-the boot's drift: a fixed tail set is no less noisy than the p90. That is what ``tuner/gate.py``'s guardrail
+the boot's drift: a fixed tail set is no less noisy than the p90. That is what ``tuner/ab/gate.py``'s guardrail
 extension answers with more boots. Simulated boots, calibrated to the seeds: not a measurement of hardware.
 """
 
@@ -34,8 +34,8 @@ from elsa_tune.runtime.sim.runtime import SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.loadgen import LoadGenerator
 from elsa_tune.traffic.prompts import PromptSynth
-from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
+from elsa_tune.tuner.flow.settings import Settings
 
 
 class Boot:

@@ -36,8 +36,8 @@ from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.traffic.loadgen import LoadGenerator
 from elsa_tune.traffic.prompts import PromptSynth
-from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
+from elsa_tune.tuner.flow.settings import Settings
 
 
 @dataclass

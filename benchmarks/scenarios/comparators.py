@@ -30,9 +30,9 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
-from elsa_tune.tuner.boot_sample import BootSample
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, run_ab
-from elsa_tune.tuner.virtual import VirtualBench
+from elsa_tune.tuner.ab.boot_sample import BootSample
+from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, run_ab
+from elsa_tune.tuner.flow.virtual import VirtualBench
 
 METHODS = ("random", "grid", "naive")
 #: draws a protocol may make (most end in a boot, so the budget ends a protocol long before this)
@@ -124,7 +124,7 @@ def _screenable(space: SearchSpace) -> list[str]:
 def _random(boots: _Boots, space: SearchSpace, state: _State, rng: random.Random, seed: int) -> None:
     g = space.guardrails
     target = boots.bench.context_target
-    policy = GatePolicy(guardrails=GuardrailPolicy(      # the study's guardrails (``tuner/study.py``)
+    policy = GatePolicy(guardrails=GuardrailPolicy(      # the study's guardrails (``tuner/flow/study.py``)
         ttft_p50_margin=1 + g.ttft_p50_margin, ttft_p99_margin=1 + g.ttft_p99_margin,
         kv_pool_min_ratio=None if target else GuardrailPolicy().kv_pool_min_ratio, require_quality=g.quality_gate))
     for trial in range(_MAX_DRAWS):

@@ -42,7 +42,7 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.parameter import Parameter, ParameterKind, Value
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
-from elsa_tune.tuner.virtual import VirtualBench
+from elsa_tune.tuner.flow.virtual import VirtualBench
 
 MIN_EFFECT = 0.03          # the gate's minimum worthwhile gain (``GatePolicy.min_effect``)
 MEMORY_MARGIN = 0.02       # a memory technique's non-inferiority margin and minimum pool gain

@@ -12,7 +12,7 @@ indices and seeds no earlier reported run used, ``NAMED``), prints them and reco
 ``--first``, ``--seeds``) in the same run, and the table puts the two sets side by side.
 
 Each scenario (``scenario.py``: a generated card, model, space and traffic; or ``--profile``/``--space``) is run as a
-virtual-time study per seed (``elsa_tune.tuner.virtual.run_virtual_study``), and, on the same virtual boots and the
+virtual-time study per seed (``elsa_tune.tuner.flow.virtual.run_virtual_study``), and, on the same virtual boots and the
 same simulated budget, by random search with the same gate, a vLLM-style grid and the naive protocol
 (``comparators.py``). Everything is scored against the simulator's noiseless truth (``oracle.py``, ``score.py``):
 the recommendation's share of the best the space allows (exhaustive truth over the space), each technique's
@@ -53,8 +53,8 @@ from scenario import generate  # noqa: E402
 from score import score_protocol, score_study  # noqa: E402
 
 from elsa_tune.errors import ElsaTuneError  # noqa: E402
-from elsa_tune.tuner.budget import parse_duration  # noqa: E402
-from elsa_tune.tuner.virtual import VirtualBench, run_virtual_study  # noqa: E402
+from elsa_tune.tuner.flow.budget import parse_duration  # noqa: E402
+from elsa_tune.tuner.flow.virtual import VirtualBench, run_virtual_study  # noqa: E402
 
 REGRET_BAD = 0.10
 #: generated scenario indices and study seeds an earlier reported run used (``last_run.md``: scenarios 0–99, seeds

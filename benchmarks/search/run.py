@@ -13,7 +13,8 @@ measured feasible candidate so far). The workload is the study's measured pass o
 
 Methods (same boot budget, same noise draws per candidate and repeat):
 
-- ``elsa``: ``tuner/search.py`` (Optuna TPE, multivariate, constraints; the incumbent enqueued first) with the
+- ``elsa``: ``tuner/search/optuna_search.py`` (Optuna TPE, multivariate, constraints; the incumbent enqueued
+  first) with the
   study's ``MemoryModel`` skipping candidates predicted to miss the context target (no boot spent);
 - ``random``: rule-abiding candidates drawn uniformly (``SearchSpace.sample``);
 - ``grid``: a fixed-order exhaustive grid, 3 points per numeric parameter (vLLM's ``auto_tune.sh`` sweeps its
@@ -48,9 +49,9 @@ from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.traffic.workload import closed_loop
-from elsa_tune.tuner.memory_model import MemoryModel, Observation
-from elsa_tune.tuner.preflight import load_traffic
-from elsa_tune.tuner.search import NumericSearch
+from elsa_tune.tuner.flow.memory_model import MemoryModel, Observation
+from elsa_tune.tuner.flow.preflight import load_traffic
+from elsa_tune.tuner.search.optuna_search import NumericSearch
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,11 @@ from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.truth import TruthWorkload
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ReasonCategory, SearchSpace, TechniqueKind
-from elsa_tune.tuner.preflight import load_traffic, measured_concurrency, workloads
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.flow.preflight import load_traffic, measured_concurrency, workloads
+from elsa_tune.tuner.flow.settings import Settings
 
 HERE = Path(__file__).resolve().parent
-#: the gate's defaults (``tuner/gate.py`` ``GatePolicy``): a speed technique is worth keeping from +3%, a memory
+#: the gate's defaults (``tuner/ab/gate.py`` ``GatePolicy``): a speed technique is worth keeping from +3%, a memory
 #: one when no more than 2% slower with a pool at least 2% larger
 MIN_EFFECT = 0.03
 MEMORY_MARGIN = 0.02

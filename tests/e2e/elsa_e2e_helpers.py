@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.study import Study, StudyOutcome
+from elsa_tune.tuner.flow.preflight import run_preflight
+from elsa_tune.tuner.flow.settings import Settings
+from elsa_tune.tuner.flow.study import Study, StudyOutcome
 
 E2E_DATA = Path(__file__).parent / "data"
 TINY_SPACE = str(E2E_DATA / "tiny-space.yaml")

@@ -21,7 +21,7 @@ from elsa_tune.history.run_dir import RunDir
 from elsa_tune.history.study_record import StudyStatus
 from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.family import FamilyName, detect
-from elsa_tune.tuner.virtual import run_virtual_study
+from elsa_tune.tuner.flow.virtual import run_virtual_study
 
 VLLM_SPACE = str(E2E_DATA / "vllm-tiny-space.yaml")
 A_FLAGS = """\

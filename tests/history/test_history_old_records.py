@@ -103,7 +103,7 @@ def test_an_old_boot_record_reads_its_tag_slot_passes_and_reference_into_fields(
 def test_an_old_boot_record_gives_the_gate_the_sample_it_recorded() -> None:
     """A resumed study rebuilds the gate's view of a boot from the record: the passes and quality it stored."""
     from elsa_tune.history.records import BootRecord
-    from elsa_tune.tuner.booter import BootPlan, _sample_of
+    from elsa_tune.tuner.flow.booter import BootPlan, _sample_of
 
     record = BootRecord.from_dict(OLD["boot"])
     sample = _sample_of(record, BootPlan(tag=str(record.tag), candidate=record.candidate, phase=record.phase))

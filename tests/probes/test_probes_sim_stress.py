@@ -24,7 +24,7 @@ from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ModelSpec, ProbeSettings
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
-from elsa_tune.tuner.load import HttpLoad
+from elsa_tune.tuner.flow.load import HttpLoad
 
 TARGET = 20_000
 

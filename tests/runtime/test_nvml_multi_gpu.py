@@ -25,7 +25,7 @@ from elsa_tune.runtime.nvml import list_gpus, open_gpu
 from elsa_tune.runtime.process import SGLangProcess, wait_memory_released
 from elsa_tune.runtime.protocol import RuntimeTimeouts
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.worker_pool import parse_gpus
+from elsa_tune.tuner.fleet.worker_pool import parse_gpus
 
 pytestmark = pytest.mark.gpu
 

@@ -116,8 +116,8 @@ def test_a_lease_lives_from_start_to_stop_and_says_whose_server_it_is(tmp_path: 
 
 def test_a_killed_tuners_server_is_reaped_and_the_next_preflight_proceeds(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.preflight import run_preflight
+    from elsa_tune.tuner.flow.settings import Settings
 
     card = tmp_path / "card"
     found = boot_and_kill_owner(card, tmp_path / "boot")
@@ -162,8 +162,8 @@ def test_a_card_busy_with_a_process_that_is_not_ours_is_still_refused(sleeper: s
                                                                      tmp_path: Path) -> None:
     from elsa_tune.errors import EnvironmentError_
     from elsa_tune.runtime.sim.card import CardLease, card_uuid
-    from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.preflight import run_preflight
+    from elsa_tune.tuner.flow.settings import Settings
 
     card = tmp_path / "card"
     CardLease(card, pid=sleeper.pid).set_used(1 << 30)   # someone else's process on the card, with no lease

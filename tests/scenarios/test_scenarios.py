@@ -27,7 +27,7 @@ from elsa_tune.history.verdict import Futility
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.search_spaces.loader import load_space
 from elsa_tune.search_spaces.space import ReasonCategory
-from elsa_tune.tuner.virtual import run_virtual_study
+from elsa_tune.tuner.flow.virtual import run_virtual_study
 
 INDICES = (9, 3, 5)
 BUDGET_S = 3600.0

@@ -14,11 +14,11 @@ from elsa_tune.history.records import Arm as RecordArm
 from elsa_tune.history.records import BootOutcome, BootRecord, Phase
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.baseline import BaselineRequest, measure_baseline
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.booter import BootPlan, BootResult
-from elsa_tune.tuner.schedule import Arm
-from elsa_tune.tuner.study import EXTRA_BASELINE_BOOTS
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.ab.schedule import Arm
+from elsa_tune.tuner.flow.baseline import BaselineRequest, measure_baseline
+from elsa_tune.tuner.flow.booter import BootPlan, BootResult
+from elsa_tune.tuner.flow.study import EXTRA_BASELINE_BOOTS
 
 REFERENCE = Candidate({"mem-fraction-static": 0.8}, label="baseline")
 FINGERPRINT = Fingerprint(runtime="sglang-sim", runtime_version="0.5.23", model_path="tiny", gpu_name="RTX 5090")

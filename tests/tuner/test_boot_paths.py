@@ -22,9 +22,9 @@ from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate, FlagValue
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
-from elsa_tune.tuner.booter import BootContext, BootPlan, CandidateBooter
-from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.virtual import VirtualLoad
+from elsa_tune.tuner.flow.booter import BootContext, BootPlan, CandidateBooter
+from elsa_tune.tuner.flow.load import ServerLoad
+from elsa_tune.tuner.flow.virtual import VirtualLoad
 
 PROFILE = Path(__file__).resolve().parents[1] / "probes" / "profiles" / "probe-tiny.yaml"
 BASE: dict[str, FlagValue] = {"mem-fraction-static": 0.8, "max-running-requests": 4, "max-mamba-cache-size": 24}

@@ -8,7 +8,7 @@ import pytest
 
 from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement, failure_of, summarize
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement, failure_of, summarize
 
 
 def boot(*tok_s: float, warm: int = 1, errors: float = 0.0) -> BootSample:
@@ -89,7 +89,7 @@ def test_a_boot_too_small_for_a_p99_judges_its_tail_at_p90_and_says_so() -> None
 
 
 def test_the_tail_guardrail_says_at_which_quantile_it_was_judged() -> None:
-    from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, _guardrails
+    from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, _guardrails
 
     a = [summarize(_tail_boot(15, 0.9 + i / 100), measured_passes=2) for i in range(4)]
     b = [summarize(_tail_boot(15, 0.91 + i / 100), measured_passes=2) for i in range(4)]

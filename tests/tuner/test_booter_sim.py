@@ -16,7 +16,7 @@ from elsa_tune.runtime.sim.runtime import SIM_TIMEOUTS, SimulatedSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import synthetic
-from elsa_tune.tuner.booter import ABSampler, BootContext, BootPlan, CandidateBooter
+from elsa_tune.tuner.flow.booter import ABSampler, BootContext, BootPlan, CandidateBooter
 
 BASE = {"mem-fraction-static": 0.6, "max-running-requests": 2, "max-mamba-cache-size": 24}
 

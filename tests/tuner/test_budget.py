@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.tuner.budget import Budget, parse_duration
+from elsa_tune.tuner.flow.budget import Budget, parse_duration
 
 
 class FakeClock:

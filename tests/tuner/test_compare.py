@@ -14,7 +14,7 @@ from elsa_tune.history.records import Phase
 from elsa_tune.history.run_dir import RunDir
 from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.tuner.cli import main
-from elsa_tune.tuner.flag_comparison import Outcome, outcome_of
+from elsa_tune.tuner.flow.flag_comparison import Outcome, outcome_of
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SPACE = str(REPO / "benchmarks" / "workers" / "tiny-space.yaml")

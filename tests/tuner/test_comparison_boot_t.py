@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from elsa_tune.tuner.comparison import (
+from elsa_tune.tuner.ab.comparison import (
     InsufficientData,
     boots_per_arm_for,
     compare,
@@ -102,7 +102,7 @@ def test_variance_components_recover_known_sigmas() -> None:
 def test_an_mde_beyond_any_finite_effect_is_infinite_not_an_overflow() -> None:
     """A robust look whose outliers leave a fraction of a boot of weight has a heavy-tailed t: no finite effect is
     detectable, and the gate records no MDE instead of crashing the study."""
-    from elsa_tune.tuner.comparison import mde_from_se
+    from elsa_tune.tuner.ab.comparison import mde_from_se
 
     assert mde_from_se(0.5, 0.05, alpha=0.01) == float("inf")
     assert 0 < mde_from_se(0.03, 10.0, alpha=0.05) < 0.2
@@ -110,7 +110,7 @@ def test_an_mde_beyond_any_finite_effect_is_infinite_not_an_overflow() -> None:
 
 def test_a_non_inferiority_p_value_agrees_with_its_bound() -> None:
     """``passed`` (the upper bound within the margin) is the same statement as ``p_value ≤ alpha``."""
-    from elsa_tune.tuner.comparison import non_inferiority
+    from elsa_tune.tuner.ab.comparison import non_inferiority
 
     rng = np.random.default_rng(5)
     for _ in range(200):

@@ -9,10 +9,10 @@ import pytest
 
 from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample
-from elsa_tune.tuner.comparison import InsufficientData
-from elsa_tune.tuner.dimensioning import dimension, dimension_passes, outlier_boot
-from elsa_tune.tuner.noise_model import NoiseModelSampler
+from elsa_tune.tuner.ab.boot_sample import BootSample
+from elsa_tune.tuner.ab.comparison import InsufficientData
+from elsa_tune.tuner.ab.dimensioning import dimension, dimension_passes, outlier_boot
+from elsa_tune.tuner.ab.noise_model import NoiseModelSampler
 
 
 def matrix(n: int, m: int, *, sigma_boot: float, sigma_run: float, warm: tuple[float, ...] = (0.873,),

@@ -13,9 +13,9 @@ from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.records import Phase
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.tuner.cli import main
-from elsa_tune.tuner.plan import plan_study
-from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.flow.plan import plan_study
+from elsa_tune.tuner.flow.preflight import run_preflight
+from elsa_tune.tuner.flow.settings import Settings
 
 TINY_SPACE = Path(__file__).parents[1] / "e2e" / "data" / "tiny-space.yaml"
 

@@ -1,5 +1,5 @@
-"""``tune --gpu 0,1``'s search on several GPUs (``tuner/fleet.py``): what each worker is told, what the run folder
-remembers of each start of the workers (resume), and the refusals of the command line."""
+"""``tune --gpu 0,1``'s search on several GPUs (``tuner/fleet/fleet_search.py``): what each worker is told, what
+the run folder remembers of each start of the workers (resume), and the refusals of the command line."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.cli import main
 from elsa_tune.tuner.commands import worker as worker_command
 from elsa_tune.tuner.commands.worker import worker_argv
-from elsa_tune.tuner.fleet import FLEET_DB, FleetLog, FleetSearch, PoolStart, _start_ticks
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.fleet.fleet_search import FLEET_DB, FleetLog, FleetSearch, PoolStart, _start_ticks
+from elsa_tune.tuner.flow.budget import Budget
+from elsa_tune.tuner.flow.settings import Settings
 
 
 def _parse_worker(argv: list[str]) -> argparse.Namespace:

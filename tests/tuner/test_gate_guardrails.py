@@ -14,10 +14,10 @@ import pytest
 from elsa_tune.history.records import Arm
 from elsa_tune.history.verdict import Decision
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample
-from elsa_tune.tuner.dimensioning import dimension
-from elsa_tune.tuner.gate import GUARD_CAP_SHARE, GatePolicy, GuardrailPolicy, decide, run_ab
-from elsa_tune.tuner.noise_model import NoiseModelSampler
+from elsa_tune.tuner.ab.boot_sample import BootSample
+from elsa_tune.tuner.ab.dimensioning import dimension
+from elsa_tune.tuner.ab.gate import GUARD_CAP_SHARE, GatePolicy, GuardrailPolicy, decide, run_ab
+from elsa_tune.tuner.ab.noise_model import NoiseModelSampler
 
 TAIL_ONLY = GuardrailPolicy(ttft_p50_margin=None, ttft_p99_margin=1.20, kv_pool_min_ratio=None)
 POLICY = GatePolicy(looks=(2, 4, 6), guardrails=TAIL_ONLY, sigma_boot=0.107, sigma_run=0.016, replicates=4000,

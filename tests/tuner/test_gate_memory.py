@@ -8,8 +8,8 @@ from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.search_spaces.space import ReasonCategory
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, decide
 
 NOISE = [0.01, -0.02, 0.015, -0.01, 0.0, 0.02, -0.015, 0.005]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from elsa_tune.history.verdict import Decision
-from elsa_tune.tuner.gate import GatePolicy, run_ab
-from elsa_tune.tuner.noise_model import NoiseModelSampler
+from elsa_tune.tuner.ab.gate import GatePolicy, run_ab
+from elsa_tune.tuner.ab.noise_model import NoiseModelSampler
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,10 @@ from elsa_tune.history.reasons import reason_from_verdict
 from elsa_tune.history.records import Arm
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.search_spaces.space import ReasonCategory
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.comparison import biweight, compare, t_statistics
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide, run_ab
-from elsa_tune.tuner.noise_model import NoiseModelSampler
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.ab.comparison import biweight, compare, t_statistics
+from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, decide, run_ab
+from elsa_tune.tuner.ab.noise_model import NoiseModelSampler
 
 SLOW = math.log(1.25)    # a boot its host slowed by 25%
 

@@ -11,10 +11,10 @@ from elsa_tune.errors import BootFailed
 from elsa_tune.history.records import Arm
 from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.boundaries import Design, calibrate, null_maxima
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy, decide, run_ab
-from elsa_tune.tuner.noise_model import NoiseModelSampler
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.ab.boundaries import Design, calibrate, null_maxima
+from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, decide, run_ab
+from elsa_tune.tuner.ab.noise_model import NoiseModelSampler
 
 POLICY = GatePolicy()
 
@@ -179,7 +179,7 @@ def test_boundary_cache_round_trips_on_disk(tmp_path: object) -> None:
     design = Design(looks=(3, 6), replicates=2_000, seed=11)
     first = calibrate(design, cache_dir=folder)
     assert list(folder.glob("gate-boundaries-*.npz"))
-    from elsa_tune.tuner import boundaries
+    from elsa_tune.tuner.ab import boundaries
 
     boundaries._memo.clear()
     second = calibrate(design, cache_dir=folder)
@@ -187,7 +187,7 @@ def test_boundary_cache_round_trips_on_disk(tmp_path: object) -> None:
 
 
 def test_a_level_too_small_for_the_null_sample_is_refused_with_the_smallest_it_can_place() -> None:
-    from elsa_tune.tuner.boundaries import smallest_level
+    from elsa_tune.tuner.ab.boundaries import smallest_level
 
     assert calibrate(Design(replicates=4000, seed=11, alpha=smallest_level(4000))).constant > 0
     with pytest.raises(ValueError, match=r"below what 4000 null replicates can calibrate \(at least 0.0013\)"):
@@ -215,7 +215,7 @@ def test_run_records_schedule_and_samples() -> None:
 
 
 def test_policy_from_dimensioning_takes_the_measured_noise() -> None:
-    from elsa_tune.tuner.dimensioning import dimension
+    from elsa_tune.tuner.ab.dimensioning import dimension
 
     sampler = NoiseModelSampler(sigma_boot=0.05, sigma_run=0.02, measured_passes=5, seed=4)
     report = dimension([sampler.boot(Arm.INCUMBENT, i, 0) for i in range(12)])

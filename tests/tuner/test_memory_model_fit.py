@@ -9,7 +9,7 @@ import pytest
 from elsa_tune.runtime.sim.memory import plan_memory
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.search_spaces.loader import load_space
-from elsa_tune.tuner.memory_model import MemoryModel, Observation, Prediction
+from elsa_tune.tuner.flow.memory_model import MemoryModel, Observation, Prediction
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from elsa_tune.history.verdict import Decision, Verdict
-from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl, adjust_night, benjamini_hochberg, holm
+from elsa_tune.tuner.ab.multiplicity import OnlineFalseKeepControl, adjust_night, benjamini_hochberg, holm
 
 # statistics.md §4: ten candidates
 SPEC = [0.0004, 0.006, 0.024, 0.043, 0.052, 0.18, 0.29, 0.44, 0.61, 0.83]
@@ -93,7 +93,7 @@ def test_online_control_keeps_no_op_nights_clean() -> None:
 
 
 def test_the_inverse_normal_combination_and_its_second_stage_level_agree() -> None:
-    from elsa_tune.tuner.multiplicity import SECOND_STAGE_MAX_LEVEL, combined_p, second_stage_level
+    from elsa_tune.tuner.ab.multiplicity import SECOND_STAGE_MAX_LEVEL, combined_p, second_stage_level
 
     assert combined_p(0.5, 0.5) == pytest.approx(0.5)
     assert combined_p(0.025, 0.025) == pytest.approx(0.0028, abs=2e-4)
@@ -110,7 +110,7 @@ def test_the_inverse_normal_combination_and_its_second_stage_level_agree() -> No
 def test_a_retest_run_only_after_a_promising_first_test_keeps_a_no_op_at_most_its_level() -> None:
     """Under no effect the first stage's p is uniform and the retest runs only when it was small; the fresh boots'
     p is uniform whatever happened. Keeping when the second p is below ``second_stage_level`` is still at most α."""
-    from elsa_tune.tuner.multiplicity import second_stage_level
+    from elsa_tune.tuner.ab.multiplicity import second_stage_level
 
     rng = np.random.default_rng(3)
     p1, p2 = rng.uniform(size=200_000), rng.uniform(size=200_000)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from elsa_tune.tuner.screening import one_boot_test
+from elsa_tune.tuner.flow.screening import one_boot_test
 
 
 @pytest.mark.parametrize("boots", [4, 6])

@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from elsa_tune.tuner.signals import Interrupts
-from elsa_tune.tuner.worker_pool import WorkerPool
+from elsa_tune.tuner.fleet.worker_pool import WorkerPool
+from elsa_tune.tuner.flow.signals import Interrupts
 
 CHILD = """
 import sys, time
 from pathlib import Path
-from elsa_tune.tuner.worker_pool import WorkerPool
+from elsa_tune.tuner.fleet.worker_pool import WorkerPool
 
 class Sleepers(WorkerPool):
     def command(self, gpu):

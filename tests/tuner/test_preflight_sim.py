@@ -8,8 +8,8 @@ import pytest
 
 from elsa_tune.errors import ConfigError, SpaceError
 from elsa_tune.tuner.cli import main
-from elsa_tune.tuner.preflight import SIM_HANG_FLOOR_S, SIM_REQUEST_FLOOR_S, run_preflight
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.flow.preflight import SIM_HANG_FLOOR_S, SIM_REQUEST_FLOOR_S, run_preflight
+from elsa_tune.tuner.flow.settings import Settings
 
 SPACE = "qwen3.8-27b-nvfp4-rtx5090"
 PROFILE = "rtx5090-qwen3.8-27b-nvfp4"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elsa_tune.history.records import Arm
-from elsa_tune.tuner.schedule import Schedule, abba_baab, drift_bias
+from elsa_tune.tuner.ab.schedule import Schedule, abba_baab, drift_bias
 
 
 def test_unrandomized_order_is_exactly_abba_baab() -> None:

@@ -19,16 +19,16 @@ import pytest
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.records import Phase
 from elsa_tune.history.store import StudyStore
-from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.ab.gate import GatePolicy
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.fleet import FleetSearch
-from elsa_tune.tuner.gate import GatePolicy
-from elsa_tune.tuner.night import Night, StopStudy, StudyClock
-from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.search_context import NightSearch
-from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.fleet.fleet_search import FleetSearch
+from elsa_tune.tuner.flow.budget import Budget
+from elsa_tune.tuner.flow.night import Night, StopStudy, StudyClock
+from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
+from elsa_tune.tuner.flow.settings import Settings
+from elsa_tune.tuner.flow.signals import Interrupts
+from elsa_tune.tuner.search.context import NightSearch
+from elsa_tune.tuner.search.phase import LocalSearch, SearchBackend
 
 SPACE = Path(__file__).resolve().parents[2] / "benchmarks" / "workers" / "tiny-space.yaml"
 NO_PARAMETERS = """\

@@ -11,7 +11,7 @@ import pytest
 from elsa_tune.history.store import StudyStore, constraint_values
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.loader import load_space
-from elsa_tune.tuner.search import NumericSearch, distribution, proposal_key
+from elsa_tune.tuner.search.optuna_search import NumericSearch, distribution, proposal_key
 
 SPACE = "qwen3.8-27b-nvfp4-rtx5090"
 

@@ -21,11 +21,11 @@ from elsa_tune.history.records import BootOutcome, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.runtime.protocol import Server
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.booter import BootPlan, CandidateBooter
-from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
-from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.simulated_time import SimulatedTestbed, SimulatedTimeRuntime
+from elsa_tune.tuner.flow.booter import BootPlan, CandidateBooter
+from elsa_tune.tuner.flow.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
+from elsa_tune.tuner.flow.preflight import run_preflight
+from elsa_tune.tuner.flow.settings import Settings
+from elsa_tune.tuner.flow.simulated_time import SimulatedTestbed, SimulatedTimeRuntime
 
 TINY_SPACE = Path(__file__).parents[1] / "e2e" / "data" / "tiny-space.yaml"
 #: the busy host's own pause before each launch (wall seconds: interpreter start-up, a neighbour's burst)

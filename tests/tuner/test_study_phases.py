@@ -14,18 +14,18 @@ from elsa_tune.history.reasons import pct
 from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.search_spaces.space import TechniqueKind
-from elsa_tune.tuner.booter import BootPlan
-from elsa_tune.tuner.budget import Budget
+from elsa_tune.tuner.ab.gate import GatePolicy
+from elsa_tune.tuner.ab.multiplicity import combined_p, second_stage_level
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.gate import GatePolicy
-from elsa_tune.tuner.multiplicity import combined_p, second_stage_level
-from elsa_tune.tuner.night import Night, OpenTest, PhaseOver, StudyClock
-from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.screening import Screening
-from elsa_tune.tuner.search_context import NightSearch
-from elsa_tune.tuner.search_phase import LocalSearch
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.flow.booter import BootPlan
+from elsa_tune.tuner.flow.budget import Budget
+from elsa_tune.tuner.flow.night import Night, OpenTest, PhaseOver, StudyClock
+from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
+from elsa_tune.tuner.flow.screening import Screening
+from elsa_tune.tuner.flow.settings import Settings
+from elsa_tune.tuner.flow.signals import Interrupts
+from elsa_tune.tuner.search.context import NightSearch
+from elsa_tune.tuner.search.phase import LocalSearch
 
 TINY_SPACE = Path(__file__).parents[1] / "e2e" / "data" / "tiny-space.yaml"
 
@@ -167,7 +167,7 @@ def test_a_winner_never_probed_here_is_probed_before_its_confirmation(tmp_path: 
     """A winner another GPU's worker found (``--gpu 0,1``) has no probed boot in the lead's process: the lead runs
     its probes and quality gate on its own card before the confirmation A/B, and a winner that fails them there
     leaves the baseline as the recommendation."""
-    from elsa_tune.tuner.study import Study
+    from elsa_tune.tuner.flow.study import Study
 
     pre = _preflight(tmp_path, TINY_SPACE)
     study = Study(pre, with_plots=False)
@@ -306,7 +306,7 @@ def test_a_test_an_early_look_stopped_to_save_boots_is_continued_on_its_recorded
     """Futility stops are non-binding: the same test goes on from its recorded boots (read back, not booted again),
     at the level it was calibrated at, spending no new level of the night's false-keep control, with only the
     interval rule to stop it early."""
-    from elsa_tune.tuner.night import PausedTest
+    from elsa_tune.tuner.flow.night import PausedTest
 
     pre = _preflight(tmp_path, TINY_SPACE)
     night = _night(pre)
@@ -336,7 +336,7 @@ def test_a_test_an_early_look_stopped_to_save_boots_is_continued_on_its_recorded
 
 def test_a_stopped_test_is_not_continued_against_another_incumbent(tmp_path: Path) -> None:
     from elsa_tune.history.verdict import Decision, Futility, Verdict
-    from elsa_tune.tuner.night import PausedTest
+    from elsa_tune.tuner.flow.night import PausedTest
 
     pre = _preflight(tmp_path, TINY_SPACE)
     night = _night(pre)
@@ -360,7 +360,7 @@ def test_an_unresolved_technique_is_retested_with_the_longest_test_the_time_left
     retested with blocks per arm at each look a multiple of the night's (here the most, held at 2× to keep the test
     short), as a second stage combined with the first under a new level of the night's false-keep control."""
     from elsa_tune.history.verdict import Decision, Verdict
-    from elsa_tune.tuner import screening
+    from elsa_tune.tuner.flow import screening
 
     monkeypatch.setattr(screening, "EXTEND_FACTOR", 2)
     pre = _preflight(tmp_path, TINY_SPACE)
@@ -406,7 +406,7 @@ def test_a_longer_retest_without_time_for_the_nights_own_cap_is_a_note(tmp_path:
 def test_a_test_whose_level_the_gate_cannot_calibrate_is_recorded_not_run(tmp_path: Path) -> None:
     """When the night's false-keep control leaves a test less level than the null sample can place, the technique
     is recorded inconclusive, "not tested", after its screening boot: no A/B boots, no crash."""
-    from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
+    from elsa_tune.tuner.ab.multiplicity import OnlineFalseKeepControl
 
     pre = _preflight(tmp_path, TINY_SPACE)
     night = _night(pre)

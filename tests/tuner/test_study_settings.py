@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.tuner.budget import Budget
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.flow.budget import Budget
+from elsa_tune.tuner.flow.settings import Settings
 
 SIM = {"gpu": "sim", "sim_profile": "tiny-test"}
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from elsa_tune.search_spaces.loader import load_space
-from elsa_tune.tuner.night import Incumbent
-from elsa_tune.tuner.search_phase import sweep_reference
+from elsa_tune.tuner.flow.night import Incumbent
+from elsa_tune.tuner.search.phase import sweep_reference
 
 SPACE = load_space("qwen3.8-27b-nvfp4-rtx5090")
 

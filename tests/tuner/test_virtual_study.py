@@ -1,4 +1,4 @@
-"""Virtual-time studies: the real study on ``VirtualSGLang`` under a simulated clock (``tuner/virtual.py``)."""
+"""Virtual-time studies: the real study on ``VirtualSGLang`` under a simulated clock (``tuner/flow/virtual.py``)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from elsa_tune.runtime.failure import FailureKind
 from elsa_tune.runtime.sim.profile import load_profile
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.booter import BootPlan, CandidateBooter
 from elsa_tune.tuner.cli import main
-from elsa_tune.tuner.preflight import run_preflight
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.virtual import VirtualBench, VirtualTestbed, run_virtual_study
+from elsa_tune.tuner.flow.booter import BootPlan, CandidateBooter
+from elsa_tune.tuner.flow.preflight import run_preflight
+from elsa_tune.tuner.flow.settings import Settings
+from elsa_tune.tuner.flow.virtual import VirtualBench, VirtualTestbed, run_virtual_study
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SPACE = REPO / "benchmarks" / "workers" / "tiny-space.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.tuner.worker_pool import parse_gpus
+from elsa_tune.tuner.fleet.worker_pool import parse_gpus
 
 
 def test_gpu_lists_name_each_card_once() -> None:

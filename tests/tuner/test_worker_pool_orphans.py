@@ -9,7 +9,7 @@ from pathlib import Path
 from elsa_tune.runtime.lease import LeaseBook
 from elsa_tune.runtime.process_group import ProcessGroup
 from elsa_tune.runtime.sim.card import read_entries
-from elsa_tune.tuner.worker_pool import WorkerPool
+from elsa_tune.tuner.fleet.worker_pool import WorkerPool
 
 #: A worker that boots one simulated server, writes its pid down, and is SIGKILLed (no ``finally`` runs).
 _WORKER = textwrap.dedent("""

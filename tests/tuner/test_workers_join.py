@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from elsa_tune.errors import ConfigError
-from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.workers import Worker, WorkerConfig
+from elsa_tune.tuner.fleet.workers import Worker, WorkerConfig
+from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
+from elsa_tune.tuner.flow.settings import Settings
 
 SPACE = Path(__file__).resolve().parents[2] / "benchmarks" / "workers" / "tiny-space.yaml"
 

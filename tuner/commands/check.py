@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
+from elsa_tune.tuner.flow.settings import FAMILIES, RUNTIMES
 
 NAME = "check"
 HELP = "run the preflight alone: GPU state, runtime version, search space against the runtime's flags"
@@ -45,8 +45,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.preflight import run_preflight
+    from elsa_tune.tuner.flow.settings import Settings
 
     cli = {k: v for k, v in vars(args).items() if k not in ("func", "command", "debug", "json")}
     pre = run_preflight(Settings.resolve(cli))

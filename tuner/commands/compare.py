@@ -1,7 +1,7 @@
 """``elsa-tune compare --a A.yaml --b B.yaml …``: one A/B of two flag sets through the gate, with a verdict scripts use.
 
 Thin shell: the two flag files (``search_spaces/flag_file.py``) → ``Settings`` → preflight → the files checked
-against the runtime's flags → ``compare_flags`` (``tuner/flag_comparison.py``) in a run folder of its own, every
+against the runtime's flags → ``compare_flags`` (``tuner/flow/flag_comparison.py``) in a run folder of its own, every
 boot recorded there, ``compare.json`` beside them. The exit status says what the comparison showed: 0 B is better,
 3 B failed, 10 worse, 11 no difference shown, 12 equivalent. Rerunning the same command with the same ``--out``
 reuses the boots already recorded there.
@@ -19,15 +19,15 @@ from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import positive_float, positive_int
-from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
+from elsa_tune.tuner.flow.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.search_spaces.candidate import Candidate
     from elsa_tune.search_spaces.flag_file import FlagFile
-    from elsa_tune.tuner.load import ServerLoad
-    from elsa_tune.tuner.night import StudyClock
-    from elsa_tune.tuner.preflight import Preflight
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.load import ServerLoad
+    from elsa_tune.tuner.flow.night import StudyClock
+    from elsa_tune.tuner.flow.preflight import Preflight
+    from elsa_tune.tuner.flow.settings import Settings
 
 NAME = "compare"
 #: The flags that name the model in a flag file (SGLang's, vLLM's): the comparison's model, not a compared flag.
@@ -106,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.history.run_lock import RunLock
     from elsa_tune.search_spaces.flag_file import read_flag_file
     from elsa_tune.tuner.console import setup_logging
-    from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.run_folder import identity, refuse_before_preflight
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.preflight import run_preflight
+    from elsa_tune.tuner.flow.run_folder import identity, refuse_before_preflight
+    from elsa_tune.tuner.flow.settings import Settings
 
     file_a, file_b = read_flag_file(args.a), read_flag_file(args.b)    # refuses a loop, a FIFO, a device first
     if os.path.samefile(args.a, args.b):
@@ -162,21 +162,21 @@ def _compare(args: argparse.Namespace, pre: Preflight, settings: Settings, a: Ca
              run_dir: Path) -> int:
     from elsa_tune.durable_file import write_json
     from elsa_tune.tuner.console import setup_logging
-    from elsa_tune.tuner.flag_comparison import RECORD_FILE, compare_flags
-    from elsa_tune.tuner.night import StopStudy
-    from elsa_tune.tuner.signals import Interrupts
+    from elsa_tune.tuner.flow.flag_comparison import RECORD_FILE, compare_flags
+    from elsa_tune.tuner.flow.night import StopStudy
+    from elsa_tune.tuner.flow.signals import Interrupts
 
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(run_dir / "compare.log")
     clock: StudyClock | None = None
     load: ServerLoad | None = None
     if settings.virtual:
-        from elsa_tune.tuner.virtual import VirtualTestbed
+        from elsa_tune.tuner.flow.virtual import VirtualTestbed
 
         bed = VirtualTestbed.of(pre)
         pre, clock, load = bed.pre, bed.clock, bed.load
     elif settings.simulated:         # the live simulated server: the budget counts in its simulated seconds
-        from elsa_tune.tuner.simulated_time import SimulatedTestbed
+        from elsa_tune.tuner.flow.simulated_time import SimulatedTestbed
 
         sim = SimulatedTestbed.of(pre)
         pre, clock, load = sim.pre, sim.clock, sim.load
@@ -202,7 +202,7 @@ def _check_same_comparison(run_dir: Path, a: FlagFile, b: FlagFile) -> None:
     """Refuse a run folder that holds a comparison of other flags (its boots would be mixed with these)."""
     from elsa_tune.durable_file import read_json
     from elsa_tune.errors import HistoryError
-    from elsa_tune.tuner.flag_comparison import RECORD_FILE
+    from elsa_tune.tuner.flow.flag_comparison import RECORD_FILE
 
     path = run_dir / RECORD_FILE
     if not path.is_file():

@@ -14,14 +14,14 @@ import sys
 from collections import Counter
 
 from elsa_tune.errors import ConfigError
+from elsa_tune.tuner.ab.comparison import InsufficientData, boots_per_arm_for, mde_for
+from elsa_tune.tuner.ab.gate import GatePolicy, run_ab
+from elsa_tune.tuner.ab.noise_model import NoiseModelSampler
 from elsa_tune.tuner.argument_types import (
     float_in,
     int_in,
     positive_float,
 )
-from elsa_tune.tuner.comparison import InsufficientData, boots_per_arm_for, mde_for
-from elsa_tune.tuner.gate import GatePolicy, run_ab
-from elsa_tune.tuner.noise_model import NoiseModelSampler
 
 NAME = "gate"
 HELP = "plan or simulate the A/B gate: boundaries, detectable effects, keep rates at a given noise"

@@ -5,7 +5,7 @@ Rerunning the same command with the same ``--out`` resumes the study; nothing fi
 study, or a folder another study or comparison owns (``history/run_identity.py``), is refused before anything is
 written; ``--extend D`` continues a finished study with D more budget, reusing its boots.
 ``--gpu 0,1``: one study; the first GPU runs baseline, screening and confirmation, and the numeric search runs on
-every listed GPU at once (``tuner/fleet.py``).
+every listed GPU at once (``tuner/fleet/fleet_search.py``).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from elsa_tune import exit_codes
 from elsa_tune.errors import ConfigError
 from elsa_tune.output_path import OutputPath
 from elsa_tune.tuner.argument_types import positive_float, positive_int
-from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
+from elsa_tune.tuner.flow.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from elsa_tune.history.study_record import Extension
-    from elsa_tune.tuner.load import ServerLoad
-    from elsa_tune.tuner.night import StudyClock
-    from elsa_tune.tuner.preflight import Preflight
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.load import ServerLoad
+    from elsa_tune.tuner.flow.night import StudyClock
+    from elsa_tune.tuner.flow.preflight import Preflight
+    from elsa_tune.tuner.flow.settings import Settings
 
 NAME = "tune"
 HELP = "run an unattended tuning study (the default: elsa-tune --gpu 0 --traffic prod.parquet)"
@@ -100,10 +100,10 @@ def run(args: argparse.Namespace) -> int:
     from elsa_tune.history.run_identity import RunKind, check_owner, claim
     from elsa_tune.history.run_lock import RunLock
     from elsa_tune.tuner.console import interactive, setup_logging
-    from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.run_folder import identity, refuse_before_preflight, remove_created
-    from elsa_tune.tuner.settings import Settings
-    from elsa_tune.tuner.worker_pool import parse_gpus
+    from elsa_tune.tuner.fleet.worker_pool import parse_gpus
+    from elsa_tune.tuner.flow.preflight import run_preflight
+    from elsa_tune.tuner.flow.run_folder import identity, refuse_before_preflight, remove_created
+    from elsa_tune.tuner.flow.settings import Settings
 
     cli = {k: v for k, v in vars(args).items()
            if k not in ("func", "command", "debug", "verbose", "quiet", "dry_run", "json", "extend")}
@@ -165,7 +165,7 @@ def _extension(settings: Settings, run_dir: Path, extend: str | None) -> tuple[S
     """
     from elsa_tune.history.run_dir import RunDir
     from elsa_tune.history.study_record import Extension, StudyStatus
-    from elsa_tune.tuner.budget import parse_duration
+    from elsa_tune.tuner.flow.budget import parse_duration
 
     added = parse_duration(extend) if extend is not None else None
     previous = RunDir(run_dir).read_study() if run_dir.is_dir() else None
@@ -191,25 +191,25 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
            extension: Extension | None) -> int:
     from elsa_tune.history.study_record import StudyStatus
     from elsa_tune.tuner.console import StudyView, setup_logging
-    from elsa_tune.tuner.signals import Interrupts
-    from elsa_tune.tuner.study import Study
+    from elsa_tune.tuner.flow.signals import Interrupts
+    from elsa_tune.tuner.flow.study import Study
 
     setup_logging(settings.log_file, settings.verbosity, console=True)
     _add_run_log(settings.run_dir / "study.log")
     search = None
     if gpus:
-        from elsa_tune.tuner.fleet import FleetSearch
+        from elsa_tune.tuner.fleet.fleet_search import FleetSearch
 
         search = FleetSearch(gpus, verbose=int(args.verbose))
     clock: StudyClock | None = None
     load: ServerLoad | None = None
     if settings.virtual:
-        from elsa_tune.tuner.virtual import VirtualTestbed
+        from elsa_tune.tuner.flow.virtual import VirtualTestbed
 
         bed = VirtualTestbed.of(pre)
         pre, clock, load = bed.pre, bed.clock, bed.load
     elif settings.simulated and not gpus:    # the live simulated server: the budget counts in its simulated seconds
-        from elsa_tune.tuner.simulated_time import SimulatedTestbed
+        from elsa_tune.tuner.flow.simulated_time import SimulatedTestbed
 
         sim = SimulatedTestbed.of(pre)
         pre, clock, load = sim.pre, sim.clock, sim.load
@@ -232,7 +232,7 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
         print(f"  virtual time: {clock.now() / 3600:.1f} simulated hours on {settings.sim_profile} (a simulation, "
               "not a measurement of real hardware)")
     if gpus:
-        from elsa_tune.tuner.workers import local_run_dir
+        from elsa_tune.tuner.fleet.workers import local_run_dir
 
         folders = [local_run_dir(Path(outcome.run_dir), gpu) for gpu in gpus]
         counts = [len(list(f.glob("boots/*/boot.json"))) for f in folders]
@@ -244,8 +244,8 @@ def _study(args: argparse.Namespace, pre: Preflight, settings: Settings, gpus: l
 def _dry_run(settings: Any, *, as_json: bool) -> int:
     """The plan of the study, without booting and without creating its run folder."""
     from elsa_tune.tuner.console import setup_logging
-    from elsa_tune.tuner.plan import plan_study
-    from elsa_tune.tuner.preflight import run_preflight
+    from elsa_tune.tuner.flow.plan import plan_study
+    from elsa_tune.tuner.flow.preflight import run_preflight
 
     setup_logging(settings.log_file, settings.verbosity, console=True)
     plan = plan_study(run_preflight(settings))

@@ -1,7 +1,7 @@
 """``elsa-tune worker --storage postgresql://… --study NAME --gpu N``: join a study shared by several GPUs.
 
-One GPU: this process is the worker (``tuner/workers.py``). Several (``--gpu 0,1``): one worker process
-per GPU is started and owned (``tuner/worker_pool.py``). Workers on other hosts join the same study by
+One GPU: this process is the worker (``tuner/fleet/workers.py``). Several (``--gpu 0,1``): one worker process
+per GPU is started and owned (``tuner/fleet/worker_pool.py``). Workers on other hosts join the same study by
 giving the same ``--storage`` and ``--study``. Each worker's run folder is ``<out>/<host>-gpu<N>``; the
 ledger is in the database when ``--storage`` names a server, else ``<out>/ledger.jsonl``. Without
 ``--storage`` the GPUs of this host share ``sqlite:///<out>/study.db``.
@@ -22,11 +22,11 @@ from elsa_tune.tuner.argument_types import (
     positive_float,
     positive_int,
 )
-from elsa_tune.tuner.settings import FAMILIES, RUNTIMES
+from elsa_tune.tuner.flow.settings import FAMILIES, RUNTIMES
 
 if TYPE_CHECKING:  # pragma: no cover - types only
-    from elsa_tune.tuner.budget import Budget
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.budget import Budget
+    from elsa_tune.tuner.flow.settings import Settings
 
 NAME = "worker"
 HELP = "run trial workers of a study shared through a database (several GPUs, several hosts)"
@@ -81,7 +81,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from elsa_tune.tuner.console import setup_logging
-    from elsa_tune.tuner.worker_pool import WorkerPool, parse_gpus
+    from elsa_tune.tuner.fleet.worker_pool import WorkerPool, parse_gpus
 
     gpus = parse_gpus(args.gpu)
     root: Path = OutputPath(args.out or Path("elsa-runs") / args.study, "--out", folder=True).check(
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         _check_inputs(args, gpus[0], root)   # the children check their GPUs; the inputs are checked once, here
         root.mkdir(parents=True, exist_ok=True)
         setup_logging(args.log_file, int(args.verbose), console=True)
-        from elsa_tune.tuner.budget import Budget
+        from elsa_tune.tuner.flow.budget import Budget
 
         settings = _settings(args, gpus[0], root)
         budget = Budget.handed_over(settings.budget_s, args.deadline)
@@ -113,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> int:
     from elsa_tune.tuner.console import setup_logging
-    from elsa_tune.tuner.preflight import run_preflight
-    from elsa_tune.tuner.run_folder import remove_created
-    from elsa_tune.tuner.workers import Worker, WorkerConfig, local_run_dir
+    from elsa_tune.tuner.fleet.workers import Worker, WorkerConfig, local_run_dir
+    from elsa_tune.tuner.flow.preflight import run_preflight
+    from elsa_tune.tuner.flow.run_folder import remove_created
 
     run_dir = local_run_dir(root, gpu)
     settings = _settings(args, gpu, run_dir)
@@ -129,7 +129,7 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
         raise
     root.mkdir(parents=True, exist_ok=True)
     setup_logging(args.log_file, int(args.verbose), console=True)
-    from elsa_tune.tuner.budget import Budget
+    from elsa_tune.tuner.flow.budget import Budget
 
     budget = Budget.handed_over(settings.budget_s, args.deadline)   # from here: the preflight's seconds are spent
     config = WorkerConfig(storage_url=storage, study=args.study, gpu=gpu, worker=args.worker_name,
@@ -144,7 +144,7 @@ def _run_one(args: argparse.Namespace, gpu: str, root: Path, storage: str) -> in
 
 
 def _settings(args: argparse.Namespace, gpu: str, run_dir: Path) -> Settings:
-    from elsa_tune.tuner.settings import Settings
+    from elsa_tune.tuner.flow.settings import Settings
 
     cli = {"gpu": gpu, "traffic": args.traffic, "space": args.space, "model": args.model, "runtime": args.runtime,
            "launch": args.launch, "image": args.image, "sim_profile": args.sim_profile,
@@ -157,8 +157,8 @@ def _settings(args: argparse.Namespace, gpu: str, run_dir: Path) -> Settings:
 def _check_inputs(args: argparse.Namespace, gpu: str, root: Path) -> None:
     """The settings, the space and the traffic, before the workers' folders exist (their GPUs are theirs to check)."""
     from elsa_tune.search_spaces.loader import load_space
-    from elsa_tune.tuner.preflight import load_traffic
-    from elsa_tune.tuner.workers import local_run_dir
+    from elsa_tune.tuner.fleet.workers import local_run_dir
+    from elsa_tune.tuner.flow.preflight import load_traffic
 
     settings = _settings(args, gpu, local_run_dir(root, gpu))
     load_space(settings.space)

@@ -3,17 +3,17 @@
 The flow, under one ``Budget``:
 
 - **baseline**: boot the baseline ``baseline_boots`` times (the first with the probes and the quality
-  reference) and dimension the noise (``tuner/baseline.py``, the step ``worker`` and ``compare`` share); the
+  reference) and dimension the noise (``tuner/flow/baseline.py``, the step ``worker`` and ``compare`` share); the
   gate's policy follows from it and from the time left.
-- **screening** (``tuner/screening.py``): every technique the ledger has not rejected for this fingerprint is
+- **screening** (``tuner/flow/screening.py``): every technique the ledger has not rejected for this fingerprint is
   booted once with the probes; immediate rejects need no A/B; the rest go through the sequential A/B gate, under
   online false-keep control across the night; kept techniques stack into the incumbent.
-- **search** (``tuner/search_phase.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
+- **search** (``tuner/search/phase.py``): a ``SearchBackend`` (``LocalSearch`` by default) around the incumbent;
   a candidate whose screening boot beats the incumbent by more than the boot noise goes through the A/B gate.
 - **confirmation**: the final incumbent against the original baseline on fresh boots, then a soak.
 - **outputs** (report, ``best/``, ledger, ``study.json``) after every decision.
 
-The phases share one ``Night`` (``tuner/night.py``): the incumbent, the booter, the gate's policy, the decisions.
+The phases share one ``Night`` (``tuner/flow/night.py``): the incumbent, the booter, the gate's policy, the decisions.
 
 A resumed study (same ``--out``) replays the same decisions: ``CandidateBooter`` reuses every boot whose tag
 already has a record, so nothing finished is booted twice or lost, and the ledger gains nothing twice.
@@ -46,18 +46,18 @@ from elsa_tune.history.verdict import Decision, Futility, PolicyKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
 from elsa_tune.traffic.workload import closed_loop
-from elsa_tune.tuner.baseline import BaselineRequest, measure_baseline
-from elsa_tune.tuner.boot_sample import PassMeasurement
-from elsa_tune.tuner.booter import BootPlan
-from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget, BudgetPhase
+from elsa_tune.tuner.ab.boot_sample import PassMeasurement
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock
-from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.screening import Screening
-from elsa_tune.tuner.search_context import NightSearch
-from elsa_tune.tuner.search_phase import LocalSearch, SearchBackend
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.flow.baseline import BaselineRequest, measure_baseline
+from elsa_tune.tuner.flow.booter import BootPlan
+from elsa_tune.tuner.flow.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget, BudgetPhase
+from elsa_tune.tuner.flow.load import ServerLoad
+from elsa_tune.tuner.flow.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock
+from elsa_tune.tuner.flow.preflight import Preflight
+from elsa_tune.tuner.flow.screening import Screening
+from elsa_tune.tuner.flow.signals import Interrupts
+from elsa_tune.tuner.search.context import NightSearch
+from elsa_tune.tuner.search.phase import LocalSearch, SearchBackend
 
 log = logging.getLogger(__name__)
 

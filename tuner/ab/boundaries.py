@@ -42,7 +42,7 @@ import numpy as np
 from scipy import stats
 
 from elsa_tune.durable_file import replacing
-from elsa_tune.tuner.comparison import BIWEIGHT_C, Analysis, FloatArray, t_statistics
+from elsa_tune.tuner.ab.comparison import BIWEIGHT_C, Analysis, FloatArray, t_statistics
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """``Night``: what the phases of one study share — the incumbent, the booter, the gate's policy, the decisions.
 
-``Study`` (``tuner/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
-the policy, screening (``tuner/screening.py``) and the search (``tuner/search_phase.py``) boot candidates through its
-booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
+``Study`` (``tuner/flow/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
+the policy, screening (``tuner/flow/screening.py``) and the search (``tuner/search/phase.py``) boot candidates
+through its booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
 stores it, adds it to the ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
 """
 
@@ -25,16 +25,16 @@ from elsa_tune.history.verdict import Futility, PolicyKind, Verdict
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import Workload
-from elsa_tune.tuner.booter import ABSampler, BootPlan, BootResult, CandidateBooter
-from elsa_tune.tuner.budget import Budget, BudgetPhase
+from elsa_tune.tuner.ab.dimensioning import NoiseReport
+from elsa_tune.tuner.ab.gate import ABResult, GatePolicy, run_ab
+from elsa_tune.tuner.ab.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.dimensioning import NoiseReport
-from elsa_tune.tuner.gate import ABResult, GatePolicy, run_ab
-from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.memory_model import MemoryModel
-from elsa_tune.tuner.multiplicity import OnlineFalseKeepControl
-from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.flow.booter import ABSampler, BootPlan, BootResult, CandidateBooter
+from elsa_tune.tuner.flow.budget import Budget, BudgetPhase
+from elsa_tune.tuner.flow.load import ServerLoad
+from elsa_tune.tuner.flow.memory_model import MemoryModel
+from elsa_tune.tuner.flow.preflight import Preflight
+from elsa_tune.tuner.flow.signals import Interrupts
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from elsa_tune.search_spaces.space import SearchSpace
-from elsa_tune.tuner.dimensioning import NoiseReport
-from elsa_tune.tuner.gate import GatePolicy, GuardrailPolicy
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.ab.dimensioning import NoiseReport
+from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy
+from elsa_tune.tuner.flow.settings import Settings
 
 #: Blocks per arm at each look of a search worker's A/Bs when the settings give none (a worker started by hand; a
 #: study's fleet passes its own looks). A worker's A/B promotes one trial among many within its budget, so it stops

@@ -7,8 +7,8 @@ the candidate (``history/claims.py``: one boot per candidate however many trials
 ``promote_margin`` boot σ's goes through the A/B gate, claimed as one work item and run on this GPU only;
 a keep replaces the shared incumbent by compare-and-set. A dead worker's trial is failed once its
 heartbeat is stale and queued again. What is here is about claims and shared storage; the steps are the
-single-GPU study's: the baseline (``measure_baseline``, ``tuner/baseline.py``), the trial (``boot_trial``,
-``tuner/search_phase.py``), the policy and the A/B's record.
+single-GPU study's: the baseline (``measure_baseline``, ``tuner/flow/baseline.py``), the trial (``boot_trial``,
+``tuner/search/phase.py``), the policy and the A/B's record.
 """
 
 from __future__ import annotations
@@ -38,18 +38,18 @@ from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.history.study_record import StudyRecord, StudyStatus
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.baseline import BaselineRequest, measure_baseline
-from elsa_tune.tuner.booter import ABSampler, BootPlan, CandidateBooter
-from elsa_tune.tuner.budget import Budget
-from elsa_tune.tuner.dimensioning import NoiseReport
-from elsa_tune.tuner.gate import GatePolicy, run_ab
-from elsa_tune.tuner.memory_model import MemoryModel
-from elsa_tune.tuner.night import arm_mean, typical_boot_s
-from elsa_tune.tuner.policy import SEARCH_LOOKS
-from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.search import NumericSearch, Proposal
-from elsa_tune.tuner.search_phase import boot_trial, search_decision
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.ab.dimensioning import NoiseReport
+from elsa_tune.tuner.ab.gate import GatePolicy, run_ab
+from elsa_tune.tuner.ab.policy import SEARCH_LOOKS
+from elsa_tune.tuner.flow.baseline import BaselineRequest, measure_baseline
+from elsa_tune.tuner.flow.booter import ABSampler, BootPlan, CandidateBooter
+from elsa_tune.tuner.flow.budget import Budget
+from elsa_tune.tuner.flow.memory_model import MemoryModel
+from elsa_tune.tuner.flow.night import arm_mean, typical_boot_s
+from elsa_tune.tuner.flow.preflight import Preflight
+from elsa_tune.tuner.flow.signals import Interrupts
+from elsa_tune.tuner.search.optuna_search import NumericSearch, Proposal
+from elsa_tune.tuner.search.phase import boot_trial, search_decision
 
 log = logging.getLogger(__name__)
 

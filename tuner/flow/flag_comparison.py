@@ -1,11 +1,11 @@
 """``compare_flags``: one A/B of two flag sets through the study's gate, as pyperf's ``compare_to`` is for benchmarks.
 
-The comparison is a small night (``tuner/night.py``) with A as its incumbent, booted by the study's own booter
+The comparison is a small night (``tuner/flow/night.py``) with A as its incumbent, booted by the study's own booter
 into a run folder of its own, so every boot is recorded as a study's is:
 
 1. **A's boots** (``baseline_boots``, the first with the stress probes and the quality reference) measure the noise
-   of this stack (``measure_baseline``, ``tuner/baseline.py``: the step a study and a worker take too);
-   ``gate_policy`` (``tuner/policy.py``) turns it and the search space's guardrails into the policy.
+   of this stack (``measure_baseline``, ``tuner/flow/baseline.py``: the step a study and a worker take too);
+   ``gate_policy`` (``tuner/ab/policy.py``) turns it and the search space's guardrails into the policy.
 2. **B's probed boot**: its stress probes and quality gate against A's answers. A crash, an OOM, a hang, wrong
    answers or a KV pool below the context target (``Screening.immediate_reject``) ends it: B failed.
 3. **The A/B** (``Night.ab`` → ``gate.run_ab``): seeded ABBA·BAAB blocks of fresh boots, sequential looks, the
@@ -36,17 +36,17 @@ from elsa_tune.history.store import StudyStore
 from elsa_tune.history.verdict import Decision, Futility, Verdict
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.baseline import Baseline, BaselineRequest, measure_baseline
-from elsa_tune.tuner.booter import BootPlan
-from elsa_tune.tuner.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
+from elsa_tune.tuner.ab.gate import GatePolicy
+from elsa_tune.tuner.ab.policy import COMPARISON_LOOKS
 from elsa_tune.tuner.console import StudyView
-from elsa_tune.tuner.gate import GatePolicy
-from elsa_tune.tuner.load import ServerLoad
-from elsa_tune.tuner.night import Incumbent, Night, StopStudy, StudyClock, arm_mean
-from elsa_tune.tuner.policy import COMPARISON_LOOKS
-from elsa_tune.tuner.preflight import Preflight
-from elsa_tune.tuner.screening import Screening
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.flow.baseline import Baseline, BaselineRequest, measure_baseline
+from elsa_tune.tuner.flow.booter import BootPlan
+from elsa_tune.tuner.flow.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
+from elsa_tune.tuner.flow.load import ServerLoad
+from elsa_tune.tuner.flow.night import Incumbent, Night, StopStudy, StudyClock, arm_mean
+from elsa_tune.tuner.flow.preflight import Preflight
+from elsa_tune.tuner.flow.screening import Screening
+from elsa_tune.tuner.flow.signals import Interrupts
 
 log = logging.getLogger(__name__)
 

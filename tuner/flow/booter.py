@@ -5,7 +5,7 @@ A boot, on every runtime: reserve ``boots/<nnnn>-<label>/`` and write the boot's
 the target, the same beside long generations, the busiest burst, a maximum-size image for a vision model) and the
 quality gate (the baseline's first boot records the reference); then the warm-up and measured passes of the traffic;
 stop the server in ``finally``; write the ``BootRecord`` (BootReport, covariates, probes, measurements, failure,
-fingerprint) before anything else is told. The probes and passes go through the ``ServerLoad`` (``tuner/load.py``:
+fingerprint) before anything else is told. The probes and passes go through the ``ServerLoad`` (``tuner/flow/load.py``:
 HTTP, or the virtual runtime's engine), the boot, check and stop through the ``Runtime``.
 
 Every boot has a ``tag``, its identity inside the study (``"screening:hierarchical-cache:B0.1"``). A resumed
@@ -39,8 +39,8 @@ from elsa_tune.runtime.protocol import HealthState, Runtime, Server
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.load import HttpLoad, ServerLoad
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.flow.load import HttpLoad, ServerLoad
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The study's lead process owns the first GPU for the sequential phases — baseline, screening (kept techniques
 stack: one chain of decisions) and confirmation. For the search phase it holds no server (its booter stops every
 server after its boot) and starts one ``elsa-tune worker`` per listed GPU, the first included, through
-``WorkerPool``, on a SQLite storage in the run folder (``fleet.db``). Each worker (``tuner/workers.py``) boots the
+``WorkerPool``, on a SQLite storage in the run folder (``fleet.db``). Each worker (``tuner/fleet/workers.py``) boots the
 incumbent (the baseline plus the techniques the screening kept) on its own GPU to dimension that GPU's noise
 (cards of one model differ), searches the shared Optuna study around it, and A/Bs a promising trial entirely
 on its own GPU: A/B blocks never mix GPUs. A keep replaces the shared incumbent by compare-and-set. The workers'
@@ -40,13 +40,13 @@ from typing import Any
 from elsa_tune.durable_file import write_atomic
 from elsa_tune.history.decision import DecisionRecord
 from elsa_tune.history.run_dir import RunDir
-from elsa_tune.tuner.budget import Budget
 from elsa_tune.tuner.commands.worker import worker_argv
-from elsa_tune.tuner.night import Incumbent, geo
-from elsa_tune.tuner.search_context import SearchContext
-from elsa_tune.tuner.search_phase import SearchOutcome
-from elsa_tune.tuner.worker_pool import WorkerPool, WorkerProcess
-from elsa_tune.tuner.workers import INCUMBENT, local_run_dir
+from elsa_tune.tuner.fleet.worker_pool import WorkerPool, WorkerProcess
+from elsa_tune.tuner.fleet.workers import INCUMBENT, local_run_dir
+from elsa_tune.tuner.flow.budget import Budget
+from elsa_tune.tuner.flow.night import Incumbent, geo
+from elsa_tune.tuner.search.context import SearchContext
+from elsa_tune.tuner.search.phase import SearchOutcome
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class FleetLog:
 
 
 class FleetSearch:
-    """A ``SearchBackend`` (``tuner/search_phase.py``) that runs the search phase on ``gpus`` at once, one worker each.
+    """A ``SearchBackend`` (``tuner/search/phase.py``) that runs the search phase on ``gpus`` at once, one worker each.
 
     ``gpus`` are NVML indexes or, with ``--runtime sim``, simulated card numbers (card folders
     ``<run_dir>/sim-cards/gpu<N>``, as ``elsa-tune worker`` maps them); the first is the lead's own GPU.

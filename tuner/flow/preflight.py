@@ -40,8 +40,8 @@ from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.traffic.prompts import PromptSynth, RandomTokens, TokenSpace
 from elsa_tune.traffic.trace import Trace, read_trace
 from elsa_tune.traffic.workload import Workload, busiest_window, closed_loop
-from elsa_tune.tuner.booter import BootContext
-from elsa_tune.tuner.settings import CPU, Launcher, Settings
+from elsa_tune.tuner.flow.booter import BootContext
+from elsa_tune.tuner.flow.settings import CPU, Launcher, Settings
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def workloads(trace: Trace, settings: Settings, concurrency: int) -> tuple[Workl
     """The measured pass (closed loop over the trace's requests) and the burst (its busiest window).
 
     ``settings.pass_s`` is in the seconds the budget counts in, the runtime's own: a simulated runtime's study
-    counts the simulated system's seconds (``tuner/simulated_time.py``), so its passes are sized in them too and
+    counts the simulated system's seconds (``tuner/flow/simulated_time.py``), so its passes are sized in them too and
     the same budget gives the same passes at any ``--sim-speedup``."""
     ins = trace.column("input_tokens")
     outs = trace.column("output_tokens")

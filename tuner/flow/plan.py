@@ -20,8 +20,8 @@ from typing import Any
 from elsa_tune.errors import ConfigError
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.search_spaces.candidate import Candidate
-from elsa_tune.tuner.budget import DEFAULT_SHARES, BudgetPhase
-from elsa_tune.tuner.preflight import Preflight
+from elsa_tune.tuner.flow.budget import DEFAULT_SHARES, BudgetPhase
+from elsa_tune.tuner.flow.preflight import Preflight
 
 STARTUP_S = {True: 3.0, False: 60.0}     # simulated, real
 

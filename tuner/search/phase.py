@@ -1,6 +1,6 @@
 """The numeric search phase: Optuna trials around the incumbent, and promotion of a winner through the A/B gate.
 
-``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.incumbent`` (``tuner/search_context.py``) and
+``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.incumbent`` (``tuner/search/context.py``) and
 returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: a sweep
 that boots the incumbent's values and each of its one-parameter moves once, then A/Bs the moves whose boot beat the
 incumbent by more than the boot noise (``sweep_reference``), fastest first, then an ask/tell loop of
@@ -27,12 +27,12 @@ from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import SearchSpace
-from elsa_tune.tuner.booter import BootPlan, BootResult
-from elsa_tune.tuner.gate import ABResult
-from elsa_tune.tuner.memory_model import MemoryModel, Observation, Prediction
-from elsa_tune.tuner.night import Incumbent, arm_mean
-from elsa_tune.tuner.search import NumericSearch, Proposal, proposal_key
-from elsa_tune.tuner.search_context import SearchContext
+from elsa_tune.tuner.ab.gate import ABResult
+from elsa_tune.tuner.flow.booter import BootPlan, BootResult
+from elsa_tune.tuner.flow.memory_model import MemoryModel, Observation, Prediction
+from elsa_tune.tuner.flow.night import Incumbent, arm_mean
+from elsa_tune.tuner.search.context import SearchContext
+from elsa_tune.tuner.search.optuna_search import NumericSearch, Proposal, proposal_key
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from elsa_tune.errors import ConfigError
 from elsa_tune.history.ledger import Ledger
 from elsa_tune.history.run_identity import RunIdentity, RunKind, check_owner, file_digest, refuse_finished
 from elsa_tune.history.study_database import check_study_database
-from elsa_tune.tuner.preflight import BUNDLED_TRACES, Preflight
+from elsa_tune.tuner.flow.preflight import BUNDLED_TRACES, Preflight
 
 
 def refuse_before_preflight(run_dir: Path, kind: RunKind, name: str, *, extending: bool = False) -> None:

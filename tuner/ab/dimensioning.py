@@ -34,8 +34,8 @@ import numpy as np
 from scipy import stats
 
 from elsa_tune.history.study_record import NoiseRecord
-from elsa_tune.tuner.boot_sample import BootSample
-from elsa_tune.tuner.comparison import (
+from elsa_tune.tuner.ab.boot_sample import BootSample
+from elsa_tune.tuner.ab.comparison import (
     Analysis,
     FloatArray,
     InsufficientData,

@@ -39,12 +39,12 @@ from elsa_tune.runtime.sim.truth import Truth, TruthWorkload
 from elsa_tune.runtime.sim.virtual import VirtualSGLang
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.workload import ReplayMode, Workload
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.booter import BootPlan, CandidateBooter
-from elsa_tune.tuner.load import QUALITY, Passes, QualityCheck
-from elsa_tune.tuner.night import StudyClock
-from elsa_tune.tuner.preflight import Preflight, run_preflight
-from elsa_tune.tuner.settings import Launcher, Settings
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.flow.booter import BootPlan, CandidateBooter
+from elsa_tune.tuner.flow.load import QUALITY, Passes, QualityCheck
+from elsa_tune.tuner.flow.night import StudyClock
+from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
+from elsa_tune.tuner.flow.settings import Launcher, Settings
 
 SCHEMA_VERSION = 1
 #: Simulated seconds the quality gate's prompts take (a few dozen short greedy answers and the cache-hit repeats).
@@ -256,7 +256,7 @@ def run_virtual_study(*, profile: str | Path, space: str | Path, out: Path, traf
     """Run one whole study in virtual time and return what it recommends; its run folder is ``out``."""
     from elsa_tune.history.run_dir import RunDir
     from elsa_tune.tuner.console import StudyView
-    from elsa_tune.tuner.study import Study
+    from elsa_tune.tuner.flow.study import Study
 
     cpu = time.process_time()
     s = Settings(gpu="sim", runtime=Launcher.SIM, virtual=True, sim_profile=str(profile), space=str(space),

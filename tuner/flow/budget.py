@@ -32,7 +32,7 @@ DEFAULT_SHARES: Mapping[BudgetPhase, float] = {
 }
 
 #: what a budget counts in: the host's wall clock (a real runtime) or the simulated system's seconds (the virtual
-#: runtime, and the live simulated runtime through ``tuner/simulated_time.py``)
+#: runtime, and the live simulated runtime through ``tuner/flow/simulated_time.py``)
 WALL_CLOCK = "wall-clock seconds"
 SIMULATED_CLOCK = "the simulated system's seconds"
 

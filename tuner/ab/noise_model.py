@@ -16,7 +16,7 @@ import numpy as np
 
 from elsa_tune.history.records import Arm, Covariates
 from elsa_tune.runtime.failure import Failure, FailureKind
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
 
 WARMUP_PENALTY = math.log(1 - 0.127)   # the first run after a restart reads ~13% slow
 

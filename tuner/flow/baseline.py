@@ -20,14 +20,14 @@ from elsa_tune.errors import StudyError
 from elsa_tune.history.records import Phase
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import SearchSpace
-from elsa_tune.tuner.boot_sample import BootSample, PassMeasurement
-from elsa_tune.tuner.booter import BootPlan, BootResult
-from elsa_tune.tuner.comparison import InsufficientData
-from elsa_tune.tuner.dimensioning import NoiseReport, dimension, outlier_boot
-from elsa_tune.tuner.gate import GatePolicy
-from elsa_tune.tuner.night import boot_mean, geo
-from elsa_tune.tuner.policy import gate_policy
-from elsa_tune.tuner.settings import Settings
+from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
+from elsa_tune.tuner.ab.comparison import InsufficientData
+from elsa_tune.tuner.ab.dimensioning import NoiseReport, dimension, outlier_boot
+from elsa_tune.tuner.ab.gate import GatePolicy
+from elsa_tune.tuner.ab.policy import gate_policy
+from elsa_tune.tuner.flow.booter import BootPlan, BootResult
+from elsa_tune.tuner.flow.night import boot_mean, geo
+from elsa_tune.tuner.flow.settings import Settings
 
 #: Resizes the measured pass after the first boot's passes; returns whether it did (that boot is then no sample).
 PassFitter = Callable[[Sequence[PassMeasurement]], bool]

@@ -43,11 +43,11 @@ from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
 from elsa_tune.search_spaces.space import ReasonCategory, Technique, TechniqueKind
-from elsa_tune.tuner.booter import BootPlan, BootResult
-from elsa_tune.tuner.boundaries import smallest_level
-from elsa_tune.tuner.budget import BudgetPhase
-from elsa_tune.tuner.multiplicity import second_stage_level, with_first_stage
-from elsa_tune.tuner.night import Incumbent, Night, OpenTest, PausedTest, PhaseOver, QueuedTechnique, arm_mean
+from elsa_tune.tuner.ab.boundaries import smallest_level
+from elsa_tune.tuner.ab.multiplicity import second_stage_level, with_first_stage
+from elsa_tune.tuner.flow.booter import BootPlan, BootResult
+from elsa_tune.tuner.flow.budget import BudgetPhase
+from elsa_tune.tuner.flow.night import Incumbent, Night, OpenTest, PausedTest, PhaseOver, QueuedTechnique, arm_mean
 
 log = logging.getLogger(__name__)
 

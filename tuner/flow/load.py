@@ -1,10 +1,11 @@
 """``ServerLoad``: how a study loads a ready server — its stress probes, its quality gate, its measured passes.
 
-The booter (``tuner/booter.py``) boots, checks and stops servers through the ``Runtime`` and loads them through a
+The booter (``tuner/flow/booter.py``) boots, checks and stops servers through the ``Runtime`` and loads them through a
 ``ServerLoad``; both come from the same place, so one boot procedure serves every runtime. ``HttpLoad`` sends real
 requests (``traffic/loadgen.py`` for the passes and the burst, ``probes/stress.py``, ``probes/vision.py`` and
 ``probes/quality.py`` for the probes) to a real or an HTTP-simulated server and watches the card's memory meanwhile;
-the virtual runtime's load (``tuner/virtual.py``) runs the same requests on the simulator's engine in simulated time.
+the virtual runtime's load (``tuner/flow/virtual.py``) runs the same requests on the simulator's engine in
+simulated time.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from elsa_tune.traffic.loadgen import LoadGenerator, LoadgenSettings, Timeouts
 from elsa_tune.traffic.measurement import RunMeasurement
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.workload import Workload
-from elsa_tune.tuner.boot_sample import PassMeasurement
+from elsa_tune.tuner.ab.boot_sample import PassMeasurement
 
 QUALITY = "quality"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.runtime.lease import LeaseBook
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.flow.signals import Interrupts
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.store import StudyStore
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.space import SearchSpace
-from elsa_tune.tuner.booter import BootPlan, BootResult
-from elsa_tune.tuner.budget import BudgetPhase
-from elsa_tune.tuner.dimensioning import NoiseReport
-from elsa_tune.tuner.gate import ABResult, GatePolicy
-from elsa_tune.tuner.memory_model import MemoryModel
-from elsa_tune.tuner.night import Incumbent, Night
-from elsa_tune.tuner.settings import Settings
-from elsa_tune.tuner.signals import Interrupts
+from elsa_tune.tuner.ab.dimensioning import NoiseReport
+from elsa_tune.tuner.ab.gate import ABResult, GatePolicy
+from elsa_tune.tuner.flow.booter import BootPlan, BootResult
+from elsa_tune.tuner.flow.budget import BudgetPhase
+from elsa_tune.tuner.flow.memory_model import MemoryModel
+from elsa_tune.tuner.flow.night import Incumbent, Night
+from elsa_tune.tuner.flow.settings import Settings
+from elsa_tune.tuner.flow.signals import Interrupts
 
 
 class SearchContext(Protocol):

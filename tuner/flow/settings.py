@@ -20,7 +20,7 @@ from typing import Any
 
 from elsa_tune.errors import ConfigError
 from elsa_tune.finite_number import number_problem
-from elsa_tune.tuner.budget import parse_duration
+from elsa_tune.tuner.flow.budget import parse_duration
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.traffic.prompts import PromptSynth
 from elsa_tune.traffic.sim_time import CLOCK_PATH, SimTime
 from elsa_tune.traffic.workload import Workload
-from elsa_tune.tuner.load import HttpLoad, Passes, QualityCheck
-from elsa_tune.tuner.night import StudyClock
-from elsa_tune.tuner.preflight import Preflight
+from elsa_tune.tuner.flow.load import HttpLoad, Passes, QualityCheck
+from elsa_tune.tuner.flow.night import StudyClock
+from elsa_tune.tuner.flow.preflight import Preflight
 
 #: what a budget counts in, as the console and the report name it
 SIMULATED = "the simulated system's seconds"

@@ -56,9 +56,9 @@ from elsa_tune.history.verdict import (
 )
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.space import ReasonCategory
-from elsa_tune.tuner.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
-from elsa_tune.tuner.boundaries import Boundaries, Design, Shape, calibrate
-from elsa_tune.tuner.comparison import (
+from elsa_tune.tuner.ab.boot_sample import BootSample, BootSampler, BootSummary, failure_of, summarize
+from elsa_tune.tuner.ab.boundaries import Boundaries, Design, Shape, calibrate
+from elsa_tune.tuner.ab.comparison import (
     BIWEIGHT_C,
     Analysis,
     Comparison,
@@ -67,9 +67,9 @@ from elsa_tune.tuner.comparison import (
     mde_for,
     non_inferiority,
 )
-from elsa_tune.tuner.dimensioning import NoiseReport
-from elsa_tune.tuner.multiplicity import combined_p
-from elsa_tune.tuner.schedule import Schedule, abba_baab
+from elsa_tune.tuner.ab.dimensioning import NoiseReport
+from elsa_tune.tuner.ab.multiplicity import combined_p
+from elsa_tune.tuner.ab.schedule import Schedule, abba_baab
 
 log = logging.getLogger(__name__)
 
