@@ -238,9 +238,9 @@ def rejected_by_runtime(python: str, argvs: Sequence[Sequence[str]], *,
     prove that every candidate a search space can generate boots past SGLang's argument resolution.
     """
     try:
-        done = subprocess.run([python, "-c", _PREPARE_SCRIPT], input=json.dumps([list(a) for a in argvs]),
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
-    except FileNotFoundError as exc:
+        done = ProcessGroup.run([python, "-c", _PREPARE_SCRIPT], deadline_s=timeout_s,
+                                stdin_text=json.dumps([list(a) for a in argvs]))
+    except OSError as exc:
         raise RuntimeUnavailable(f"the runtime interpreter {python!r} does not exist",
                                  remedy="point it at the Python of the SGLang environment") from exc
     except subprocess.TimeoutExpired as exc:
