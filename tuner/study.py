@@ -21,6 +21,7 @@ already has a record, so nothing finished is booted twice or lost, and the ledge
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import math
 import statistics
@@ -154,6 +155,8 @@ class Study:
             self._write_final()
             raise
         except OSError as exc:      # the run folder could not be written: the records so far stand, as after a kill
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
             self.status = StudyStatus.INTERRUPTED
             raise unwritable(exc, self.store.run_dir) from exc
         except StudyError:
@@ -165,6 +168,8 @@ class Study:
         try:
             self._file_memory_in_winner()
         except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
             raise unwritable(exc, self.store.run_dir) from exc
         self._write_final()
         boots = len(self.store.load().boots)    # the boot records the report counts, not this run's boot calls
@@ -418,6 +423,8 @@ class Study:
         try:
             self._write(final=True)
         except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
             raise unwritable(exc, self.store.run_dir) from exc
 
     def _write(self, *, final: bool = False) -> None:
@@ -443,6 +450,12 @@ class Study:
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 
         write_outputs(self.store.run_dir, with_plots=final and self.with_plots)
+
+
+#: The errors of a file system that cannot take the study's records (full, over quota, read-only, refused, failing);
+#: any other ``OSError`` stays what it is.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                            errno.EFBIG})
 
 
 def unwritable(exc: OSError, run_dir: Path) -> HistoryError:
