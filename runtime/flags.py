@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elsa_tune.errors import ConfigError, RuntimeUnavailable
+from elsa_tune.runtime.process_group import ProcessGroup
 
 _OPTION_LINE = re.compile(r"^\s{2,}(-\w, )?--[a-z0-9]")
 _FLAG = re.compile(r"(?<![\w-])--([a-z0-9][a-z0-9_-]*)")
@@ -137,22 +138,29 @@ def parse_help(text: str, source: str = "") -> FlagSet:
 
 
 def harvest(launch: Sequence[str], *, timeout_s: float = 300.0, env: Mapping[str, str] | None = None,
-            parse: Callable[[str, str], FlagSet] | None = None, help_flag: str = "--help") -> FlagSet:
-    """Run ``<launch> <help_flag>`` (bounded; importing SGLang takes a while) and parse its flags with ``parse`` (an
-    argparse help text by default: SGLang's). ``help_flag`` is the family's (vLLM lists every flag only under
-    ``--help=all``); ``env`` replaces the environment when given."""
+            parse: Callable[[str, str], FlagSet] | None = None, help_flag: str = "--help",
+            longer: str = "raise the --help timeout") -> FlagSet:
+    """Run ``<launch> <help_flag>`` and parse its flags with ``parse`` (an argparse help text by default: SGLang's).
+
+    The run is bounded by ``ProcessGroup.run``: its own process group, one total deadline of ``timeout_s``
+    (importing a Python runtime takes a while), and the group stopped afterwards, so a launch command that never
+    exits, or leaves a child behind, is stopped and refused as ``RuntimeUnavailable`` whose remedy names
+    ``longer``, the way to give a slow runtime more time. ``help_flag`` is the family's (vLLM lists every flag
+    only under ``--help=all``); ``env`` replaces the environment when given."""
     argv = [*launch, help_flag]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
-        raise RuntimeUnavailable(f"the launch command {launch[0]!r} does not exist",
+        done = ProcessGroup.run(argv, deadline_s=timeout_s, env=env)
+    except OSError as exc:
+        raise RuntimeUnavailable(f"the launch command {launch[0]!r} does not exist or cannot be run ({exc.strerror})",
                                  remedy="install SGLang (or the runtime you tune) or configure the launch command of "
                                         "its own environment (--launch), e.g. /opt/sglang-venv/bin/python -m "
                                         "sglang.launch_server or /opt/llama.cpp/bin/llama-server") from exc
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeUnavailable(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s",
-                                 remedy="check that the runtime imports cleanly, or raise the --help timeout") from exc
+        raise RuntimeUnavailable(f"`{shlex.join(argv)}` did not print its flags and exit within {timeout_s:g} s; it "
+                                 "was stopped with every process it started",
+                                 remedy=f"run `{shlex.join(argv)}` by hand: it must print the runtime's flags and "
+                                        "exit (a wrapper that never exits, or a runtime that hangs while importing, "
+                                        f"does not); if it is only slow to import, {longer}") from exc
     flags = (parse or parse_help)(done.stdout, " ".join(launch))
     if done.returncode != 0 or not flags.names:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
@@ -232,9 +240,9 @@ def rejected_by_runtime(python: str, argvs: Sequence[Sequence[str]], *,
     prove that every candidate a search space can generate boots past SGLang's argument resolution.
     """
     try:
-        done = subprocess.run([python, "-c", _PREPARE_SCRIPT], input=json.dumps([list(a) for a in argvs]),
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
-    except FileNotFoundError as exc:
+        done = ProcessGroup.run([python, "-c", _PREPARE_SCRIPT], deadline_s=timeout_s,
+                                stdin_text=json.dumps([list(a) for a in argvs]))
+    except OSError as exc:
         raise RuntimeUnavailable(f"the runtime interpreter {python!r} does not exist",
                                  remedy="point it at the Python of the SGLang environment") from exc
     except subprocess.TimeoutExpired as exc:

@@ -8,6 +8,12 @@ orphan is reaped by init, so the wait for it watches the group's members in /pro
 
 ``start_time`` is a process's start in clock ticks since boot (/proc/<pid>/stat field 22): together with the
 pid it names one process, so a reused pid is not mistaken for the one a lease recorded.
+
+``ProcessGroup.run`` is the one way elsa-tune runs a short child program whose answer it reads (a runtime's
+``--help``, its version, its own argument parser): the child gets a session and process group of its own, the
+whole run has one deadline (not one per read), and the group is stopped in a ``finally`` whether the child
+answered, timed out or the caller was interrupted, so a grandchild that keeps the pipes open or outlives its
+parent is stopped with it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -25,6 +32,8 @@ log = logging.getLogger(__name__)
 _PROC = Path("/proc")
 #: How long a SIGKILLed group may take to disappear before we give up and say so.
 KILL_WAIT_S = 10.0
+#: How long the members a bounded run leaves behind get between SIGTERM and SIGKILL.
+RUN_STOP_GRACE_S = 2.0
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -71,6 +80,29 @@ class ProcessGroup:
 
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
+
+    @staticmethod
+    def run(argv: Sequence[str], *, deadline_s: float, env: Mapping[str, str] | None = None,
+            stdin_text: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in a new process group, feed it ``stdin_text``, and collect its output within ``deadline_s``.
+
+        Output is decoded as UTF-8 (undecodable bytes replaced). Past the deadline the group is stopped and
+        ``subprocess.TimeoutExpired`` is raised; ``OSError`` (``FileNotFoundError``, ``PermissionError``) when
+        ``argv[0]`` cannot be started. However it ends, no member of the group is left running.
+        """
+        popen = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=None if env is None else dict(env), start_new_session=True)
+        try:
+            stdout, stderr = popen.communicate(None if stdin_text is None else stdin_text.encode(),
+                                               timeout=deadline_s)
+        finally:
+            ProcessGroup(popen.pid).stop(RUN_STOP_GRACE_S, leader=popen)
+            for stream in (popen.stdin, popen.stdout, popen.stderr):
+                if stream is not None:
+                    stream.close()
+        return subprocess.CompletedProcess(list(argv), popen.returncode, stdout.decode(errors="replace"),
+                                           stderr.decode(errors="replace"))
 
     def members(self) -> list[int]:
         """Live (non-zombie) processes of the group, read from /proc; falls back to ``killpg(pgid, 0)``."""

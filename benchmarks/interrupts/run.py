@@ -73,6 +73,17 @@ def recommendation(run_dir: Path) -> tuple[str, dict[str, object]]:
     return str(study["status"]), dict(study["incumbent"]["flags"])
 
 
+def _internal_error(run_dir: Path) -> str:
+    """The last line of the last traceback the run folder's log holds (an internal error of any rerun), or ''."""
+    log = run_dir / "study.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    if "Traceback" not in text:
+        return ""
+    block = text[text.rfind("Traceback"):].splitlines()
+    last = next((line for line in block[1:] if line and not line.startswith((" ", "\t"))), block[-1])
+    return last[:300]
+
+
 def console_boots(stdout: str) -> int | None:
     found = re.search(r"^\s+(\d+) boots, \d+ decisions", stdout, re.MULTILINE)
     return int(found.group(1)) if found else None
@@ -118,6 +129,7 @@ def running_study(work: Path, rng: random.Random, budget: str, ref: tuple[str, d
         final = (done.returncode, done.stdout)
         said = done.stderr.strip().splitlines()[-1][:300] if done.returncode and done.stderr.strip() else ""
     got = recommendation(work / "r")
+    said = said or _internal_error(work / "r")
     console = console_boots(final[1])
     report = report_boots(work / "r", work)
     same = got == ref

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from elsa_tune.errors import RuntimeUnavailable
 from elsa_tune.runtime.flags import FlagSet
+from elsa_tune.runtime.process_group import ProcessGroup
 
 #: The module ``python -m`` runs for vLLM's command line (``vllm serve`` is its console script).
 CLI_MODULE = "vllm.entrypoints.cli.main"
@@ -189,9 +190,9 @@ def rejected_by_vllm(python: str, argvs: Sequence[Sequence[str]], *,
     """
     env = {**os.environ, **HELP_ENV, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     try:
-        done = subprocess.run([python, "-c", _CHECK_SCRIPT], input=json.dumps([list(a) for a in argvs]),
-                              capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
-    except FileNotFoundError as exc:
+        done = ProcessGroup.run([python, "-c", _CHECK_SCRIPT], deadline_s=timeout_s, env=env,
+                                stdin_text=json.dumps([list(a) for a in argvs]))
+    except OSError as exc:
         raise RuntimeUnavailable(f"the runtime interpreter {python!r} does not exist",
                                  remedy="point it at the Python of the vLLM environment "
                                         "(e.g. ~/.cache/elsa-tune/vllm-0.33.0/bin/python)") from exc

@@ -150,7 +150,11 @@ FILES: dict[str, str | bytes] = {
     "workload-list.json": "[]",
     "report-md-folder/study.json": "{}\n",
     "report-md-folder/report.md/keep": "",
+    # a --runtime-python that starts a sleeping grandchild (holding the output pipes) and never exits
+    "never-exits.sh": "#!/bin/sh\nsleep 1000 &\nsleep 1000\n",
 }
+#: the files of ``FILES`` written as executable programs
+EXECUTABLES = ("never-exits.sh",)
 
 
 def write_files(root: Path) -> None:
@@ -163,6 +167,8 @@ def write_files(root: Path) -> None:
         else:
             path.write_text(content)
     (root / "folder").mkdir(exist_ok=True)
+    for program in EXECUTABLES:
+        (root / program).chmod(0o755)
     for fifo in ("fifo", "fifo-ledger/ledger.jsonl"):     # special files: an input that would block, never end
         (root / fifo).parent.mkdir(parents=True, exist_ok=True)
         if not (root / fifo).exists():
@@ -363,6 +369,8 @@ def _cases() -> list[Case]:
                  "space-choices-nan.yaml", "space-tiny-step.yaml", "fifo"):
         add(f"space check {name}", "space", "check", f"{{d}}/{name}")
     add("space check /dev/zero", "space", "check", "/dev/zero")
+    add("space check --runtime-python that never exits", "space", "check", TS, "--runtime-python",
+        "{d}/never-exits.sh", "--help-timeout", "2")
     for name in ("flags-bomb.yaml", "flags-huge-int.yaml", "flags-1e308.yaml", "flags-nul.yaml", "flags-deep.yaml",
                  "fifo"):
         add(f"compare --b {name}", *COMPARE, "--a", "{d}/flags-a.yaml", "--b", f"{{d}}/{name}", "--out", "{d}/cmp")

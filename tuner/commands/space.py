@@ -24,6 +24,10 @@ from elsa_tune.runtime.vllm import flags as vllm_flags
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.loader import list_shipped_spaces, load_space
 from elsa_tune.search_spaces.space import FlagShape, SearchSpace
+from elsa_tune.tuner.argument_types import float_in
+
+#: How long ``--runtime-python``'s ``--help`` may take in all (a runtime's import is slow; a hang is not).
+HELP_DEADLINE_S = 40.0
 
 NAME = "space"
 HELP = "show a search space, or check it against the installed runtime's flags"
@@ -45,6 +49,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                             "`-m sglang.launch_server`; vLLM: `vllm serve --help=all`, then vLLM's parser and engine "
                             "config on every screened candidate) (default: the bundled SGLang "
                             f"{sglang_flags.SGLANG_VERSION} flag table, with choices)")
+    check.add_argument("--help-timeout", metavar="SECONDS", type=float_in(1.0, 3600.0), default=HELP_DEADLINE_S,
+                       help="with --runtime-python: the most its --help may take, in all, before it and every "
+                            f"process it started are stopped (default: {HELP_DEADLINE_S:g})")
     check.set_defaults(func=_check)
     shipped = sub.add_parser("list", help="list the shipped search spaces")
     shipped.add_argument("--json", action="store_true", help="print the names as a JSON list")
@@ -137,8 +144,10 @@ def _check(args: argparse.Namespace) -> int:
     if args.runtime_python:
         # The real runtime's --help: flag names, aliases and (where its help lists them) choices.
         launch = _python_launch(runtime_family, args.runtime_python)
-        flag_set = runtime_flags.harvest(launch, parse=runtime_family.parse_help, help_flag=runtime_family.help_flag,
-                                         env={**os.environ, **runtime_family.help_env})
+        flag_set = runtime_flags.harvest(launch, timeout_s=args.help_timeout, parse=runtime_family.parse_help,
+                                         help_flag=runtime_family.help_flag,
+                                         env={**os.environ, **runtime_family.help_env},
+                                         longer="give it longer with --help-timeout SECONDS")
         source = f"the {runtime_family.help_flag} of {shlex.join(launch)}"
         space.validate_flags(flag_set.shapes())
     elif runtime_family.name is FamilyName.VLLM:

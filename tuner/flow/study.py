@@ -22,14 +22,16 @@ already has a record, so nothing finished is booted twice or lost, and the ledge
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from elsa_tune.errors import StudyError
+from elsa_tune.errors import HistoryError, StudyError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import effect_text, pool_text
 from elsa_tune.history.records import Arm, Phase
@@ -150,16 +152,26 @@ class Study:
             night.notes.append(f"stopped early: {stop}")
         except KeyboardInterrupt:
             self.status = StudyStatus.INTERRUPTED
-            self._write(final=True)
+            self._write_final()
             raise
+        except OSError as exc:      # the run folder could not be written: the records so far stand, as after a kill
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            self.status = StudyStatus.INTERRUPTED
+            raise unwritable(exc, self.store.run_dir) from exc
         except StudyError:
             self.status = StudyStatus.FAILED
-            self._write(final=True)
+            self._write_final()
             raise
         finally:
             self.budget.end()
-        self._file_memory_in_winner()
-        self._write(final=True)
+        try:
+            self._file_memory_in_winner()
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            raise unwritable(exc, self.store.run_dir) from exc
+        self._write_final()
         boots = len(self.store.load().boots)    # the boot records the report counts, not this run's boot calls
         log.info("study %s %s: incumbent %s; %d decisions, %d boots; outputs in %s", self.name,
                  self.status.value, night.incumbent.candidate.label, night.decision_number, boots,
@@ -385,6 +397,15 @@ class Study:
 
     # ---- outputs ------------------------------------------------------------------------------------
 
+    def _write_final(self) -> None:
+        """The run's last ``_write``; a run folder that cannot be written is a ``HistoryError`` (``unwritable``)."""
+        try:
+            self._write(final=True)
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            raise unwritable(exc, self.store.run_dir) from exc
+
     def _write(self, *, final: bool = False) -> None:
         if not (final or self.outputs_each_decision):
             return
@@ -409,6 +430,22 @@ class Study:
         from elsa_tune.reports.build import write_outputs  # matplotlib: only when rendering
 
         write_outputs(self.store.run_dir, with_plots=final and self.with_plots)
+
+
+#: The errors of a file system that cannot take the study's records (full, over quota, read-only, refused, failing);
+#: any other ``OSError`` stays what it is.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                            errno.EFBIG})
+
+
+def unwritable(exc: OSError, run_dir: Path) -> HistoryError:
+    """The paragraph of a study whose run folder could not be written (a full disk, a folder made read-only): the
+    records written before it stand, and the same command resumes from them."""
+    where = exc.filename or run_dir
+    return HistoryError(f"the study could not write {where}: {exc.strerror or exc}; it stopped, and the boots and "
+                        f"decisions recorded in {run_dir} before it are kept",
+                        remedy="free space on that file system (or make the run folder writable again), then rerun "
+                               "the same command: the study resumes from its records")
 
 
 def memory_in_winner(technique: Technique, decisions: Sequence[DecisionRecord], *, study: str,
