@@ -59,6 +59,22 @@ def _night(pre: Preflight) -> Night:
                  view=StudyView(live=False), interrupts=Interrupts(), on_decision=lambda: None)
 
 
+def test_a_phase_result_changes_only_what_it_sets_and_adds_its_notes_in_order(tmp_path: Path) -> None:
+    from elsa_tune.history.study_record import Confirmation, ConfirmationStatus
+
+    night = _night(_preflight(tmp_path, TINY_SPACE))
+    incumbent = night.incumbent
+    night.apply(PhaseResult(notes=("first",), open=OpenWork(freeing="larger-static-pool")))
+    night.apply(PhaseResult(notes=("second",), policy=GatePolicy(looks=(2,))))
+    assert night.notes == ["first", "second"] and night.open == OpenWork(freeing="larger-static-pool")
+    assert night.incumbent is incumbent and night.noise is None and night.confirmation is None
+    assert night.policy is not None and night.policy.looks == (2,)
+    confirmed = Confirmation(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
+    night.apply(PhaseResult(confirmation=confirmed, incumbent=replace(incumbent, throughput=2.0)))
+    assert night.confirmation == confirmed and night.incumbent.throughput == 2.0
+    assert night.open.freeing == "larger-static-pool" and night.notes == ["first", "second"]
+
+
 def test_a_resumed_search_charges_the_trials_the_killed_run_finished(tmp_path: Path) -> None:
     pre = _preflight(tmp_path, TINY_SPACE, max_trials=1)
     first = _night(pre)
