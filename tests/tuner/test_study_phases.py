@@ -5,6 +5,7 @@ screening boot without an A/B."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from elsa_tune.tuner.ab.multiplicity import combined_p, second_stage_level
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.flow.booter import BootPlan
 from elsa_tune.tuner.flow.budget import Budget
-from elsa_tune.tuner.flow.night import Night, OpenTest, PhaseOver, StudyClock
+from elsa_tune.tuner.flow.night import Night, OpenTest, OpenWork, PhaseOver, PhaseResult, StudyClock
 from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
 from elsa_tune.tuner.flow.screening import Screening
 from elsa_tune.tuner.flow.settings import Settings
@@ -56,6 +57,22 @@ def _night(pre: Preflight) -> Night:
     store.reconcile()
     return Night(pre, store=store, budget=Budget(pre.settings.budget_s, clock=clock.now), clock=clock,
                  view=StudyView(live=False), interrupts=Interrupts(), on_decision=lambda: None)
+
+
+def test_a_phase_result_changes_only_what_it_sets_and_adds_its_notes_in_order(tmp_path: Path) -> None:
+    from elsa_tune.history.study_record import Confirmation, ConfirmationStatus
+
+    night = _night(_preflight(tmp_path, TINY_SPACE))
+    incumbent = night.incumbent
+    night.apply(PhaseResult(notes=("first",), open=OpenWork(freeing="larger-static-pool")))
+    night.apply(PhaseResult(notes=("second",), policy=GatePolicy(looks=(2,))))
+    assert night.notes == ["first", "second"] and night.open == OpenWork(freeing="larger-static-pool")
+    assert night.incumbent is incumbent and night.noise is None and night.confirmation is None
+    assert night.policy is not None and night.policy.looks == (2,)
+    confirmed = Confirmation(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
+    night.apply(PhaseResult(confirmation=confirmed, incumbent=replace(incumbent, throughput=2.0)))
+    assert night.confirmation == confirmed and night.incumbent.throughput == 2.0
+    assert night.open.freeing == "larger-static-pool" and night.notes == ["first", "second"]
 
 
 def test_a_resumed_search_charges_the_trials_the_killed_run_finished(tmp_path: Path) -> None:
@@ -99,8 +116,8 @@ def test_a_memory_technique_without_memory_gain_is_rejected_at_its_screening_boo
     pre = _preflight(tmp_path, memory_space)
     night = _night(pre)
     values = {**night.incumbent.values, "mem-fraction-static": 0.7}
-    night.incumbent.values = values
-    night.incumbent.candidate = night.space.candidate(values, [], label="incumbent")
+    incumbent = replace(night.incumbent, values=values, candidate=night.space.candidate(values, [], label="incumbent"))
+    night.apply(PhaseResult(incumbent=incumbent))
     incumbent_boot = night.boot(BootPlan(tag="baseline:0", candidate=night.incumbent.candidate,
                                          phase=Phase.BASELINE, probes=True))
     decisions: list[DecisionRecord] = []
@@ -123,12 +140,12 @@ def test_a_memory_technique_without_memory_gain_is_rejected_at_its_screening_boo
     # Against the smaller pool (now the incumbent, its pool read from its recorded boot) 0.7 is a memory gain:
     # the A/B decides, and speed techniques are never asked about the pool.
     smaller_candidate = night.space.candidate(values, ["smaller-static-pool"], label="smaller")
-    night.incumbent.candidate = smaller_candidate
+    night.apply(PhaseResult(incumbent=replace(incumbent, candidate=smaller_candidate)))
     assert screening.incumbent_pool() == pool
     _, larger = techniques["larger-static-pool"]
     assert screening.no_memory_gain(larger, incumbent_boot) is None
     speed = next(t for t in night.space.techniques if t.kind is TechniqueKind.SPEED)
-    night.incumbent.candidate = night.space.candidate(values, [], label="incumbent")
+    night.apply(PhaseResult(incumbent=incumbent))
     assert screening.no_memory_gain(speed, incumbent_boot) is None
     assert screening.no_memory_gain(larger, incumbent_boot) is not None     # equal pools: no gain either
 
@@ -141,7 +158,8 @@ def test_a_resumed_search_replays_the_promotion_a_finished_trial_made(tmp_path: 
     def night() -> Night:
         n = _night(pre)
         n.policy = policy
-        n.incumbent.throughput = 1.0    # any measured trial but trial 0 (the incumbent's own values) goes to the A/B
+        # any measured trial but trial 0 (the incumbent's own values) goes to the A/B
+        n.apply(PhaseResult(incumbent=replace(n.incumbent, throughput=1.0)))
         n.budget.begin("search")
         return n
 
@@ -217,12 +235,12 @@ def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_pat
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
     night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
     night.budget.begin("search")
-    night.promising = [_promising(night, "fused-qk-norm-rope")]
+    night.apply(PhaseResult(open=OpenWork(promising=(_promising(night, "fused-qk-norm-rope"),))))
     tests_before = night.fdr.tests
     second_level = second_stage_level(0.02, min(0.05, night.fdr.next_level()))
 
-    Screening(night).retest("search")
-    assert night.promising == []
+    night.apply(Screening(night).retest("search"))
+    assert night.open.promising == ()
     decisions = night.store.load().decisions
     assert len(decisions) == 1 and decisions[0].technique == "fused-qk-norm-rope"
     sentence = decisions[0].result
@@ -247,12 +265,12 @@ def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
     night = _night(pre)
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
     night.budget.begin("search")
-    night.promising = [_promising(night, "fused-qk-norm-rope")]
-    Screening(night).retest("search")
+    night.apply(PhaseResult(open=OpenWork(promising=(_promising(night, "fused-qk-norm-rope"),))))
+    night.apply(Screening(night).retest("search"))
     assert night.booter.boots == 0 and not night.store.load().decisions
     assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope in the search phase (not kept under the "
                                       "night's false-keep")
-    assert [t.technique.name for t in night.promising] == ["fused-qk-norm-rope"]   # still promising, for a later phase
+    assert [t.technique.name for t in night.open.promising] == ["fused-qk-norm-rope"]   # for a later phase
 
 
 def test_a_retest_runs_when_its_first_look_fits_though_its_cap_does_not(tmp_path: Path) -> None:
@@ -263,11 +281,13 @@ def test_a_retest_runs_when_its_first_look_fits_though_its_cap_does_not(tmp_path
     night.policy = GatePolicy(looks=(2, 3), replicates=2000)
     night.budget.begin("search")
     assert night.boot_s() == 60.0 and 300.0 < night.budget.allowance("search") < 420.0
-    night.promising = [_promising(night, "fused-qk-norm-rope")]
+    night.apply(PhaseResult(open=OpenWork(promising=(_promising(night, "fused-qk-norm-rope"),))))
+    screening = Screening(night)
     with contextlib.suppress(PhaseOver):
-        Screening(night).retest("search")
+        screening.retest("search")
+    night.apply(screening.result())
     assert night.booter.boots > 0 and not any(n.startswith("no time to retest") for n in night.notes)
-    assert night.promising == []
+    assert night.open.promising == ()
 
 
 def test_a_screening_a_b_is_run_at_its_share_of_the_nights_false_keep_control(tmp_path: Path) -> None:
@@ -314,13 +334,14 @@ def test_a_test_an_early_look_stopped_to_save_boots_is_continued_on_its_recorded
     night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
     night.budget.begin("search")
     index, technique, (candidate, stopped), ids = _first_look(night, "fused-qk-norm-rope", level=0.02)
-    night.paused = [PausedTest(index=index, technique=technique, candidate=candidate, boots=(),  # type: ignore[arg-type]
-                               tag="screening:fused-qk-norm-rope", level=0.02,
-                               incumbent_key=night.incumbent.candidate.key(), verdict=stopped)]  # type: ignore[arg-type]
+    night.apply(PhaseResult(open=OpenWork(paused=(PausedTest(
+        index=index, technique=technique, candidate=candidate, boots=(),  # type: ignore[arg-type]
+        tag="screening:fused-qk-norm-rope", level=0.02, incumbent_key=night.incumbent.candidate.key(),
+        verdict=stopped),))))  # type: ignore[arg-type]
     boots_before, tests_before = night.booter.boots, night.fdr.tests
 
-    Screening(night).resume("search")
-    assert night.paused == []
+    night.apply(Screening(night).resume("search"))
+    assert night.open.paused == ()
     (decision,) = night.store.load().decisions
     assert decision.result.startswith("continued to its cap (an early look had stopped it to save boots: no "
                                       "demonstrated benefit (stopped early, futile): "), decision.result
@@ -347,9 +368,9 @@ def test_a_stopped_test_is_not_continued_against_another_incumbent(tmp_path: Pat
                       p_value=0.75, boots_incumbent=2, boots_candidate=2, stopped_at_look=1,
                       futility=Futility.BOOT_SAVING)
     candidate = night.space.candidate(night.incumbent.values, [technique.name], label=technique.name)
-    night.paused = [PausedTest(index=index, technique=technique, candidate=candidate, boots=(),
-                               tag="screening:fused-qk-norm-rope", level=0.02,
-                               incumbent_key="another incumbent", verdict=stopped)]
+    night.apply(PhaseResult(open=OpenWork(paused=(PausedTest(
+        index=index, technique=technique, candidate=candidate, boots=(), tag="screening:fused-qk-norm-rope",
+        level=0.02, incumbent_key="another incumbent", verdict=stopped),))))
     Screening(night).resume("search")
     assert night.booter.boots == 0 and not night.store.load().decisions
 
@@ -372,11 +393,11 @@ def test_an_unresolved_technique_is_retested_with_the_longest_test_the_time_left
     index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
     first = Verdict(decision=Decision.INCONCLUSIVE, reason="inconclusive at the cap of 3 blocks: +4.0%",
                     effect=1.04, ci_low=0.96, ci_high=1.13, p_value=0.2, boots_incumbent=3, boots_candidate=3)
-    night.unresolved = [OpenTest(index, technique, first)]
+    night.apply(PhaseResult(open=OpenWork(unresolved=(OpenTest(index, technique, first),))))
     tests_before = night.fdr.tests
 
-    Screening(night).extend("search")
-    assert night.unresolved == []
+    night.apply(Screening(night).extend("search"))
+    assert night.open.unresolved == ()
     (decision,) = night.store.load().decisions
     assert decision.ab_result is not None, decision.result
     assert decision.ab_result["policy"]["looks"] == [4]
@@ -397,8 +418,8 @@ def test_a_longer_retest_without_time_for_the_nights_own_cap_is_a_note(tmp_path:
     index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
     first = Verdict(decision=Decision.INCONCLUSIVE, reason="inconclusive at the cap of 3 blocks: +4.0%",
                     effect=1.04, ci_low=0.96, ci_high=1.13, p_value=0.2, boots_incumbent=3, boots_candidate=3)
-    night.unresolved = [OpenTest(index, technique, first)]
-    Screening(night).extend("search")
+    night.apply(PhaseResult(open=OpenWork(unresolved=(OpenTest(index, technique, first),))))
+    night.apply(Screening(night).extend("search"))
     assert night.booter.boots == 0 and not night.store.load().decisions
     assert night.notes[-1].startswith("no time to retest fused-qk-norm-rope with a longer test")
 

@@ -43,7 +43,7 @@ from elsa_tune.tuner.flow.baseline import Baseline, BaselineRequest, measure_bas
 from elsa_tune.tuner.flow.booter import BootPlan
 from elsa_tune.tuner.flow.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget
 from elsa_tune.tuner.flow.load import ServerLoad
-from elsa_tune.tuner.flow.night import Incumbent, Night, StopStudy, StudyClock, arm_mean
+from elsa_tune.tuner.flow.night import Incumbent, Night, PhaseResult, StopStudy, StudyClock, arm_mean
 from elsa_tune.tuner.flow.preflight import Preflight
 from elsa_tune.tuner.flow.screening import Screening
 from elsa_tune.tuner.flow.signals import Interrupts
@@ -191,7 +191,7 @@ def compare_flags(pre: Preflight, a: Candidate, b: Candidate, *, files: tuple[st
     night = Night(pre, store=store, budget=Budget(settings.budget_s, clock=clock.now, counts=counts), clock=clock,
                   view=StudyView(live=False), interrupts=interrupts or Interrupts(), on_decision=lambda: None,
                   load=load)
-    night.incumbent = Incumbent({}, [], a, None)
+    night.apply(PhaseResult(incumbent=Incumbent({}, [], a, None)))
     night.view.update(study=settings.study_name, phase="compare", time_left_s=night.budget.left_s)
     run = _Comparison(night, a, b, files, looks=looks, min_effect=min_effect, seed=seed)
     try:
@@ -228,7 +228,6 @@ class _Comparison:
         settings = pre.settings
         baseline = self._measure_a()
         samples = baseline.samples
-        night.incumbent.throughput = baseline.throughput_all_boots
         probe = night.boot(BootPlan(tag="compare:B:probe", candidate=b, phase=Phase.COMPARE, arm=Arm.CANDIDATE,
                                     probes=True, technique="B"))
         self.probe_boot = probe.record.boot_id
@@ -272,11 +271,13 @@ class _Comparison:
                 noise_context={"runtime": pre.fingerprint.describe()}), run_dir=night.store.run_dir)
         finally:
             self.boots_a = night.booter.boots - before
-        night.noise = baseline.noise
         policy = baseline.policy(pre.space, settings, looks=self.looks or settings.looks or COMPARISON_LOOKS,
                                  context_target=pre.context_target)
-        night.policy = policy if self.requested_effect is None else replace(policy, min_effect=self.requested_effect)
-        self.min_effect = night.policy.min_effect
+        if self.requested_effect is not None:
+            policy = replace(policy, min_effect=self.requested_effect)
+        night.apply(PhaseResult(noise=baseline.noise, policy=policy,
+                                incumbent=replace(night.incumbent, throughput=baseline.throughput_all_boots)))
+        self.min_effect = policy.min_effect
         return baseline
 
 

@@ -1,9 +1,13 @@
 """``Night``: what the phases of one study share — the incumbent, the booter, the gate's policy, the decisions.
 
-``Study`` (``tuner/flow/study.py``) builds one ``Night`` and hands it to each phase: the baseline sets the noise and
-the policy, screening (``tuner/flow/screening.py``) and the search (``tuner/search/phase.py``) boot candidates
-through its booter, A/B them against its incumbent and record every decision through ``Night.decide``, which numbers it,
-stores it, adds it to the ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
+``Study`` (``tuner/flow/study.py``) builds one ``Night`` and hands it to each phase: screening
+(``tuner/flow/screening.py``) and the search (``tuner/search/phase.py``) boot candidates through its booter, A/B them
+against its incumbent and record every decision through ``Night.decide``, which numbers it, stores it, adds it to the
+ledger and has the outputs rewritten. Nothing in a phase reaches into ``Study``.
+
+What a phase decides for the night (the noise and policy the baseline measured, the incumbent its keeps make, the
+tests and techniques it leaves open, its notes, the confirmation's outcome) comes back as a ``PhaseResult`` that
+``Night.apply`` applies: the one place those fields of the night change.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ class StudyClock:
         self._offset += max(0.0, seconds)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Incumbent:
     """The configuration to beat: its numeric values, the techniques stacked into it, and its candidate."""
 
@@ -130,6 +134,50 @@ class PausedTest:
     with_: str | None = None
 
 
+@dataclass(frozen=True)
+class OpenWork:
+    """What the phases so far left for a later one to screen or test.
+
+    ``unscreened``: techniques screening had no time for (continued at the start of the search phase);
+    ``lacking``: techniques rejected for want of memory (context drop, OOM) not yet retried with more pool;
+    ``freeing``: the first memory technique that grew the pool without being kept, a partner for what lacked memory;
+    ``promising``: first tests the gate left inconclusive although their interval showed a gain (retested once);
+    ``paused``: screening A/Bs an early look stopped to save boots while their interval still reached the minimum
+    worthwhile gain (continued to their cap with time nothing else needs); ``unresolved``: first tests left
+    inconclusive with a positive estimate and an interval that still reaches the minimum worthwhile gain, though not
+    shown faster (a longer retest if the night ends with time nothing else needs).
+    """
+
+    unscreened: tuple[QueuedTechnique, ...] = ()
+    lacking: tuple[QueuedTechnique, ...] = ()
+    freeing: str | None = None
+    promising: tuple[OpenTest, ...] = ()
+    paused: tuple[PausedTest, ...] = ()
+    unresolved: tuple[OpenTest, ...] = ()
+
+    def tests(self) -> bool:
+        """Whether any test is left open (promising, paused or unresolved)."""
+        return bool(self.promising or self.paused or self.unresolved)
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """What a phase (or one step of it) decided for the night; ``Night.apply`` applies it. ``None``: unchanged.
+
+    ``incumbent``: the incumbent it ended with, its keeps stacked in (or the baseline it went back to);
+    ``open``: what it left for a later phase; ``notes``: the sentences it adds to the report, in order;
+    ``noise`` and ``policy``: the boot noise the baseline measured and the gate's policy that follows from it;
+    ``confirmation``: the confirmation's outcome.
+    """
+
+    incumbent: Incumbent | None = None
+    open: OpenWork | None = None
+    notes: tuple[str, ...] = ()
+    noise: NoiseReport | None = None
+    policy: GatePolicy | None = None
+    confirmation: Confirmation | None = None
+
+
 class Night:
     """The state one study's phases share, and the three things every phase does: boot, A/B, decide.
 
@@ -163,27 +211,29 @@ class Night:
         self.boot_seconds: list[float] = []
         self.memory = MemoryModel.for_space(self.space)
         self.notes: list[str] = []
-        #: techniques the gate left inconclusive although their interval showed a gain: retested once (``Screening``)
-        self.promising: list[OpenTest] = []
-        #: screening A/Bs an early look stopped to save boots while their interval still reached the minimum
-        #: worthwhile gain: continued to their cap with time nothing else needs (``Screening.resume``)
-        self.paused: list[PausedTest] = []
-        #: first tests the gate left inconclusive with a positive estimate and an interval that still reaches the
-        #: minimum worthwhile gain, though not shown faster: a longer retest if the night ends with time nothing
-        #: else needs (``Screening.extend``)
-        self.unresolved: list[OpenTest] = []
-        #: techniques screening had no time for: continued at the start of the search phase (``Screening``)
-        self.unscreened: list[QueuedTechnique] = []
-        #: techniques rejected for want of memory (context drop, OOM) not yet retried with more pool (``Screening``)
-        self.lacking: list[QueuedTechnique] = []
-        #: the first memory technique that grew the pool without being kept: a partner for what lacked memory
-        self.freeing: str | None = None
+        #: what the phases so far left open for a later one (``OpenWork``)
+        self.open = OpenWork()
         #: the confirmation's outcome (``ConfirmationStatus`` and why); ``None`` until the confirmation phase decides
         self.confirmation: Confirmation | None = None
         self._charged: set[str] = set()       # recorded boots charged up front on resume (``charge_recorded``)
         self._seen: set[str] = set()          # boots this run has counted and timed once
 
     # ---- what every phase does ------------------------------------------------------------------------
+
+    def apply(self, result: PhaseResult) -> None:
+        """Make what a phase decided the night's: each field ``result`` sets replaces the night's, its notes are
+        added after the night's."""
+        if result.incumbent is not None:
+            self.incumbent = result.incumbent
+        if result.open is not None:
+            self.open = result.open
+        self.notes.extend(result.notes)
+        if result.noise is not None:
+            self.noise = result.noise
+        if result.policy is not None:
+            self.policy = result.policy
+        if result.confirmation is not None:
+            self.confirmation = result.confirmation
 
     def boot(self, plan: BootPlan) -> BootResult:
         return self.booter.boot(plan)

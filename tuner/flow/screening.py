@@ -47,7 +47,17 @@ from elsa_tune.tuner.ab.boundaries import smallest_level
 from elsa_tune.tuner.ab.multiplicity import second_stage_level, with_first_stage
 from elsa_tune.tuner.flow.booter import BootPlan, BootResult
 from elsa_tune.tuner.flow.budget import BudgetPhase
-from elsa_tune.tuner.flow.night import Incumbent, Night, OpenTest, PausedTest, PhaseOver, QueuedTechnique, arm_mean
+from elsa_tune.tuner.flow.night import (
+    Incumbent,
+    Night,
+    OpenTest,
+    OpenWork,
+    PausedTest,
+    PhaseOver,
+    PhaseResult,
+    QueuedTechnique,
+    arm_mean,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +112,32 @@ def _priority(probed: _Probed) -> tuple[int, float]:
 
 
 class Screening:
-    """The screening phase of one night: ``run()`` decides every technique it has time for."""
+    """The screening phase of one night: ``run()`` decides every technique it has time for.
+
+    It starts from the work the night has open (``Night.open``) and keeps its own copy: every entry point returns
+    what screening decided so far (``result``), which the study applies to the night (``Night.apply``), also when a
+    phase's end or the budget cut it short. A keep is applied at once, as its decision is recorded: the next A/B
+    runs against it and the outputs rewritten after the decision show it.
+    """
 
     def __init__(self, night: Night) -> None:
         self.night = night
+        work = night.open
+        self._unscreened = list(work.unscreened)
+        self._lacking = list(work.lacking)
+        self._freeing = work.freeing
+        self._promising = list(work.promising)
+        self._paused = list(work.paused)
+        self._unresolved = list(work.unresolved)
+        self._notes: list[str] = []
 
-    def run(self) -> None:
+    def result(self) -> PhaseResult:
+        """What screening decided so far: the incumbent, the work it leaves open, its notes."""
+        return PhaseResult(incumbent=self.night.incumbent, notes=tuple(self._notes), open=OpenWork(
+            unscreened=tuple(self._unscreened), lacking=tuple(self._lacking), freeing=self._freeing,
+            promising=tuple(self._promising), paused=tuple(self._paused), unresolved=tuple(self._unresolved)))
+
+    def run(self) -> PhaseResult:
         night = self.night
         here = str(night.store.run_dir)     # this study's own entries (a resumed study) are replayed, not skipped
         rejected = {name: e for name, e in night.store.ledger.rejected_for(night.pre.fingerprint).items()
@@ -117,7 +147,7 @@ class Screening:
                     and any(t.name == name and t.screen for t in night.space.techniques)):
                 note = f"{name}: tested again, its last test did not decide ({night.store.ledger.skip_note(entry)})"
                 log.info("technique %s", note)
-                night.notes.append(note)
+                self._notes.append(note)
         for name, (entry, changes) in night.store.ledger.reopened_for(night.pre.fingerprint).items():
             if any(t.name == name for t in night.space.techniques):
                 log.info("technique %s was rejected on another setup (%s); the setup changed (%s): screening it again",
@@ -127,7 +157,7 @@ class Screening:
             if not technique.screen:
                 log.info("technique %s is not screened automatically: %s", technique.name,
                          technique.rationale.strip())
-                night.notes.append(f"{technique.name}: not screened automatically ({technique.rationale.strip()})")
+                self._notes.append(f"{technique.name}: not screened automatically ({technique.rationale.strip()})")
             elif technique.name in rejected:
                 note = night.store.ledger.skip_note(rejected[technique.name])
                 log.info("technique %s skipped: %s", technique.name, note)
@@ -137,21 +167,22 @@ class Screening:
             else:
                 todo.append(QueuedTechnique(index, technique))
         self._screen_all(todo, BudgetPhase.SCREENING)
+        return self.result()
 
-    def continue_unscreened(self, phase: BudgetPhase) -> None:
+    def continue_unscreened(self, phase: BudgetPhase) -> PhaseResult:
         """Screen the techniques screening had no time for, in ``phase``'s time (up to half of its allowance).
 
         Techniques change a configuration more than a flag value does, so the numeric search tunes around an
         incumbent that has had every technique tried; the list's order must not decide which are tried at all.
         A technique that lacked memory and has not yet been retried with more pool is retried here too.
         """
-        night = self.night
-        todo, night.unscreened = night.unscreened, []
-        if not todo and not night.lacking:
-            return
+        todo, self._unscreened = self._unscreened, []
+        if not todo and not self._lacking:
+            return self.result()
         log.info("screening continues in the %s phase: %d techniques were not reached, %d wait for more memory",
-                 phase, len(todo), len(night.lacking))
+                 phase, len(todo), len(self._lacking))
         self._screen_all(todo, phase, share=0.5)
+        return self.result()
 
     def _screen_all(self, todo: list[QueuedTechnique], phase: BudgetPhase, *, share: float = 1.0) -> None:
         """Screen ``todo`` while ``phase`` has time (``share`` of what it has now), in two stages.
@@ -165,7 +196,7 @@ class Screening:
         A technique rejected for want of memory (context drop, OOM) is screened once more as soon as a memory
         technique's A/B ends: on the larger pool when it was kept, as one change together with it when it grew the
         pool without being kept (no gain shown, or slower on its own). What waits for that when time runs out waits
-        on the night (``Night.lacking``, ``Night.freeing``) and is retried where screening continues.
+        in the open work (``OpenWork.lacking``, ``OpenWork.freeing``) and is retried where screening continues.
         """
         night = self.night
         floor = (1.0 - share) * night.budget.allowance(phase)
@@ -183,11 +214,11 @@ class Screening:
                 if isinstance(probed, _Probed):
                     survivors.append(probed)
                 elif probed is not None and self._lacked_memory(probed, technique) \
-                        and technique.name not in {q.technique.name for q in night.lacking}:
-                    night.lacking.append(QueuedTechnique(index, technique))
+                        and technique.name not in {q.technique.name for q in self._lacking}:
+                    self._lacking.append(QueuedTechnique(index, technique))
             survivors.sort(key=_priority)
-            if night.freeing:         # a pair waiting from an earlier phase: its partner is known already
-                self._retry_lacking(phase, floor, share, with_=night.freeing)
+            if self._freeing:         # a pair waiting from an earlier phase: its partner is known already
+                self._retry_lacking(phase, floor, share, with_=self._freeing)
             while survivors:
                 # Borrowing another phase's time, an A/B starts only when all it can still take fits in the share.
                 need = self._ab_left_s(survivors[0].tag) if share < 1.0 else 0.0
@@ -204,15 +235,15 @@ class Screening:
                 elif decision.category in (ReasonCategory.NO_GAIN, ReasonCategory.SLOWER):
                     # it grew the pool (a memory technique that did not is rejected at its screening boot); slower
                     # alone or not, the pair's own A/B judges what the two do together
-                    night.freeing = night.freeing or probed.technique.name
+                    self._freeing = self._freeing or probed.technique.name
                     self._retry_lacking(phase, floor, share, with_=probed.technique.name)
-            if night.freeing:
-                self._retry_lacking(phase, floor, share, with_=night.freeing)
+            if self._freeing:
+                self._retry_lacking(phase, floor, share, with_=self._freeing)
         except PhaseOver:
             if survivors and self._no_room_for_a_test():
                 self._short_test(survivors, phase)
             if phase == BudgetPhase.SCREENING:     # an unfinished comparison is screened again, from its start
-                night.unscreened = sorted({(q.index, q.technique.name): q for q in
+                self._unscreened = sorted({(q.index, q.technique.name): q for q in
                                            [*stage1, *(QueuedTechnique(p.index, p.technique) for p in survivors)]
                                            }.values(), key=lambda q: q.index)
             raise
@@ -222,10 +253,10 @@ class Screening:
         """Screen each technique that lacked memory once more: ``after`` a memory technique was kept (alone, on
         the larger pool) or ``with_`` one that grew the pool (the pair as one change). Each is retried once."""
         night = self.night
-        while night.lacking:
-            index, technique = night.lacking[0].index, night.lacking[0].technique
+        while self._lacking:
+            index, technique = self._lacking[0].index, self._lacking[0].technique
             if technique.name in night.incumbent.techniques:
-                night.lacking.pop(0)
+                self._lacking.pop(0)
                 continue
             need = self._ab_left_s(self._tag(technique, after=after, with_=with_)) if share < 1.0 else 0.0
             if not self._time(phase, floor, [technique], need=need, carry=False):
@@ -235,7 +266,7 @@ class Screening:
             else:
                 log.info("%s was kept: retrying %s on the larger pool", after, technique.name)
             self.screen(index, technique, after=after, with_=with_)   # a phase ending mid-A/B leaves it waiting
-            night.lacking.pop(0)
+            self._lacking.pop(0)
 
     def _tag(self, technique: Technique, *, retest: bool = False, after: str | None = None,
              with_: str | None = None) -> str:
@@ -265,13 +296,13 @@ class Screening:
         log.warning("%s out of time: %s not tried", phase, names)
         if phase == BudgetPhase.SCREENING and carry:
             index = {t.name: i for i, t in enumerate(night.space.techniques)}
-            night.unscreened = [QueuedTechnique(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
-            night.notes.append(f"screening ran out of time before {names}: continued in the search phase")
+            self._unscreened = [QueuedTechnique(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
+            self._notes.append(f"screening ran out of time before {names}: continued in the search phase")
         elif phase == BudgetPhase.SCREENING:
-            night.notes.append(f"screening ran out of time before retrying {names} with more memory: "
+            self._notes.append(f"screening ran out of time before retrying {names} with more memory: "
                                f"retried in the search phase")
         else:
-            night.notes.append(f"{phase}: no time left to screen {names}")
+            self._notes.append(f"{phase}: no time left to screen {names}")
         return False
 
     def _no_room_for_a_test(self) -> bool:
@@ -324,13 +355,13 @@ class Screening:
                        if night.incumbent.throughput else None)
         if phase == BudgetPhase.SCREENING:
             names = {p.technique.name for p in survivors}
-            night.unscreened = [q for q in night.unscreened if q.technique.name in names]
+            self._unscreened = [q for q in self._unscreened if q.technique.name in names]
 
     @staticmethod
     def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:
         return decision.category in _FOR_WANT_OF_MEMORY and technique.kind is not TechniqueKind.MEMORY
 
-    def retest(self, phase: BudgetPhase) -> None:
+    def retest(self, phase: BudgetPhase) -> PhaseResult:
         """Test each promising technique once more (fresh boots, a new test), if ``phase``'s allowance has room.
 
         A retest runs when its probed boot and the gate's first look in both arms fit in what ``phase`` has left:
@@ -341,8 +372,8 @@ class Screening:
         """
         night = self.night
         assert night.policy is not None
-        promising = sorted(night.promising, key=lambda test: -(test.verdict.effect or 0.0))
-        night.promising = []
+        promising = sorted(self._promising, key=lambda test: -(test.verdict.effect or 0.0))
+        self._promising = []
         for i, test in enumerate(promising[:RETESTS]):
             index, technique, first, with_ = test.index, test.technique, test.verdict, test.with_
             night.check()
@@ -351,18 +382,19 @@ class Screening:
             if night.budget.allowance(phase) < (1 + night.first_look_boots()) * night.boot_s():
                 note = f"no time to retest {technique.name} in the {phase} phase ({reason_from_verdict(first)})"
                 log.warning("%s", note)
-                night.notes.append(note)
-                night.promising = promising[i:RETESTS]
+                self._notes.append(note)
+                self._promising = promising[i:RETESTS]
                 break
             log.info("retesting %s with fresh boots: the first test was inconclusive at %s", technique.name,
                      reason_from_verdict(first))
             partner = with_ if with_ not in night.incumbent.techniques else None
             self.screen(index, technique, first=first, with_=partner)
         for test in promising[RETESTS:]:
-            night.notes.append(f"{test.technique.name} not retested (at most {RETESTS} retests a night): "
+            self._notes.append(f"{test.technique.name} not retested (at most {RETESTS} retests a night): "
                                f"{reason_from_verdict(test.verdict)}")
+        return self.result()
 
-    def resume(self, phase: BudgetPhase) -> None:
+    def resume(self, phase: BudgetPhase) -> PhaseResult:
         """Continue, to its cap, each screening A/B an early look stopped to save boots, if ``phase`` has room.
 
         The boot-saving futility stop ends a test on its estimate alone, however wide its interval: at the first
@@ -375,14 +407,14 @@ class Screening:
         """
         night = self.night
         assert night.policy is not None
-        paused = sorted(night.paused, key=lambda p: -(p.verdict.effect or 0.0))
-        night.paused = []
+        paused = sorted(self._paused, key=lambda p: -(p.verdict.effect or 0.0))
+        self._paused = []
         for test in paused:
             night.check()
             if test.incumbent_key != night.incumbent.candidate.key():
                 continue
             if night.budget.allowance(phase) < self._next_look_s(test):
-                night.notes.append(f"no time to continue the test of {test.technique.name} "
+                self._notes.append(f"no time to continue the test of {test.technique.name} "
                                    f"({reason_from_verdict(test.verdict)})")
                 break
             log.info("continuing the A/B of %s: its early look stopped to save boots", test.technique.name)
@@ -400,9 +432,10 @@ class Screening:
                 self._keep(test.technique, test.with_, test.candidate,
                            arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
             elif _unresolved(verdict, night.policy.min_effect):
-                night.unresolved.append(OpenTest(test.index, test.technique, verdict, test.with_))
+                self._unresolved.append(OpenTest(test.index, test.technique, verdict, test.with_))
+        return self.result()
 
-    def extend(self, phase: BudgetPhase) -> None:
+    def extend(self, phase: BudgetPhase) -> PhaseResult:
         """Retest the most promising unresolved technique with the longest test ``phase``'s time allows.
 
         For the end of a night with time nothing else needs (the confirmation phase, when nothing beat the
@@ -414,8 +447,8 @@ class Screening:
         """
         night = self.night
         assert night.policy is not None
-        unresolved = sorted(night.unresolved, key=lambda test: -(test.verdict.effect or 0.0))
-        night.unresolved = []
+        unresolved = sorted(self._unresolved, key=lambda test: -(test.verdict.effect or 0.0))
+        self._unresolved = []
         base = night.policy.looks
         for test in unresolved:
             index, technique, first, with_ = test.index, test.technique, test.verdict, test.with_
@@ -425,12 +458,12 @@ class Screening:
             blocks = (night.budget.allowance(phase) / night.boot_s() - 1) / 2
             factor = min(EXTEND_FACTOR, int(blocks // base[-1]))
             if factor < 1:
-                night.notes.append(f"no time to retest {technique.name} with a longer test "
+                self._notes.append(f"no time to retest {technique.name} with a longer test "
                                    f"({reason_from_verdict(first)})")
                 break
             if (first.p_value is not None and second_stage_level(first.p_value, night.fdr_level())
                     < smallest_level(night.policy.replicates)):
-                night.notes.append(f"{technique.name} not retested: its first test leaves a second no level to be "
+                self._notes.append(f"{technique.name} not retested: its first test leaves a second no level to be "
                                    f"kept at ({reason_from_verdict(first)})")
                 continue
             log.info("retesting %s with a test %d× the night's: the first was inconclusive at %s", technique.name,
@@ -438,6 +471,7 @@ class Screening:
             partner = with_ if with_ not in night.incumbent.techniques else None
             self.screen(index, technique, first=first, with_=partner,
                         looks=tuple(factor * n for n in base) if factor > 1 else None)
+        return self.result()
 
     def _next_look_s(self, test: PausedTest) -> float:
         """Seconds to the look after the one that stopped ``test``, in both arms."""
@@ -570,11 +604,11 @@ class Screening:
         margin = night.policy.non_inferiority_margin if kind is PolicyKind.MEMORY else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
-            night.promising.append(OpenTest(probed.index, technique, verdict, with_))
+            self._promising.append(OpenTest(probed.index, technique, verdict, with_))
         elif first is None and _unresolved(verdict, night.policy.min_effect):
-            night.unresolved.append(OpenTest(probed.index, technique, verdict, with_))
+            self._unresolved.append(OpenTest(probed.index, technique, verdict, with_))
         if first is None and after is None and ab.verdict.futility is Futility.BOOT_SAVING:
-            night.paused.append(PausedTest(index=probed.index, technique=technique, candidate=probed.candidate,
+            self._paused.append(PausedTest(index=probed.index, technique=technique, candidate=probed.candidate,
                                            boots=probed.boots, tag=probed.tag, level=level,
                                            incumbent_key=night.incumbent.candidate.key(), verdict=verdict,
                                            with_=with_))
@@ -589,8 +623,8 @@ class Screening:
     def _keep(self, technique: Technique, with_: str | None, candidate: Candidate, throughput: float | None) -> None:
         """Make ``candidate``, a kept ``technique`` (with ``with_``) stacked on the incumbent, the night's incumbent;
         ``throughput`` is its measured mean."""
-        self.night.incumbent = Incumbent(dict(self.night.incumbent.values), self._stack(technique, with_), candidate,
-                                         throughput)
+        self.night.apply(PhaseResult(incumbent=Incumbent(dict(self.night.incumbent.values),
+                                                         self._stack(technique, with_), candidate, throughput)))
 
     def _base(self, technique: Technique, with_: str | None) -> dict[str, Any]:
         night = self.night

@@ -14,6 +14,8 @@ The flow, under one ``Budget``:
 - **outputs** (report, ``best/``, ledger, ``study.json``) after every decision.
 
 The phases share one ``Night`` (``tuner/flow/night.py``): the incumbent, the booter, the gate's policy, the decisions.
+Each phase's decisions for the night come back as a ``PhaseResult`` that the study applies (``Night.apply``), also
+when the phase's allowance or the budget ends it.
 
 A resumed study (same ``--out``) replays the same decisions: ``CandidateBooter`` reuses every boot whose tag
 already has a record, so nothing finished is booted twice or lost, and the ledger gains nothing twice.
@@ -54,7 +56,7 @@ from elsa_tune.tuner.flow.baseline import BaselineRequest, measure_baseline
 from elsa_tune.tuner.flow.booter import BootPlan
 from elsa_tune.tuner.flow.budget import SIMULATED_CLOCK, WALL_CLOCK, Budget, BudgetPhase
 from elsa_tune.tuner.flow.load import ServerLoad
-from elsa_tune.tuner.flow.night import Incumbent, Night, PhaseOver, StopStudy, StudyClock
+from elsa_tune.tuner.flow.night import Incumbent, Night, PhaseOver, PhaseResult, StopStudy, StudyClock
 from elsa_tune.tuner.flow.preflight import Preflight
 from elsa_tune.tuner.flow.screening import Screening
 from elsa_tune.tuner.flow.signals import Interrupts
@@ -142,14 +144,14 @@ class Study:
         try:
             with self.interrupts:
                 self._phase(BudgetPhase.BASELINE, self._baseline)
-                self._phase(BudgetPhase.SCREENING, Screening(night).run)
+                self._phase(BudgetPhase.SCREENING, self._screening)
                 self._phase(BudgetPhase.SEARCH, self._search)
                 self._phase(BudgetPhase.CONFIRMATION, self._confirmation)
             self.status = StudyStatus.FINISHED
         except StopStudy as stop:
             log.warning("study stopped: %s", stop)
             self.status = StudyStatus.INTERRUPTED if stop.interrupted else StudyStatus.FINISHED
-            night.notes.append(f"stopped early: {stop}")
+            night.apply(PhaseResult(notes=(f"stopped early: {stop}",)))
         except KeyboardInterrupt:
             self.status = StudyStatus.INTERRUPTED
             self._write_final()
@@ -192,7 +194,7 @@ class Study:
             body()
         except PhaseOver as over:
             log.warning("phase %s: %s; moving on", name, over)
-            self.night.notes.append(f"{name}: {over}")
+            self.night.apply(PhaseResult(notes=(f"{name}: {over}",)))
         finally:
             self.phases[-1] = replace(span, ended_at=self._unix(), boots=self.night.booter.boots - before)
             self.budget.end()
@@ -207,10 +209,11 @@ class Study:
             remedy="fix the base flags of the search space", extra_boots=EXTRA_BASELINE_BOOTS,
             noise_context={"runtime": self.pre.fingerprint.describe()}), run_dir=self.store.run_dir,
             fit_pass=self._fit_pass)
-        night.noise = noise = baseline.noise
-        night.incumbent.throughput = baseline.throughput
-        night.policy = policy = baseline.policy(self.space, self.settings, looks=self.settings.looks or self._looks(),
-                                                context_target=night.context_target)
+        noise = baseline.noise
+        policy = baseline.policy(self.space, self.settings, looks=self.settings.looks or self._looks(),
+                                 context_target=night.context_target)
+        night.apply(PhaseResult(noise=noise, policy=policy,
+                                incumbent=replace(night.incumbent, throughput=baseline.throughput)))
         for line in noise.summary_lines():
             log.info("noise: %s", line.removeprefix("- "))
         log.info("gate: looks at %s blocks per arm, noise floor %.1f%%, minimum effect %.1f%%",
@@ -241,7 +244,7 @@ class Study:
         note = (f"the measured pass took {took:.0f} s, not the planned {target:.0f} s: shortened from {current} to "
                 f"{wanted} requests")
         log.info("baseline: %s", note)
-        night.notes.append(note)
+        night.apply(PhaseResult(notes=(note,)))
         return True
 
     def _looks(self) -> tuple[int, ...]:
@@ -255,13 +258,27 @@ class Study:
         looks = sorted({max(2, round(cap / 3)), max(3, round(2 * cap / 3)), max(4, cap)})
         return tuple(looks)
 
+    # ---- screening ----------------------------------------------------------------------------------
+
+    def _screening(self) -> None:
+        screening = Screening(self.night)
+        try:
+            screening.run()
+        finally:        # what it decided before its allowance or the budget ended it stands
+            self.night.apply(screening.result())
+
     # ---- numeric search -----------------------------------------------------------------------------
 
     def _search(self) -> None:
-        Screening(self.night).retest(BudgetPhase.SEARCH)
-        Screening(self.night).continue_unscreened(BudgetPhase.SEARCH)
+        """The retests of promising techniques and the techniques screening had no time for, then the search."""
+        screening = Screening(self.night)
+        try:
+            screening.retest(BudgetPhase.SEARCH)
+            screening.continue_unscreened(BudgetPhase.SEARCH)
+        finally:
+            self.night.apply(screening.result())
         outcome = self.search.run(NightSearch(self.night))
-        self.night.incumbent = outcome.incumbent
+        self.night.apply(PhaseResult(incumbent=outcome.incumbent))
 
     # ---- confirmation -------------------------------------------------------------------------------
 
@@ -276,31 +293,34 @@ class Study:
         """
         night = self.night
         final, baseline = night.incumbent.candidate, night.baseline
-        if final.key() == baseline.key() and (night.promising or night.paused or night.unresolved):
+        if final.key() == baseline.key() and night.open.tests():
             # Nothing to confirm: the phase's time goes to the retests the search had no time for (an A/B against
             # the incumbent, here the baseline, on fresh boots under the night's false-keep control), then to the
             # tests an early look stopped to save boots, continued to their cap; a keep is then confirmed like any
             # winner, as far as the time left allows.
             # until a retest keeps something
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
+            screening = Screening(night)
             try:
-                Screening(night).retest(BudgetPhase.CONFIRMATION)
+                screening.retest(BudgetPhase.CONFIRMATION)
                 if night.incumbent.candidate.key() == baseline.key():
-                    Screening(night).resume(BudgetPhase.CONFIRMATION)
+                    screening.resume(BudgetPhase.CONFIRMATION)
                 if night.incumbent.candidate.key() == baseline.key():
-                    Screening(night).extend(BudgetPhase.CONFIRMATION)
+                    screening.extend(BudgetPhase.CONFIRMATION)
             finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
+                night.apply(screening.result())
                 if night.incumbent.candidate.key() != baseline.key():
                     self._confirmed(ConfirmationStatus.UNCONFIRMED,
                                     "kept by its retest against the baseline; not confirmed since")
             final = night.incumbent.candidate
         if final.key() == baseline.key():
             log.info("confirmation: nothing beat the baseline; the baseline stays")
-            night.notes.append("no candidate beat the baseline: the baseline is the recommendation")
+            night.apply(PhaseResult(notes=("no candidate beat the baseline: the baseline is the recommendation",)))
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             return
         if self.budget.allowance(BudgetPhase.CONFIRMATION) < night.first_look_boots() * night.boot_s():
-            night.notes.append("confirmation skipped: the budget was spent; the winner is recommended unconfirmed")
+            night.apply(PhaseResult(notes=(
+                "confirmation skipped: the budget was spent; the winner is recommended unconfirmed",)))
             self._confirmed(ConfirmationStatus.UNCONFIRMED, "no time was left to confirm it against the baseline")
             return
         # until the A/B says more
@@ -332,8 +352,8 @@ class Study:
         if verdict.decision is Decision.KEEP:
             self._confirmed(ConfirmationStatus.CONFIRMED, decision.result)
         else:
-            night.notes.append(f"the winner is recommended unconfirmed: the confirmation showed no harm but no "
-                               f"demonstrated gain over the baseline ({decision.result})")
+            night.apply(PhaseResult(notes=(f"the winner is recommended unconfirmed: the confirmation showed no harm "
+                                           f"but no demonstrated gain over the baseline ({decision.result})",)))
             self._confirmed(ConfirmationStatus.UNCONFIRMED, decision.result)
         soak_s = min(self.settings.soak_s, 0.03 * self.budget.total_s,
                      max(0.0, self.budget.allowance(BudgetPhase.CONFIRMATION) - night.boot_s()))
@@ -346,7 +366,7 @@ class Study:
                 self._confirmed(ConfirmationStatus.REJECTED, f"the soak failed: {f.kind.value}: {f.summary}")
 
     def _confirmed(self, status: ConfirmationStatus, detail: str) -> None:
-        self.night.confirmation = Confirmation(status, detail)
+        self.night.apply(PhaseResult(confirmation=Confirmation(status, detail)))
 
     def _probe_winner(self, final: Candidate) -> bool:
         """The winner's stress probes and quality gate on this GPU, unless this study already ran them here.
@@ -371,9 +391,9 @@ class Study:
 
     def _recommend_baseline(self, why: str) -> None:
         """The winner did not survive the confirmation: say why, and recommend the baseline."""
-        self.night.notes.append(f"{why}: the baseline is recommended")
         log.warning("%s: the baseline is recommended", why)
-        self.night.incumbent = Incumbent(self.space.baseline_values(), [], self.night.baseline, None)
+        self.night.apply(PhaseResult(notes=(f"{why}: the baseline is recommended",),
+                                     incumbent=Incumbent(self.space.baseline_values(), [], self.night.baseline, None)))
 
     # ---- what the winner's memory techniques bought ----------------------------------------------------
 

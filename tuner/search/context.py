@@ -24,7 +24,7 @@ from elsa_tune.tuner.ab.gate import ABResult, GatePolicy
 from elsa_tune.tuner.flow.booter import BootPlan, BootResult
 from elsa_tune.tuner.flow.budget import BudgetPhase
 from elsa_tune.tuner.flow.memory_model import MemoryModel
-from elsa_tune.tuner.flow.night import Incumbent, Night
+from elsa_tune.tuner.flow.night import Incumbent, Night, PhaseResult
 from elsa_tune.tuner.flow.settings import Settings
 from elsa_tune.tuner.flow.signals import Interrupts
 
@@ -133,7 +133,7 @@ class NightSearch:
         return self._night.decide(decision, trials=trials, ledgered=ledgered)
 
     def keep(self, incumbent: Incumbent) -> None:
-        self._night.incumbent = incumbent
+        self._night.apply(PhaseResult(incumbent=incumbent))
 
     def check(self) -> None:
         self._night.check()
@@ -155,7 +155,7 @@ class NightSearch:
         self._night.clock.advance(seconds)
 
     def note(self, text: str) -> None:
-        self._night.notes.append(text)
+        self._night.apply(PhaseResult(notes=(text,)))
 
     def event(self, line: str) -> None:
         self._night.view.update(last_event=line)
