@@ -14,10 +14,11 @@ from typing import Any
 from elsa_tune.history.fingerprint import Fingerprint
 from elsa_tune.search_spaces.candidate import Candidate
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # schema history: 1 — first version; 2 — the settings, space digest, notes, confirmation and worker are fields
 # (schema 1 kept them in ``extra``; ``StudyRecord.from_dict`` moves them); 3 — the ``--extend`` extensions are a
-# field (schema 2 kept them in ``extra``; ``StudyRecord.from_dict`` moves them).
+# field (schema 2 kept them in ``extra``; ``StudyRecord.from_dict`` moves them); 4 — the clock the budget counts in
+# is a field (schema 3 kept it in ``extra["budget"]["clock"]``; ``StudyRecord.from_dict`` reads it from there).
 
 #: the ``extra`` keys of a schema-1 study record that became fields
 _TYPED_EXTRA = ("settings", "space_digest", "notes", "confirmation", "worker")
@@ -132,7 +133,8 @@ class StudyRecord:
     search space it ran, ``notes`` what the study noted on the way, ``confirmation`` how the confirmation phase
     ended (``None`` before it did), ``worker`` a search worker's own counters (``WorkerStats.to_dict``, its
     ``gpu`` among them) when the record is a worker's, ``extensions`` the ``--extend`` runs that continued it, in
-    order. ``extra`` is an opaque pass-through nobody branches on.
+    order, ``budget_clock`` the clock the budget counts in (``Budget.counts``; ``None`` when not recorded).
+    ``extra`` is an opaque pass-through nobody branches on.
     """
 
     name: str
@@ -161,6 +163,7 @@ class StudyRecord:
     confirmation: Confirmation | None = None
     worker: Mapping[str, Any] | None = None
     extensions: tuple[Extension, ...] = ()
+    budget_clock: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -177,7 +180,7 @@ class StudyRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> StudyRecord:
         """A study record of any schema: one of schema 1 has its settings, digest, notes, confirmation and worker
         moved out of ``extra`` (a confirmation status it never reached, ``""``, reads as ``None``), one of schema 2
-        its extensions."""
+        its extensions, one of schema 3 the clock its budget counted in."""
         version = int(data.get("schema_version", 1))
         if version < 2:
             extra = dict(data.get("extra") or {})
@@ -191,7 +194,12 @@ class StudyRecord:
             extra = dict(data.get("extra") or {})
             data = {**data, "schema_version": SCHEMA_VERSION, "extensions": extra.pop("extensions", None) or (),
                     "extra": extra}
+        if version < 4:
+            budget = (data.get("extra") or {}).get("budget")
+            clock = budget.get("clock") if isinstance(budget, Mapping) else None
+            data = {**data, "schema_version": SCHEMA_VERSION, "budget_clock": clock if isinstance(clock, str) else None}
         kwargs = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        clock = data.get("budget_clock")
         noise, confirmation, worker = data.get("noise"), data.get("confirmation"), data.get("worker")
         kwargs.update(fingerprint=Fingerprint.from_dict(data["fingerprint"]),
                       baseline=Candidate.from_dict(data["baseline"]), incumbent=Candidate.from_dict(data["incumbent"]),
@@ -202,5 +210,6 @@ class StudyRecord:
                       confirmation=Confirmation.from_dict(confirmation) if isinstance(confirmation, Mapping) else None,
                       worker=dict(worker) if isinstance(worker, Mapping) else None,
                       extensions=tuple(Extension.from_dict(e) for e in data.get("extensions") or ()
-                                       if isinstance(e, Mapping)))
+                                       if isinstance(e, Mapping)),
+                      budget_clock=clock if isinstance(clock, str) and clock else None)
         return cls(**kwargs)

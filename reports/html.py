@@ -175,7 +175,7 @@ def _summary(report: Report) -> list[str]:
         rows.append(["time", units.SIMULATED_TIME])
     if study is not None:
         used = units.duration(study.updated_at - study.started_at)
-        rows.insert(1, ["budget", f"{units.duration(study.budget_s)}{units.budget_clock(study.extra)}, used "
+        rows.insert(1, ["budget", f"{units.duration(study.budget_s)}{units.budget_clock(study.budget_clock)}, used "
                                   f"{used}; started {units.when(study.started_at)}"])
         if study.traffic:
             rows.append(["traffic", study.traffic])

@@ -86,7 +86,7 @@ def _summary(report: Report) -> list[str]:
         out.append(f"- **Time:** {units.SIMULATED_TIME}")
     if study is not None:
         used = study.updated_at - study.started_at
-        out.insert(3, f"- **Budget:** {units.duration(study.budget_s)}{units.budget_clock(study.extra)}, used "
+        out.insert(3, f"- **Budget:** {units.duration(study.budget_s)}{units.budget_clock(study.budget_clock)}, used "
                       f"{units.duration(used)}; started {units.when(study.started_at)}")
         if study.traffic:
             out.insert(4, f"- **Traffic:** {text(study.traffic)}")

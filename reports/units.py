@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 MiB = 1024 * 1024
 
@@ -51,11 +50,9 @@ SIMULATED_TIME = ("simulated: every rate and latency is the simulated system's, 
                   "generator reads the simulated server's clock), not a measurement of real hardware")
 
 
-def budget_clock(extra: Mapping[str, Any]) -> str:
+def budget_clock(clock: str | None) -> str:
     """`` (in <clock>)`` when the study recorded which clock its budget counts in (``Budget.counts``), else ``""``."""
-    budget = extra.get("budget")
-    clock = budget.get("clock") if isinstance(budget, Mapping) else None
-    return f" (in {clock})" if isinstance(clock, str) and clock else ""
+    return f" (in {clock})" if clock else ""
 
 
 def simulated(runtime: str | None) -> bool:

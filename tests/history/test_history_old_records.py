@@ -118,7 +118,7 @@ def test_an_old_study_record_reads_its_settings_digest_notes_and_confirmation_in
     old = OLD["study"]
     assert old["schema_version"] == 1
     study = StudyRecord.from_dict(old)
-    assert study.schema_version == STUDY_SCHEMA == 3 and study.extensions == ()
+    assert study.schema_version == STUDY_SCHEMA == 4 and study.extensions == ()
     assert study.confirmation is not None and study.confirmation.status is ConfirmationStatus.CONFIRMED
     assert study.confirmation.detail == old["extra"]["confirmation"]["detail"]
     assert study.settings == old["extra"]["settings"] and study.space_digest == old["extra"]["space_digest"]
@@ -141,14 +141,15 @@ def test_a_schema_5_verdict_reads_its_order_and_schedule_seed_into_fields() -> N
         assert Verdict.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
 
 
-def test_a_schema_2_study_record_reads_its_extensions_into_a_field() -> None:
+def test_a_schema_2_study_record_reads_its_extensions_and_its_budget_clock_into_fields() -> None:
     from elsa_tune.history.study_record import SCHEMA_VERSION as STUDY_SCHEMA
     from elsa_tune.history.study_record import StudyRecord
 
     old = SCHEMA5["study"]
     assert old["schema_version"] == 2
     study = StudyRecord.from_dict(old)
-    assert study.schema_version == STUDY_SCHEMA == 3
+    assert study.schema_version == STUDY_SCHEMA == 4
+    assert study.budget_clock == old["extra"]["budget"]["clock"] == "the simulated system's seconds"
     [extension] = study.extensions
     [recorded] = old["extra"]["extensions"]
     assert extension.from_budget_s == recorded["from_budget_s"] and extension.added_s == recorded["added_s"]

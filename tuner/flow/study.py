@@ -432,7 +432,7 @@ class Study:
         night = self.night
         noise = night.noise.record() if night.noise is not None else None
         extra = {"budget": {"total_s": self.budget.total_s, "spent": dict(self.budget.spent),
-                            "left_s": self.budget.left_s, "clock": self.budget.counts},
+                            "left_s": self.budget.left_s},
                  "memory_model": {"boots": len(night.memory.observations), "loo_error": night.memory.error(),
                                   "prediction_errors": list(night.memory.prediction_errors),
                                   "skipped_candidates": night.memory.skipped},
@@ -443,6 +443,7 @@ class Study:
                              budget_s=self.budget.total_s, status=self.status, phases=tuple(self.phases),
                              noise=noise, traffic=self.settings.traffic, context_target=night.context_target,
                              image=self.settings.image, note="; ".join(night.notes), extra=extra,
+                             budget_clock=self.budget.counts,
                              settings=self.settings.to_dict(), space_digest=self.space.digest,
                              notes=tuple(night.notes), confirmation=night.confirmation,
                              extensions=tuple(self.extensions))
