@@ -213,8 +213,10 @@ class Night:
             policy = replace(policy, level=level, first_stage_guards=first_stage_guards)
         if looks is not None:
             policy = replace(policy, looks=looks)
-        if kind is PolicyKind.MEMORY:   # the margin this test's cap, level and the measured noise can decide
-            policy = replace(policy, non_inferiority_margin=memory_margin(policy))
+        if kind is PolicyKind.MEMORY:
+            # the margin this test's cap, level and the measured noise can decide; the test ends at its cap (its
+            # guardrails at the whole α over the cap's looks) so what waits for its memory is screened in time
+            policy = replace(policy, non_inferiority_margin=memory_margin(policy), guard_extension=0)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)

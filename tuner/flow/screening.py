@@ -567,8 +567,7 @@ class Screening:
                                 boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                                 boots_candidate=probed.boots + tuple(ids[Arm.CANDIDATE]), **base)
         # faster at the interval's low end (a memory technique: no slower than its non-inferiority margin)
-        margin = (verdict.speed_margin if verdict.speed_margin is not None else night.policy.non_inferiority_margin
-                  ) if kind is PolicyKind.MEMORY else 0.0
+        margin = night.policy.non_inferiority_margin if kind is PolicyKind.MEMORY else 0.0
         if (first is None and decision.kept is Kept.INCONCLUSIVE and verdict.ci_low is not None
                 and verdict.ci_low > 1.0 - margin):
             night.promising.append(OpenTest(probed.index, technique, verdict, with_))
