@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-
-import pytest
-from scipy import stats
 
 from elsa_tune.history.decision import DecisionRecord, Kept
-from elsa_tune.history.reasons import pct
 from elsa_tune.history.records import Arm, Phase
 from elsa_tune.history.verdict import Decision, Verdict
 from elsa_tune.search_spaces.space import ReasonCategory
 from elsa_tune.tuner.ab.boot_sample import BootSample, PassMeasurement
 from elsa_tune.tuner.ab.gate import GatePolicy, GuardrailPolicy, decide
-from elsa_tune.tuner.ab.memory_margin import MAX_MARGIN, MIN_MARGIN, memory_margin
 
 NOISE = [0.01, -0.02, 0.015, -0.01, 0.0, 0.02, -0.015, 0.005]
 
@@ -66,42 +60,3 @@ def test_an_undecided_memory_technique_still_names_its_pool_gain() -> None:
                                            ci_high=1.15, p_value=0.01, boots_incumbent=6, boots_candidate=6,
                                            category=ReasonCategory.KEPT))
     assert speed.category is ReasonCategory.KEPT and not speed.result.startswith("pool")
-
-
-def test_the_memory_margin_is_the_smallest_the_cap_can_decide_within_its_bounds() -> None:
-    quiet = GatePolicy(kind="memory", sigma_boot=0.03, sigma_run=0.02, looks=(4, 8, 12), level=0.05,
-                       replicates=4000)
-    margin = memory_margin(quiet)
-    # a truly unchanged speed is shown non-inferior at the cap with the policy's power: log(1 − m) = −(t + t_β)·SE
-    se = math.sqrt(0.03 ** 2 + 0.02 ** 2 / quiet.measured_passes) * math.sqrt(2 / 12)
-    df = 2 * 12 - 2
-    z = stats.t.ppf(1 - quiet.boundaries().nominal_p[-1], df) + stats.t.ppf(quiet.power, df)
-    assert margin == pytest.approx(-math.expm1(-z * se), rel=1e-9)
-    assert MIN_MARGIN < margin < 0.05
-    # a stricter level or a shorter cap needs a wider margin; noisy boots are bounded by the TTFT median margin
-    assert memory_margin(replace(quiet, level=0.01)) > margin
-    assert memory_margin(replace(quiet, looks=(2, 4, 6))) > margin
-    noisy = replace(quiet, sigma_boot=0.10)
-    assert memory_margin(noisy) == pytest.approx(0.10)                  # GuardrailPolicy's TTFT p50 margin 1.10
-    tight = replace(noisy, guardrails=GuardrailPolicy(ttft_p50_margin=1.05))
-    assert memory_margin(tight) == pytest.approx(0.05)
-    assert memory_margin(replace(noisy, guardrails=GuardrailPolicy(ttft_p50_margin=None))) == MAX_MARGIN
-    still = replace(quiet, sigma_boot=0.001, sigma_run=0.001)
-    assert memory_margin(still) == MIN_MARGIN
-
-
-def test_the_ledger_says_what_a_memory_technique_bought_at_the_margin_its_test_ran_at() -> None:
-    noisy = [y * 4 for y in NOISE]                                      # ±8% boots: a −2% margin decides nothing
-    policy = GatePolicy(kind="memory", looks=(8,), replicates=4000, sigma_boot=0.06, sigma_run=0.02,
-                        guardrails=GuardrailPolicy(ttft_p50_margin=None, ttft_p99_margin=None))
-    a = _boots(Arm.INCUMBENT, noisy, 300_144)
-    b = _boots(Arm.CANDIDATE, noisy[::-1], 600_288)
-    fixed = decide(a, b, policy, 1)
-    assert fixed.decision is Decision.INCONCLUSIVE
-    derived = replace(policy, non_inferiority_margin=memory_margin(policy))
-    verdict = decide(a, b, derived, 1)
-    assert verdict.decision is Decision.KEEP and verdict.category is ReasonCategory.KEPT_FOR_MEMORY
-    assert verdict.speed_margin == derived.non_inferiority_margin > 0.02
-    record = DecisionRecord(study="s", number=1, phase=Phase.SCREENING, technique="fp8-kv", verdict=verdict)
-    assert record.result.startswith("pool 300,144 → 600,288 tokens (×2.0), speed 0.0% [−5%, +5%]")
-    assert record.result.endswith(f"over 16 boots, within the margin {pct(1 - derived.non_inferiority_margin)}")

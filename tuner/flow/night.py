@@ -27,7 +27,6 @@ from elsa_tune.search_spaces.space import Technique
 from elsa_tune.traffic.workload import Workload
 from elsa_tune.tuner.ab.dimensioning import NoiseReport
 from elsa_tune.tuner.ab.gate import ABResult, GatePolicy, run_ab
-from elsa_tune.tuner.ab.memory_margin import memory_margin
 from elsa_tune.tuner.ab.multiplicity import OnlineFalseKeepControl
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.flow.booter import ABSampler, BootPlan, BootResult, CandidateBooter
@@ -213,10 +212,6 @@ class Night:
             policy = replace(policy, level=level, first_stage_guards=first_stage_guards)
         if looks is not None:
             policy = replace(policy, looks=looks)
-        if kind is PolicyKind.MEMORY:
-            # the margin this test's cap, level and the measured noise can decide; the test ends at its cap (its
-            # guardrails at the whole α over the cap's looks) so what waits for its memory is screened in time
-            policy = replace(policy, non_inferiority_margin=memory_margin(policy), guard_extension=0)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)
