@@ -49,6 +49,7 @@ class Judged:
     truth: TechniqueTruth
     incumbent_matched: bool
     kind: TechniqueKind = TechniqueKind.SPEED
+    speed_margin: float | None = None     # the speed margin a memory technique's test ran at (its verdict's)
 
     @property
     def right(self) -> bool:
@@ -73,7 +74,7 @@ class Judged:
                 "expected": [c.value for c in t.expected], "right": self.right,
                 "true_ratio": t.ratio, "true_kv_ratio": t.kv_ratio, "quality_damage": list(t.quality_damage),
                 "crashed": t.crashed, "incumbent_matched": self.incumbent_matched, "kind": self.kind.value,
-                "noop": self.noop, "memory_gain": self.memory_gain}
+                "noop": self.noop, "memory_gain": self.memory_gain, "speed_margin": self.speed_margin}
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ def score_study(oracle: Oracle, recommended: Candidate, decisions: Sequence[Deci
                                        with_it)
         category = record.category.value if record.category is not None else None
         judged.append(Judged(record.technique, category, record.kept.value, truth, matched,
-                             space.technique(record.technique).kind))
+                             space.technique(record.technique).kind,
+                             record.verdict.speed_margin if record.verdict is not None else None))
         if record.kept is Kept.YES:
             kept_so_far.extend(t for t in (*partners, record.technique) if t not in kept_so_far)
     return _score(oracle, recommended, judged, best)
