@@ -219,7 +219,7 @@ class Report:
         if self.winner is None:
             rejected = self.confirmation is not None and self.confirmation.kept is Kept.NO
             action = ("Keep the baseline: the winner was rejected against it on fresh boots" if rejected else
-                      "Keep the baseline: no technique or setting beat it"
+                      "Keep the baseline: " + self._nothing_beat_it()
                       + ("" if self.status == "finished" else f" so far (the study is {self.status})"))
             effect = (f"the rejected winner: {self.confirmation.result}" if self.confirmation is not None and rejected
                       else "no change from the baseline")
@@ -239,6 +239,30 @@ class Report:
                         + (" (the study is still running)" if self.status == "running" else ""),
                         f"{ratio} (no confirmation A/B, so no interval)", holds, False, files, changes,
                         self.simulated)
+
+    def open_techniques(self) -> tuple[list[str], list[str]]:
+        """What the study left open: the techniques (and trials) whose last decision was inconclusive, and those it
+        booted but never decided (their phase's time ran out), each in the order the report lists them."""
+        last: dict[str, Kept | None] = {}
+        for row in self.keep_reject:
+            last[row.tried] = row.kept
+        return ([name for name, kept in last.items() if kept is Kept.INCONCLUSIVE],
+                [name for name, kept in last.items() if kept is None])
+
+    def _nothing_beat_it(self) -> str:
+        """Why the baseline stays, without claiming more than the study showed: "no technique or setting beat it"
+        only when nothing was left open; otherwise how many tests ended inconclusive and how many ran out of time."""
+        inconclusive, undecided = self.open_techniques()
+        if not inconclusive and not undecided:
+            return "no technique or setting beat it"
+        parts = []
+        if inconclusive:
+            parts.append(f"{len(inconclusive)} test{_s(inconclusive)} ended inconclusive ({_names(inconclusive)})")
+        if undecided:
+            noun = "" if inconclusive else " test" + _s(undecided)
+            parts.append(f"{len(undecided)}{noun} ran out of time before a decision ({_names(undecided)}; "
+                         "a longer --budget tests them)")
+        return "nothing was shown to beat it, but " + " and ".join(parts)
 
     def summary_line(self) -> str:
         """"winner +10.9% [+6%, +16%] over 6 boots vs baseline" or why there is none."""
@@ -297,6 +321,16 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
                        for b in history.boots if b.failure is not None),
         trials=tuple(sorted([*history.trials, *fleet_trials], key=lambda t: t.number)), trial_gpus=trial_gpus,
         warnings=tuple(warnings), generated_from=str(history.run_dir))
+
+
+def _s(items: Sequence[object]) -> str:
+    return "" if len(items) == 1 else "s"
+
+
+def _names(names: Sequence[str], most: int = 4) -> str:
+    """At most ``most`` names, then how many more."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _span(ids: Sequence[str]) -> str:

@@ -57,6 +57,39 @@ def test_a_technique_booted_without_a_decision_is_listed_with_why(history_templa
     assert "27 boots: 23 measured, 2 booted but not measured, 1 failed a stress probe" in md
 
 
+def test_the_baseline_kept_says_what_was_left_open_not_that_nothing_beat_it(history_template: HistoryBuilder,
+                                                                           tmp_path: Path) -> None:
+    """A night too short for its tests keeps the baseline, and the first line says which tests ended inconclusive
+    and which ran out of time, instead of "no technique or setting beat it" (seen on a real 7-minute night)."""
+    import dataclasses
+
+    from elsa_tune.history.study_record import StudyStatus
+
+    h = copy_history(history_template, tmp_path)
+    study = h.store.read_study()
+    assert study is not None
+    h.store.write_study(dataclasses.replace(study, incumbent=study.baseline, status=StudyStatus.FINISHED))
+    assert build_report(h.run_dir).decision().action.startswith("Keep the baseline: ")
+    h.decision_number = 50
+    h.decide(Phase.SCREENING, "no-mtp", {"disable-mtp": True},
+             verdict=verdict(Decision.INCONCLUSIVE, 1.20, 1.02, 1.41, 6))
+    slow = BASELINE.merged(flags={"enable-two-batch-overlap": True}, label="enable-two-batch-overlap")
+    h.boot(slow, Phase.SCREENING, Arm.CANDIDATE, BootOutcome.MEASURED, values=[150.0, 151.0, 152.0],
+           technique="enable-two-batch-overlap")
+    report = build_report(h.run_dir)
+    inconclusive, undecided = report.open_techniques()
+    assert "no-mtp" in inconclusive and undecided[-1] == "enable-two-batch-overlap"
+    action = report.decision().action
+    assert "no technique or setting beat it" not in action
+    assert action.startswith("Keep the baseline: nothing was shown to beat it, but ")
+    assert "ended inconclusive (" in action and "no-mtp" in action
+    assert f"{len(undecided)} ran out of time before a decision (" in action
+    assert action.endswith(f"and {len(undecided) - 4} more; a longer --budget tests them)" if len(undecided) > 4
+                           else "enable-two-batch-overlap; a longer --budget tests them)")
+    md = write_outputs(h.run_dir, with_plots=False).markdown.read_text()
+    assert "nothing was shown to beat it" in "\n".join(md.splitlines()[:8])
+
+
 def test_markdown_keeps_comparisons_readable_and_markup_inert() -> None:
     assert text("p <0.001, a <b>bold</b> & &amp; R&D") == "p <0.001, a &lt;b&gt;bold&lt;/b&gt; & &amp;amp; R&amp;D"
 
