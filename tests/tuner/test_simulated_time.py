@@ -84,12 +84,14 @@ def _boots(root: Path, *, slow: bool) -> tuple[list[float], float, list[BootOutc
 
 
 def test_the_same_boots_cost_the_same_simulated_seconds_on_an_idle_and_a_busy_host(tmp_path: Path) -> None:
-    idle, idle_wall, idle_outcomes = _boots(tmp_path / "idle", slow=False)
+    idle, _, idle_outcomes = _boots(tmp_path / "idle", slow=False)
     with _busy_host(2):
         busy, busy_wall, busy_outcomes = _boots(tmp_path / "busy", slow=True)
     assert idle_outcomes == busy_outcomes
     assert idle_outcomes[:2] == [BootOutcome.MEASURED] * 2 and idle_outcomes[2] is BootOutcome.BOOT_FAILED
-    assert busy_wall > idle_wall + len(busy) * HOST_PAUSE_S * 0.9        # the host was slower
+    # the host was slower: the busy run's wall time holds its own pause before every launch (compared with the
+    # pauses themselves, not with the idle run's wall time, which another load on the machine can stretch as well)
+    assert busy_wall >= len(busy) * HOST_PAUSE_S
     for quiet, loaded in zip(idle, busy, strict=True):
         assert quiet > 0 and loaded == pytest.approx(quiet, rel=0.03)     # the simulated system was not
     assert idle[2] < idle[0]          # a crash at launch costs its launch and stop, not passes
