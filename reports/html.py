@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from elsa_tune.history.reasons import interval, pct
 from elsa_tune.reports import units
 from elsa_tune.reports.deploy import SIMULATED
-from elsa_tune.reports.model import Report
+from elsa_tune.reports.model import Report, sigma_boot_text
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;
@@ -196,7 +196,7 @@ def _noise(report: Report) -> list[str]:
     if noise is None:
         return [*out, "<p>Not measured: no baseline boot has two or more passes.</p>"]
     rows: list[list[object]] = [
-        ["σ_boot (restart to restart)", units.frac(noise.sigma_boot)],
+        ["σ_boot (restart to restart)", sigma_boot_text(noise)],
         ["σ_run (pass to pass within a boot)", units.frac(noise.sigma_run)],
         ["warm-up: first pass vs steady state (discarded)", units.frac(noise.warmup_bias, signed=True)],
         ["boots / passes per boot", f"{noise.boots} / {noise.passes_per_boot:.1f}"],

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from elsa_tune.history.reasons import interval, pct
 from elsa_tune.reports import units
 from elsa_tune.reports.deploy import SIMULATED
-from elsa_tune.reports.model import Report
+from elsa_tune.reports.model import Report, sigma_boot_text
 
 
 def render_markdown(report: Report) -> str:
@@ -93,7 +93,7 @@ def _summary(report: Report) -> list[str]:
         if study.context_target:
             out.append(f"- **Context target:** {study.context_target:,} tokens")
     if noise is not None:
-        out.append(f"- **Noise:** σ_boot {units.frac(noise.sigma_boot)}, σ_run {units.frac(noise.sigma_run)}")
+        out.append(f"- **Noise:** σ_boot {sigma_boot_text(noise)}, σ_run {units.frac(noise.sigma_run)}")
     out.append("")
     if study is not None and study.phases:
         out += ["| phase | budget | used | boots |", "|---|---|---|---|"]
@@ -148,7 +148,7 @@ def _noise(report: Report) -> list[str]:
         aside = (f" (boot {noise.set_aside_boot + 1} of {noise.boots} set aside as an outlier: "
                  f"{pct(1 + noise.set_aside_off_median)} off the others' median; with it "
                  f"{units.frac(noise.sigma_boot_all)})")
-    out += [f"- σ_boot (restart to restart): {units.frac(noise.sigma_boot)}{aside}",
+    out += [f"- σ_boot (restart to restart): {sigma_boot_text(noise)}{aside}",
             f"- σ_run (pass to pass within a boot): {units.frac(noise.sigma_run)}",
             f"- warm-up: the first pass after a boot reads {units.frac(noise.warmup_bias, signed=True)} vs "
             "steady state (discarded)",

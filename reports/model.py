@@ -357,6 +357,15 @@ def _undecided(history: History, status: str) -> list[KeepRejectRow]:
     return rows
 
 
+def sigma_boot_text(noise: NoiseRecord) -> str:
+    """σ_boot as the report prints it: a 0% estimate says that the boot level did not show above the pass-to-pass
+    noise of the boots it came from (the variance component went negative), not that restarts were seen not to vary."""
+    text = units.frac(noise.sigma_boot)
+    if noise.sigma_boot is not None and noise.sigma_boot <= 0.0 and noise.sigma_run:
+        text += f" (not resolvable above σ_run from {noise.boots} boots: restarts may still vary)"
+    return text
+
+
 def candidate_changes(old: Candidate, new: Candidate) -> list[str]:
     """Flag and environment differences between two candidates, in a stable order."""
     changes: list[str] = []

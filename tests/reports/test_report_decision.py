@@ -132,3 +132,22 @@ def test_best_holds_no_flags_under_another_candidates_verdict(history_template: 
     assert f"# Label: {study.baseline.label} (candidate key {study.baseline.key()})" in header
     assert "confirmed by the gate" not in header and "+11%" not in header, header
     assert "Deploy the winner" not in (h.run_dir / "report.md").read_text()
+
+
+def test_a_zero_sigma_boot_is_reported_as_not_resolvable_not_as_no_restart_noise(history_template: HistoryBuilder,
+                                                                                 tmp_path: Path) -> None:
+    """Four boots whose pass-to-pass noise hides the boot level estimate σ_boot at 0 (seen on a real H100 night whose
+    independent check then read a 7% spread between fresh boots): the report says the estimate did not resolve it."""
+    import dataclasses
+
+    from elsa_tune.reports.model import sigma_boot_text
+
+    h = copy_history(history_template, tmp_path)
+    study = h.store.read_study()
+    assert study is not None and study.noise is not None
+    noise = dataclasses.replace(study.noise, sigma_boot=0.0, sigma_run=0.093, boots=4)
+    assert sigma_boot_text(noise) == "0.0% (not resolvable above σ_run from 4 boots: restarts may still vary)"
+    assert sigma_boot_text(study.noise) == f"{study.noise.sigma_boot * 100:.1f}%"
+    h.store.write_study(dataclasses.replace(study, noise=noise))
+    md = write_outputs(h.run_dir, with_plots=False).markdown.read_text()
+    assert "σ_boot (restart to restart): 0.0% (not resolvable above σ_run from 4 boots" in md
