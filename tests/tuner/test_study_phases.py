@@ -20,7 +20,15 @@ from elsa_tune.tuner.ab.multiplicity import combined_p, second_stage_level
 from elsa_tune.tuner.console import StudyView
 from elsa_tune.tuner.flow.booter import BootPlan
 from elsa_tune.tuner.flow.budget import Budget
-from elsa_tune.tuner.flow.night import Night, OpenTest, OpenWork, PhaseOver, PhaseResult, StudyClock
+from elsa_tune.tuner.flow.night import (
+    Night,
+    OpenTest,
+    OpenWork,
+    PhaseOver,
+    PhaseResult,
+    QueuedTechnique,
+    StudyClock,
+)
 from elsa_tune.tuner.flow.preflight import Preflight, run_preflight
 from elsa_tune.tuner.flow.screening import Screening
 from elsa_tune.tuner.flow.settings import Settings
@@ -442,3 +450,38 @@ def test_a_test_whose_level_the_gate_cannot_calibrate_is_recorded_not_run(tmp_pa
     assert decision.result == decision.verdict.reason
     assert not any(str(b.tag).startswith("screening:fused-qk-norm-rope:ab:")
                    for b in night.store.load().boots)
+
+
+def test_what_the_search_had_no_time_to_test_is_tested_in_the_confirmations_time(tmp_path: Path) -> None:
+    """A technique screened in the search phase whose A/B does not fit in the share it may borrow is left open (a
+    note says where it goes), not dropped; when nothing beat the baseline, the confirmation's time reads its screening
+    boot back (no second probed boot) and runs its A/B. Seen on a real 7-minute H100 night: a draft technique's
+    screening boot read +26% and the night ended without testing it while the confirmation's time went unused."""
+    # ~60 s of search allowance, a boot of a few seconds: the probed boot fits in half of it, the A/B's cap not
+    pre = _preflight(tmp_path, TINY_SPACE, budget_s=80.0)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    index, technique = next((i, t) for i, t in enumerate(night.space.techniques) if t.name == "fused-qk-norm-rope")
+    night.apply(PhaseResult(open=OpenWork(unscreened=(QueuedTechnique(index, technique),))))
+    night.budget.begin("search")
+    screening = Screening(night)
+    with contextlib.suppress(PhaseOver):
+        screening.continue_unscreened("search")
+    night.apply(screening.result())
+    tags = [str(b.tag) for b in night.store.load().boots]
+    assert "screening:fused-qk-norm-rope:probe1" in tags and not any(":ab:" in t for t in tags), tags
+    assert [q.technique.name for q in night.open.unscreened] == ["fused-qk-norm-rope"] and night.open.tests()
+    assert any(n.startswith("search: no time left to screen fused-qk-norm-rope: continued in the confirmation's "
+                            "time") for n in night.notes), night.notes
+
+    night.budget.begin("confirmation")
+    boots_before = night.booter.boots
+    screening = Screening(night)
+    with contextlib.suppress(PhaseOver):
+        screening.continue_unscreened("confirmation", share=1.0)
+    night.apply(screening.result())
+    tags = [str(b.tag) for b in night.store.load().boots]
+    assert tags.count("screening:fused-qk-norm-rope:probe1") == 1        # read back, not booted again
+    assert any(t.startswith("screening:fused-qk-norm-rope:ab:") for t in tags), tags
+    assert night.booter.boots > boots_before and night.open.unscreened == ()

@@ -156,8 +156,8 @@ class OpenWork:
     unresolved: tuple[OpenTest, ...] = ()
 
     def tests(self) -> bool:
-        """Whether any test is left open (promising, paused or unresolved)."""
-        return bool(self.promising or self.paused or self.unresolved)
+        """Whether any test is left open (promising, paused or unresolved) or any technique is left unscreened."""
+        return bool(self.promising or self.paused or self.unresolved or self.unscreened)
 
 
 @dataclass(frozen=True)

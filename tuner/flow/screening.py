@@ -169,19 +169,21 @@ class Screening:
         self._screen_all(todo, BudgetPhase.SCREENING)
         return self.result()
 
-    def continue_unscreened(self, phase: BudgetPhase) -> PhaseResult:
-        """Screen the techniques screening had no time for, in ``phase``'s time (up to half of its allowance).
+    def continue_unscreened(self, phase: BudgetPhase, *, share: float = 0.5) -> PhaseResult:
+        """Screen the techniques screening had no time for, in ``share`` of ``phase``'s allowance.
 
         Techniques change a configuration more than a flag value does, so the numeric search tunes around an
         incumbent that has had every technique tried; the list's order must not decide which are tried at all.
-        A technique that lacked memory and has not yet been retried with more pool is retried here too.
+        A technique that lacked memory and has not yet been retried with more pool is retried here too. What the
+        search phase has no time for is left open again; when nothing beat the baseline, the confirmation's time
+        (``share`` 1) screens and tests it: a screened technique's recorded boot is read back, not booted again.
         """
         todo, self._unscreened = self._unscreened, []
         if not todo and not self._lacking:
             return self.result()
         log.info("screening continues in the %s phase: %d techniques were not reached, %d wait for more memory",
                  phase, len(todo), len(self._lacking))
-        self._screen_all(todo, phase, share=0.5)
+        self._screen_all(todo, phase, share=share)
         return self.result()
 
     def _screen_all(self, todo: list[QueuedTechnique], phase: BudgetPhase, *, share: float = 1.0) -> None:
@@ -294,10 +296,13 @@ class Screening:
             return True
         names = ", ".join(dict.fromkeys(t.name for t in left))
         log.warning("%s out of time: %s not tried", phase, names)
-        if phase == BudgetPhase.SCREENING and carry:
+        if phase in (BudgetPhase.SCREENING, BudgetPhase.SEARCH) and carry:
             index = {t.name: i for i, t in enumerate(night.space.techniques)}
             self._unscreened = [QueuedTechnique(index[t.name], t) for t in dict((t.name, t) for t in left).values()]
-            self._notes.append(f"screening ran out of time before {names}: continued in the search phase")
+            self._notes.append(f"screening ran out of time before {names}: continued in the search phase"
+                               if phase == BudgetPhase.SCREENING else
+                               f"{phase}: no time left to screen {names}: continued in the confirmation's time if "
+                               "nothing beats the baseline")
         elif phase == BudgetPhase.SCREENING:
             self._notes.append(f"screening ran out of time before retrying {names} with more memory: "
                                f"retried in the search phase")
@@ -356,6 +361,8 @@ class Screening:
         if phase == BudgetPhase.SCREENING:
             names = {p.technique.name for p in survivors}
             self._unscreened = [q for q in self._unscreened if q.technique.name in names]
+        else:
+            self._unscreened = [q for q in self._unscreened if q.technique.name != probed.technique.name]
 
     @staticmethod
     def _lacked_memory(decision: DecisionRecord, technique: Technique) -> bool:

@@ -288,21 +288,25 @@ class Study:
         Only evidence of harm takes a winner back: a crash or failed probe, a failed quality gate, a guardrail
         confidently worse, or an interval wholly below the baseline's speed. An A/B that ends without a verdict
         (its cap, or the budget) leaves the winner recommended as *unconfirmed*, with what the boots showed. When
-        nothing beat the baseline, the phase first runs the retests the search phase had no time for, then continues
-        the tests an early look stopped to save boots (``Screening.resume``).
+        nothing beat the baseline, the phase first runs the retests the search phase had no time for, then screens and
+        tests what the search phase left unscreened (``Screening.continue_unscreened``), then continues the tests an
+        early look stopped to save boots (``Screening.resume``).
         """
         night = self.night
         final, baseline = night.incumbent.candidate, night.baseline
         if final.key() == baseline.key() and night.open.tests():
             # Nothing to confirm: the phase's time goes to the retests the search had no time for (an A/B against
             # the incumbent, here the baseline, on fresh boots under the night's false-keep control), then to the
-            # tests an early look stopped to save boots, continued to their cap; a keep is then confirmed like any
-            # winner, as far as the time left allows.
+            # techniques the search phase had no time to screen or test, then to the tests an early look stopped to
+            # save boots, continued to their cap; a keep is then confirmed like any winner, as far as the time left
+            # allows.
             # until a retest keeps something
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             screening = Screening(night)
             try:
                 screening.retest(BudgetPhase.CONFIRMATION)
+                if night.incumbent.candidate.key() == baseline.key():
+                    screening.continue_unscreened(BudgetPhase.CONFIRMATION, share=1.0)
                 if night.incumbent.candidate.key() == baseline.key():
                     screening.resume(BudgetPhase.CONFIRMATION)
                 if night.incumbent.candidate.key() == baseline.key():
