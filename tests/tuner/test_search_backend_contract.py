@@ -132,7 +132,7 @@ def test_the_context_numbers_adopted_decisions_after_the_nights_and_hands_a_keep
     started = night.incumbent
     kept = replace(started, throughput=123.0)
     ctx.keep(kept)
-    assert night.incumbent is kept and ctx.incumbent is started
+    assert night.incumbent is kept and ctx.setup.incumbent is started
     night.policy = None
     with pytest.raises(RuntimeError, match="gate policy"):
         NightSearch(night)

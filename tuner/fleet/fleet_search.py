@@ -147,9 +147,9 @@ class FleetSearch:
     # ---- the phase -------------------------------------------------------------------------------------
 
     def run(self, ctx: SearchContext) -> SearchOutcome:
-        if not ctx.space.parameters:
-            return SearchOutcome(ctx.incumbent, (), 0)
-        run_dir = ctx.store.run_dir.resolve()
+        if not ctx.setup.space.parameters:
+            return SearchOutcome(ctx.setup.incumbent, (), 0)
+        run_dir = ctx.setup.store.run_dir.resolve()
         fleet = FleetLog.read(run_dir)
         charged = fleet.spent_s()
         if charged:
@@ -157,13 +157,13 @@ class FleetSearch:
             log.info("search on %d GPUs: %.0f s spent by earlier starts of the workers charged to the budget",
                      len(self.gpus), charged)
         # What earlier starts decided is adopted even when no time is left to start again.
-        if not fleet.finished and not ctx.interrupts.requested:
+        if not fleet.finished and not ctx.setup.interrupts.requested:
             alive = fleet.wait_for_children(2 * self.stop_grace_s + 10.0)
             if alive:
                 log.warning("search: workers of an earlier start (pids %s) still run; starting anyway",
                             ", ".join(map(str, alive)))
             allowance = ctx.allowance_s()
-            needed = (ctx.settings.baseline_boots + 1) * ctx.boot_s()
+            needed = (ctx.setup.settings.baseline_boots + 1) * ctx.boot_s()
             if allowance < needed:
                 log.info("search: %.0f s left, less than a worker's baseline and one trial (%.0f s)", allowance, needed)
                 ctx.note(f"search on GPUs {', '.join(self.gpus)} not started: {allowance:.0f} s left")
@@ -186,12 +186,13 @@ class FleetSearch:
                                                                         for w in workers))
             fleet.write()
 
-        argv = worker_argv(ctx.settings, storage=f"sqlite:///{run_dir / FLEET_DB}", study=ctx.name, out=run_dir,
-                           budget=budget, techniques=ctx.incumbent.techniques, looks=ctx.policy.looks,
-                           ledger=str(ctx.store.ledger.backend.source), heartbeat_s=self.heartbeat_s,
+        argv = worker_argv(ctx.setup.settings, storage=f"sqlite:///{run_dir / FLEET_DB}", study=ctx.setup.name,
+                           out=run_dir,
+                           budget=budget, techniques=ctx.setup.incumbent.techniques, looks=ctx.setup.policy.looks,
+                           ledger=str(ctx.setup.store.ledger.backend.source), heartbeat_s=self.heartbeat_s,
                            grace_s=self.grace_s, verbose=self.verbose)
         pool = WorkerPool(self.gpus, argv, log_dir=run_dir / "logs", timeout_s=budget_s + 2 * boot_s + 60.0,
-                          stop_grace_s=self.stop_grace_s, interrupts=ctx.interrupts, on_started=started)
+                          stop_grace_s=self.stop_grace_s, interrupts=ctx.setup.interrupts, on_started=started)
         ctx.event(f"search on GPUs {', '.join(self.gpus)}: one worker each")
         log.info("search: %d workers (GPUs %s), %.0f s each, storage %s", len(self.gpus), ", ".join(self.gpus),
                  budget_s, run_dir / FLEET_DB)
@@ -202,7 +203,7 @@ class FleetSearch:
                 logs = ", ".join(str(w.log_path) for w in pool.workers if w.process.returncode)
                 ctx.note(f"search: a worker exited with {code} (logs: {logs or run_dir / 'logs'})")
                 log.warning("search: a worker exited with %d; see %s", code, logs or run_dir / "logs")
-            outcome = "interrupted" if ctx.interrupts.requested else "finished"
+            outcome = "interrupted" if ctx.setup.interrupts.requested else "finished"
         finally:
             fleet.starts[-1] = replace(fleet.starts[-1], ended_at=time.time(), outcome=outcome)
             fleet.write()
@@ -224,11 +225,11 @@ class FleetSearch:
             found += [(d.decided_at, index, d.number, gpu, d) for d in files.decisions()]
         decisions = [ctx.decide(replace(decision, technique=f"{decision.technique} (GPU {gpu})"), ledgered=True)
                      for _, _, _, gpu, decision in sorted(found, key=lambda f: f[:3])]
-        incumbent = ctx.incumbent
-        shared = self._shared_incumbent(run_dir, ctx.name)
+        incumbent = ctx.setup.incumbent
+        shared = self._shared_incumbent(run_dir, ctx.setup.name)
         if shared is not None and shared[0] != incumbent.candidate.key():
             key, values, trial = shared
-            candidate = ctx.space.candidate(values, list(incumbent.techniques),
+            candidate = ctx.setup.space.candidate(values, list(incumbent.techniques),
                                               label=f"trial-{trial}" if trial is not None else "incumbent")
             if candidate.key() != key:
                 log.warning("search: the shared incumbent %s rebuilds as %s; keeping it as given", key, candidate.key())

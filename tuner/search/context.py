@@ -1,17 +1,18 @@
 """``SearchContext``: what a search backend may see of and do to its study; ``NightSearch`` is a night's.
 
-A backend does not get the ``Night``: it gets the incumbent to start from (read it, do not change it), the gate's
-policy and the baseline's noise, the study's identity (name, settings, space, store, context target) and the
-actions of the phase. It boots and A/Bs through ``boot``/``ab``, records its decisions through ``decide`` (numbered,
-stored, ledgered; a decision a worker already put in the ledger with ``ledgered=True``), makes a keep the night's
-incumbent through ``keep`` as soon as it is decided, so a phase cut short leaves it right, and charges the clock
-through ``charge_recorded`` (a killed run's boots it will not replay) and ``charge_s``. ``check`` raises
-``StopStudy``/``PhaseOver`` between boots; a backend lets them through.
+A backend does not get the ``Night``: it gets what it reads as one frozen ``SearchSetup`` (the incumbent to start
+from, the gate's policy and the baseline's noise, the study's identity: name, settings, space, store, context
+target) and the actions of the phase. It boots and A/Bs through ``boot``/``ab``, records its decisions through
+``decide`` (numbered, stored, ledgered; a decision a worker already put in the ledger with ``ledgered=True``), makes
+a keep the night's incumbent through ``keep`` as soon as it is decided, so a phase cut short leaves it right, and
+charges the clock through ``charge_recorded`` (a killed run's boots it will not replay) and ``charge_s``. ``check``
+raises ``StopStudy``/``PhaseOver`` between boots; a backend lets them through.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from elsa_tune.history.decision import DecisionRecord
@@ -29,40 +30,33 @@ from elsa_tune.tuner.flow.settings import Settings
 from elsa_tune.tuner.flow.signals import Interrupts
 
 
+@dataclass(frozen=True)
+class SearchSetup:
+    """What a search reads of its study, fixed for the phase: its identity (name, settings, space, store, context
+    target), the incumbent the phase started from (read it, do not change it: a keep goes through
+    ``SearchContext.keep``), the gate's policy and the baseline's noise, the memory model and the interrupts."""
+
+    name: str
+    settings: Settings
+    space: SearchSpace
+    store: StudyStore
+    context_target: int | None
+    incumbent: Incumbent
+    policy: GatePolicy
+    noise: NoiseReport | None
+    memory: MemoryModel
+    interrupts: Interrupts
+
+    def first_look_boots(self) -> int:
+        """Boots the gate needs to reach its first look (both arms)."""
+        return 2 * self.policy.looks[0]
+
+
 class SearchContext(Protocol):
-    """The search phase's view of one study: what it reads, and what it may do."""
+    """The search phase's view of one study: what it reads (``setup``), and what it may do."""
 
     @property
-    def name(self) -> str: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def space(self) -> SearchSpace: ...
-
-    @property
-    def store(self) -> StudyStore: ...
-
-    @property
-    def context_target(self) -> int | None: ...
-
-    @property
-    def incumbent(self) -> Incumbent:
-        """The incumbent the phase started from."""
-        ...
-
-    @property
-    def policy(self) -> GatePolicy: ...
-
-    @property
-    def noise(self) -> NoiseReport | None: ...
-
-    @property
-    def memory(self) -> MemoryModel: ...
-
-    @property
-    def interrupts(self) -> Interrupts: ...
+    def setup(self) -> SearchSetup: ...
 
     def boot(self, plan: BootPlan) -> BootResult: ...
 
@@ -87,8 +81,6 @@ class SearchContext(Protocol):
         ...
 
     def boot_s(self) -> float: ...
-
-    def first_look_boots(self) -> int: ...
 
     def charge_recorded(self, phase: Phase) -> float: ...
 
@@ -115,11 +107,9 @@ class NightSearch:
         if night.policy is None:
             raise RuntimeError("the search phase needs the gate policy the baseline sets")
         self._night = night
-        self.name, self.settings, self.space, self.store = night.name, night.settings, night.space, night.store
-        self.context_target = night.context_target
-        self.incumbent: Incumbent = night.incumbent
-        self.policy: GatePolicy = night.policy
-        self.noise, self.memory, self.interrupts = night.noise, night.memory, night.interrupts
+        self.setup = SearchSetup(name=night.name, settings=night.settings, space=night.space, store=night.store,
+                                 context_target=night.context_target, incumbent=night.incumbent, policy=night.policy,
+                                 noise=night.noise, memory=night.memory, interrupts=night.interrupts)
 
     def boot(self, plan: BootPlan) -> BootResult:
         return self._night.boot(plan)
@@ -143,10 +133,6 @@ class NightSearch:
 
     def boot_s(self) -> float:
         return self._night.boot_s()
-
-    def first_look_boots(self) -> int:
-        """Boots the gate needs to reach its first look (both arms)."""
-        return 2 * self.policy.looks[0]
 
     def charge_recorded(self, phase: Phase) -> float:
         return self._night.charge_recorded(phase)

@@ -1,6 +1,6 @@
 """The numeric search phase: Optuna trials around the incumbent, and promotion of a winner through the A/B gate.
 
-``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.incumbent`` (``tuner/search/context.py``) and
+``SearchBackend`` is the seam: ``run(ctx)`` searches around ``ctx.setup.incumbent`` (``tuner/search/context.py``) and
 returns the incumbent it ends with and the decisions it recorded. ``LocalSearch`` is the single-GPU backend: a sweep
 that boots the incumbent's values and each of its one-parameter moves once, then A/Bs the moves whose boot beat the
 incumbent by more than the boot noise (``sweep_reference``), fastest first, then an ask/tell loop of
@@ -47,13 +47,13 @@ class SearchOutcome:
 
 
 class SearchBackend(Protocol):
-    """Runs the numeric search phase of one study around ``ctx.incumbent``.
+    """Runs the numeric search phase of one study around ``ctx.setup.incumbent``.
 
     A backend boots through ``ctx.boot``/``ctx.ab``, records every decision through ``ctx.decide`` (with
     ``ledgered=True`` for a decision a worker already put in the ledger), calls ``ctx.check()`` between boots (it raises
     ``StopStudy``/``PhaseOver``, which a backend lets through), hands every keep to ``ctx.keep`` as it promotes,
     so a phase cut short leaves the night's incumbent right, and on resume charges the budget with recorded boots
-    it will not replay (``ctx.charge_recorded``). It returns the incumbent it ended with: ``ctx.incumbent`` or the
+    it will not replay (``ctx.charge_recorded``). It returns the incumbent it ended with: ``ctx.setup.incumbent`` or the
     candidate of one of its KEEP decisions.
     """
 
@@ -87,22 +87,23 @@ class LocalSearch:
     """
 
     def run(self, ctx: SearchContext) -> SearchOutcome:
-        if not ctx.space.parameters:
-            return SearchOutcome(ctx.incumbent, (), 0)
-        incumbent = ctx.incumbent
+        if not ctx.setup.space.parameters:
+            return SearchOutcome(ctx.setup.incumbent, (), 0)
+        incumbent = ctx.setup.incumbent
         # Finished trials are not asked again on resume, so their boots are never replayed: charge them now.
         ctx.charge_recorded(Phase.SEARCH)
-        ctx.memory.add_boots(ctx.store.load().boots)
-        search = NumericSearch(ctx.space, ctx.store, study_name=ctx.name, seed=ctx.settings.seed,
+        ctx.setup.memory.add_boots(ctx.setup.store.load().boots)
+        setup = ctx.setup
+        search = NumericSearch(setup.space, setup.store, study_name=setup.name, seed=setup.settings.seed,
                                techniques=incumbent.techniques)
-        moves = search.around(incumbent.values, seed=ctx.settings.seed)
-        search.enqueue_around(incumbent.values, seed=ctx.settings.seed)
+        moves = search.around(incumbent.values, seed=ctx.setup.settings.seed)
+        search.enqueue_around(incumbent.values, seed=ctx.setup.settings.seed)
         measured = known_results(search)
-        sigma = ctx.noise.sigma_boot if ctx.noise else 0.1
+        sigma = ctx.setup.noise.sigma_boot if ctx.setup.noise else 0.1
         swept = search.study.user_attrs.get(SWEEP_ATTR)
         if not isinstance(swept, int):
             reserve = (1.0 - SWEEP_SHARE) * ctx.allowance_s()
-            while search.trials_done() < min(len(moves), ctx.settings.max_trials):
+            while search.trials_done() < min(len(moves), ctx.setup.settings.max_trials):
                 ctx.check()
                 if ctx.allowance_s() < max(reserve, ctx.boot_s()):
                     log.info("search: the sweep stops after %d trials to leave time for its A/Bs",
@@ -112,11 +113,11 @@ class LocalSearch:
             swept = search.trials_done()
             search.study.set_user_attr(SWEEP_ATTR, swept)
         # the sweep's boots and, on resume, the A/B boots a killed run recorded, by tag
-        boots = {b.tag: b for b in ctx.store.load().boots if b.phase is Phase.SEARCH and b.tag is not None}
+        boots = {b.tag: b for b in ctx.setup.store.load().boots if b.phase is Phase.SEARCH and b.tag is not None}
         decisions, incumbent = promote_sweep(ctx, search, incumbent, swept, sigma, boots)
         replayed, incumbent = replay_finished(ctx, search, incumbent, boots, after=swept)
         decisions += replayed
-        while search.trials_done() < ctx.settings.max_trials:
+        while search.trials_done() < ctx.setup.settings.max_trials:
             ctx.check()
             if ctx.allowance_s() < ctx.boot_s():
                 log.info("search: allowance spent after %d trials", search.trials_done())
@@ -125,7 +126,7 @@ class LocalSearch:
             if (booted is not None and incumbent.throughput
                     and booted.candidate.key() != incumbent.candidate.key()
                     and math.log(booted.throughput / incumbent.throughput) > sigma
-                    and ctx.allowance_s() > ctx.first_look_boots() * ctx.boot_s()):
+                    and ctx.allowance_s() > ctx.setup.first_look_boots() * ctx.boot_s()):
                 decision, incumbent = promote(ctx, incumbent, booted.candidate, booted.values, booted.number)
                 decisions.append(decision)
         return SearchOutcome(incumbent, tuple(decisions), search.trials_done())
@@ -147,12 +148,12 @@ def next_trial(ctx: SearchContext, search: NumericSearch, measured: dict[str, li
         values = measured[key]
         search.tell(proposal, values, constraint=0.0 if values else 1.0)
         return None
-    trial = boot_trial(ctx.boot, ctx.memory, search, proposal, candidate, tag=f"search:{number}", space=ctx.space,
-                       context_target=ctx.context_target)
+    trial = boot_trial(ctx.boot, ctx.setup.memory, search, proposal, candidate, tag=f"search:{number}",
+                       space=ctx.setup.space, context_target=ctx.setup.context_target)
     prediction, result = trial.prediction, trial.result
     if result is None:
         log.info("trial %d skipped without a boot: predicted KV pool %s < target %s (model error %.1f%%)",
-                 number, f"{prediction.kv_tokens:,.0f}", f"{ctx.context_target:,}",
+                 number, f"{prediction.kv_tokens:,.0f}", f"{ctx.setup.context_target:,}",
                  100 * (prediction.relative_error or 0.0))
         return None
     measured[key] = trial.values
@@ -256,16 +257,16 @@ def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumben
     start = dict(incumbent.values)
     moved: set[str] = set()
     decisions: list[DecisionRecord] = []
-    for winner in swept_winners(search, incumbent, swept, sigma, boots, ctx.space.baseline()):
+    for winner in swept_winners(search, incumbent, swept, sigma, boots, ctx.setup.space.baseline()):
         change = {k: v for k, v in winner.values.items() if start.get(k) != v}
         if not change or moved & set(change):
             continue
-        if ctx.allowance_s() <= ctx.first_look_boots() * ctx.boot_s():
+        if ctx.allowance_s() <= ctx.setup.first_look_boots() * ctx.boot_s():
             log.info("search: no time left to A/B the sweep's next winner (trial %d)", winner.number)
             break
         values = {**incumbent.values, **change}
         try:
-            candidate = ctx.space.candidate(values, list(incumbent.techniques), label=f"trial-{winner.number}")
+            candidate = ctx.setup.space.candidate(values, list(incumbent.techniques), label=f"trial-{winner.number}")
         except (RuleViolation, DerivationError) as exc:
             log.info("trial %d's move does not apply to the incumbent: %s", winner.number, exc)
             continue
@@ -339,7 +340,7 @@ def promote(ctx: SearchContext, incumbent: Incumbent, candidate: Candidate, valu
                      seed=1000 + number, trial=number)
     # Not in the night's false-keep family: a search keep is a step of the search, and the final incumbent
     # must still beat the original baseline on fresh boots in the confirmation A/B before it is recommended.
-    decision = search_decision(ab, ids, study=ctx.name, number=0, technique=f"search trial {number}",
+    decision = search_decision(ab, ids, study=ctx.setup.name, number=0, technique=f"search trial {number}",
                                incumbent=incumbent.candidate, candidate=candidate)
     recorded = ctx.decide(decision, trials=(number,))
     if recorded.kept is Kept.YES:
