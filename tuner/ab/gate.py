@@ -170,6 +170,10 @@ class GatePolicy:
             raise ValueError(f"guard_extension must be ≥ 0 blocks, got {self.guard_extension}")
         self.design()  # validates looks, alpha, shape, analysis
 
+    def first_look_boots(self) -> int:
+        """Boots the gate needs to reach its first look (both arms)."""
+        return 2 * self.looks[0]
+
     def design(self) -> Design:
         return Design(looks=self.looks, alpha=self.efficacy_level, shape=self.shape, analysis=self.analysis,
                       sigma_boot=self.sigma_boot, sigma_run=self.sigma_run, measured_passes=self.measured_passes,

@@ -186,10 +186,10 @@ class FleetSearch:
                                                                         for w in workers))
             fleet.write()
 
-        argv = worker_argv(ctx.setup.settings, storage=f"sqlite:///{run_dir / FLEET_DB}", study=ctx.setup.name,
-                           out=run_dir,
-                           budget=budget, techniques=ctx.setup.incumbent.techniques, looks=ctx.setup.policy.looks,
-                           ledger=str(ctx.setup.store.ledger.backend.source), heartbeat_s=self.heartbeat_s,
+        setup = ctx.setup
+        argv = worker_argv(setup.settings, storage=f"sqlite:///{run_dir / FLEET_DB}", study=setup.name, out=run_dir,
+                           budget=budget, techniques=setup.incumbent.techniques, looks=setup.policy.looks,
+                           ledger=str(setup.store.ledger.backend.source), heartbeat_s=self.heartbeat_s,
                            grace_s=self.grace_s, verbose=self.verbose)
         pool = WorkerPool(self.gpus, argv, log_dir=run_dir / "logs", timeout_s=budget_s + 2 * boot_s + 60.0,
                           stop_grace_s=self.stop_grace_s, interrupts=ctx.setup.interrupts, on_started=started)

@@ -332,7 +332,7 @@ class Night:
 
     def first_look_boots(self) -> int:
         """Boots the gate needs to reach its first look (both arms)."""
-        return 2 * (self.policy.looks[0] if self.policy else 4)
+        return (self.policy or GatePolicy()).first_look_boots()
 
     # ---- the booter's hooks ---------------------------------------------------------------------------
 

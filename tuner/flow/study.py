@@ -31,6 +31,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from elsa_tune.errors import HistoryError, StudyError
@@ -304,13 +305,13 @@ class Study:
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             screening = Screening(night)
             try:
-                screening.retest(BudgetPhase.CONFIRMATION)
-                if night.incumbent.candidate.key() == baseline.key():
-                    screening.continue_unscreened(BudgetPhase.CONFIRMATION, share=1.0)
-                if night.incumbent.candidate.key() == baseline.key():
-                    screening.resume(BudgetPhase.CONFIRMATION)
-                if night.incumbent.candidate.key() == baseline.key():
-                    screening.extend(BudgetPhase.CONFIRMATION)
+                steps: tuple[Callable[[BudgetPhase], PhaseResult], ...] = (
+                    screening.retest, partial(screening.continue_unscreened, share=1.0), screening.resume,
+                    screening.extend)
+                for step in steps:       # each while nothing beat the baseline
+                    if night.incumbent.candidate.key() != baseline.key():
+                        break
+                    step(BudgetPhase.CONFIRMATION)
             finally:       # the budget may end with the retest: a keep is then a winner no A/B has confirmed yet
                 night.apply(screening.result())
                 if night.incumbent.candidate.key() != baseline.key():

@@ -47,10 +47,6 @@ class SearchSetup:
     memory: MemoryModel
     interrupts: Interrupts
 
-    def first_look_boots(self) -> int:
-        """Boots the gate needs to reach its first look (both arms)."""
-        return 2 * self.policy.looks[0]
-
 
 class SearchContext(Protocol):
     """The search phase's view of one study: what it reads (``setup``), and what it may do."""

@@ -87,23 +87,23 @@ class LocalSearch:
     """
 
     def run(self, ctx: SearchContext) -> SearchOutcome:
-        if not ctx.setup.space.parameters:
-            return SearchOutcome(ctx.setup.incumbent, (), 0)
-        incumbent = ctx.setup.incumbent
+        setup = ctx.setup
+        if not setup.space.parameters:
+            return SearchOutcome(setup.incumbent, (), 0)
+        incumbent = setup.incumbent
         # Finished trials are not asked again on resume, so their boots are never replayed: charge them now.
         ctx.charge_recorded(Phase.SEARCH)
-        ctx.setup.memory.add_boots(ctx.setup.store.load().boots)
-        setup = ctx.setup
+        setup.memory.add_boots(setup.store.load().boots)
         search = NumericSearch(setup.space, setup.store, study_name=setup.name, seed=setup.settings.seed,
                                techniques=incumbent.techniques)
-        moves = search.around(incumbent.values, seed=ctx.setup.settings.seed)
-        search.enqueue_around(incumbent.values, seed=ctx.setup.settings.seed)
+        moves = search.around(incumbent.values, seed=setup.settings.seed)
+        search.enqueue_around(incumbent.values, seed=setup.settings.seed)
         measured = known_results(search)
-        sigma = ctx.setup.noise.sigma_boot if ctx.setup.noise else 0.1
+        sigma = setup.noise.sigma_boot if setup.noise else 0.1
         swept = search.study.user_attrs.get(SWEEP_ATTR)
         if not isinstance(swept, int):
             reserve = (1.0 - SWEEP_SHARE) * ctx.allowance_s()
-            while search.trials_done() < min(len(moves), ctx.setup.settings.max_trials):
+            while search.trials_done() < min(len(moves), setup.settings.max_trials):
                 ctx.check()
                 if ctx.allowance_s() < max(reserve, ctx.boot_s()):
                     log.info("search: the sweep stops after %d trials to leave time for its A/Bs",
@@ -113,11 +113,11 @@ class LocalSearch:
             swept = search.trials_done()
             search.study.set_user_attr(SWEEP_ATTR, swept)
         # the sweep's boots and, on resume, the A/B boots a killed run recorded, by tag
-        boots = {b.tag: b for b in ctx.setup.store.load().boots if b.phase is Phase.SEARCH and b.tag is not None}
+        boots = {b.tag: b for b in setup.store.load().boots if b.phase is Phase.SEARCH and b.tag is not None}
         decisions, incumbent = promote_sweep(ctx, search, incumbent, swept, sigma, boots)
         replayed, incumbent = replay_finished(ctx, search, incumbent, boots, after=swept)
         decisions += replayed
-        while search.trials_done() < ctx.setup.settings.max_trials:
+        while search.trials_done() < setup.settings.max_trials:
             ctx.check()
             if ctx.allowance_s() < ctx.boot_s():
                 log.info("search: allowance spent after %d trials", search.trials_done())
@@ -126,7 +126,7 @@ class LocalSearch:
             if (booted is not None and incumbent.throughput
                     and booted.candidate.key() != incumbent.candidate.key()
                     and math.log(booted.throughput / incumbent.throughput) > sigma
-                    and ctx.allowance_s() > ctx.setup.first_look_boots() * ctx.boot_s()):
+                    and ctx.allowance_s() > setup.policy.first_look_boots() * ctx.boot_s()):
                 decision, incumbent = promote(ctx, incumbent, booted.candidate, booted.values, booted.number)
                 decisions.append(decision)
         return SearchOutcome(incumbent, tuple(decisions), search.trials_done())
@@ -261,7 +261,7 @@ def promote_sweep(ctx: SearchContext, search: NumericSearch, incumbent: Incumben
         change = {k: v for k, v in winner.values.items() if start.get(k) != v}
         if not change or moved & set(change):
             continue
-        if ctx.allowance_s() <= ctx.setup.first_look_boots() * ctx.boot_s():
+        if ctx.allowance_s() <= ctx.setup.policy.first_look_boots() * ctx.boot_s():
             log.info("search: no time left to A/B the sweep's next winner (trial %d)", winner.number)
             break
         values = {**incumbent.values, **change}
