@@ -30,6 +30,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from scipy import stats
@@ -105,10 +106,11 @@ def _unresolved(verdict: Verdict, min_effect: float) -> bool:
             and verdict.ci_high is not None and verdict.ci_high >= 1.0 + min_effect)
 
 
-def _priority(probed: _Probed) -> tuple[int, float]:
-    """Memory techniques first (they free what others need), then the largest screening estimate."""
+def _priority(probed: _Probed, *, memory_first: bool) -> tuple[int, float]:
+    """The A/B order: memory techniques first while a technique waits for the memory they free (``memory_first``),
+    after the speed techniques otherwise; within each group the largest screening estimate first."""
     memory = probed.technique.kind is TechniqueKind.MEMORY
-    return (0 if memory else 1, -(probed.estimate if probed.estimate is not None else 1.0))
+    return (0 if memory is memory_first else 1, -(probed.estimate if probed.estimate is not None else 1.0))
 
 
 class Screening:
@@ -191,9 +193,11 @@ class Screening:
 
         1. Every technique gets its probed screening boot: a crash, OOM, hang, silent ignore, quality regression,
            a pool below the context target, no memory gain or a boot far below the incumbent ends it there.
-        2. The survivors go through the A/B gate, memory techniques first (they free what others need), then by
-           their screening boot's throughput against the incumbent, the most promising first: the list's order
-           never decides which technique the time runs out on.
+        2. The survivors go through the A/B gate by their screening boot's throughput against the incumbent, the
+           most promising first: the list's order never decides which technique the time runs out on. Memory
+           techniques go first while a technique waits for the memory they free (it lacked memory at its screening
+           boot), after the speed techniques otherwise: a pool gain nothing needs yet buys no throughput, and its
+           test's boots are better spent on a speed technique when the night is short or slow.
 
         A technique rejected for want of memory (context drop, OOM) is screened once more as soon as a memory
         technique's A/B ends: on the larger pool when it was kept, as one change together with it when it grew the
@@ -218,7 +222,7 @@ class Screening:
                 elif probed is not None and self._lacked_memory(probed, technique) \
                         and technique.name not in {q.technique.name for q in self._lacking}:
                     self._lacking.append(QueuedTechnique(index, technique))
-            survivors.sort(key=_priority)
+            survivors.sort(key=partial(_priority, memory_first=bool(self._lacking or self._freeing)))
             if self._freeing:         # a pair waiting from an earlier phase: its partner is known already
                 self._retry_lacking(phase, floor, share, with_=self._freeing)
             while survivors:
