@@ -151,3 +151,26 @@ def test_a_zero_sigma_boot_is_reported_as_not_resolvable_not_as_no_restart_noise
     h.store.write_study(dataclasses.replace(study, noise=noise))
     md = write_outputs(h.run_dir, with_plots=False).markdown.read_text()
     assert "σ_boot (restart to restart): 0.0% (not resolvable above σ_run from 4 boots" in md
+
+
+def test_a_winner_kept_by_an_ab_against_the_baseline_itself_is_headed_with_that_ab(history_template: HistoryBuilder,
+                                                                                 tmp_path: Path) -> None:
+    """A winner no confirmation A/B followed (a search move or a retest decided in the confirmation's time) whose own
+    keep was an A/B against the baseline is headed with that A/B's interval, not as an undecided winner."""
+    import json
+
+    from elsa_tune.history.decision import DecisionRecord
+
+    h = copy_history(history_template, tmp_path)
+    for path in (h.run_dir / "decisions").glob("*.json"):
+        if json.loads(path.read_text()).get("phase") == "confirmation":
+            path.unlink()
+    assert build_report(h.run_dir).decision().action.startswith("Not decided yet")
+    h.store.record_decision(DecisionRecord(
+        study="s", number=60, phase=Phase.SEARCH, technique="search trial 4", flags_delta=dict(WINNER.flags),
+        verdict=verdict(Decision.KEEP, 1.18, 1.13, 1.22, 4), incumbent_key=BASELINE.key(), candidate_key=WINNER.key()))
+    decision = build_report(h.run_dir).decision()
+    assert decision.action.startswith("Deploy the winner with care: an A/B against the baseline kept it")
+    assert decision.effect == ("output tok/s +18% [+13%, +22%] over 8 boots against the baseline (the A/B that kept "
+                               "it, decision 60)")
+    assert decision.deploy and decision.holds == "the winner (winner)"
