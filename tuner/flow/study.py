@@ -300,27 +300,26 @@ class Study:
         Only evidence of harm takes a winner back: a crash or failed probe, a failed quality gate, a guardrail
         confidently worse, or an interval wholly below the baseline's speed. An A/B that ends without a verdict
         (its cap, or the budget) leaves the winner recommended as *unconfirmed*, with what the boots showed. When
-        nothing beat the baseline, the phase first decides the search's moves no A/B decided
-        (``Screening.test_moves``: an A/B cut short is the test closest to deciding), then runs the retests the search
-        phase had no time for, then screens and tests what the search phase left unscreened
-        (``Screening.continue_unscreened``), then continues the tests an early look stopped to save boots
+        nothing beat the baseline, the phase first runs the retests the search phase had no time for, then screens and
+        tests what the search phase left unscreened (``Screening.continue_unscreened``), then decides the search's
+        moves no A/B decided (``Screening.test_moves``), then continues the tests an early look stopped to save boots
         (``Screening.resume``).
         """
         night = self.night
         final, baseline = night.incumbent.candidate, night.baseline
         if final.key() == baseline.key() and night.open.tests():
-            # Nothing to confirm: the phase's time goes to the search's moves no A/B decided (an A/B cut short
-            # continues from its recorded boots), then to the retests the search had no time for (an A/B against the
-            # incumbent, here the baseline, on fresh boots under the night's false-keep control), then to the
-            # techniques the search phase had no time to screen or test, then to the tests an early look stopped to
-            # save boots, continued to their cap; a keep is then confirmed like any winner, as far as the time left
+            # Nothing to confirm: the phase's time goes to the retests the search had no time for (an A/B against
+            # the incumbent, here the baseline, on fresh boots under the night's false-keep control), then to the
+            # techniques the search phase had no time to screen or test, then to the search's moves no A/B decided
+            # (an A/B cut short continues from its recorded boots), then to the tests an early look stopped to save
+            # boots, continued to their cap; a keep is then confirmed like any winner, as far as the time left
             # allows.
             # until a retest keeps something
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             screening = Screening(night)
             try:
                 steps: tuple[Callable[[BudgetPhase], PhaseResult], ...] = (
-                    screening.test_moves, screening.retest, partial(screening.continue_unscreened, share=1.0),
+                    screening.retest, partial(screening.continue_unscreened, share=1.0), screening.test_moves,
                     screening.resume, screening.extend)
                 for step in steps:       # each while nothing beat the baseline
                     if night.incumbent.candidate.key() != baseline.key():
