@@ -87,12 +87,6 @@ def one_boot_test(ratio: float, sigma_boot: float, boots: int) -> tuple[float, t
     return float(stats.t.sf(t_stat, df=boots - 1)), (math.exp(math.log(ratio) - half), math.exp(math.log(ratio) + half))
 
 
-def two_boot_p(ratio: float, sigma_boot: float, boots: int) -> float:
-    """The one-sided p that a boot reading ``ratio`` × one other boot of the incumbent (booted just before it) is no
-    faster: log(ratio) / (σ·√2) on Student's t with ``boots`` − 1 degrees of freedom (σ from ``boots`` boots)."""
-    return float(stats.t.sf(math.log(ratio) / (sigma_boot * math.sqrt(2.0)), df=boots - 1))
-
-
 @dataclass(frozen=True)
 class _Probed:
     """A technique that survived its probed screening boot, waiting for the A/B gate."""
@@ -339,10 +333,9 @@ class Screening:
         The test is the prediction test of one new boot against the incumbent's: the log ratio of the screening
         boot to the incumbent's mean, over σ_boot·√(1 + 1/n), read on Student's t with n − 1 degrees of freedom
         (n the baseline boots σ_boot came from), one-sided, at the level the night's false-keep control gives the
-        next test; the boot must also read faster than the incumbent's latest boot before it (``_and_latest``). It
-        spends a test of that control whatever it decides; a keep stacks into the incumbent. Only the first survivor
-        is tested: the others' screening boots were on the incumbent as it was, and a keep changes it. A memory
-        technique (a non-inferiority question) or a survivor without an estimate is not tested so.
+        next test. It spends a test of that control whatever it decides; a keep stacks into the incumbent. Only the
+        first survivor is tested: the others' screening boots were on the incumbent as it was, and a keep changes
+        it. A memory technique (a non-inferiority question) or a survivor without an estimate is not tested so.
         """
         night = self.night
         probed = next((p for p in survivors if p.technique.kind is not TechniqueKind.MEMORY
@@ -357,13 +350,11 @@ class Screening:
         if level < smallest_level(policy.replicates):
             return
         p_value, (ci_low, ci_high) = one_boot_test(probed.estimate, sigma, n)
-        p_value, latest = self._and_latest(p_value, probed.boots[-1] if probed.boots else None, sigma, n)
         keep = p_value <= level
         verdict = Verdict(
             decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
             reason=(f"no A/B fits in the night: its screening boot {pct(probed.estimate)} against the incumbent's "
-                    f"{n} boots{latest}, p = {p_value:.2g} at level {level:.2g} (TTFT guardrails not tested on one "
-                    "boot)"),
+                    f"{n} boots, p = {p_value:.2g} at level {level:.2g} (TTFT guardrails not tested on one boot)"),
             effect=probed.estimate, ci_low=ci_low, ci_high=ci_high, p_value=p_value, boots_incumbent=n,
             boots_candidate=1, category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True)
         verdict = night.fdr.review(verdict)
@@ -452,9 +443,8 @@ class Screening:
 
     def _one_boot_move(self, move: OpenMove) -> None:
         """Decide ``move`` from its search boot, when no A/B fits in the night: ``one_boot_test`` against the baseline's
-        boots at the night's next level, and against the baseline's latest boot before it (``_and_latest``), its p
-        multiplied by the number of moves the search booted (the move is the best of them, and the best of many boots
-        is high by chance). A boot whose TTFT p50 or p99 is over the space's
+        boots at the night's next level, its p multiplied by the number of moves the search booted (the move is the
+        best of them, and the best of many boots is high by chance). A boot whose TTFT p50 or p99 is over the space's
         margin of the baseline's median is not kept; the TTFT is not otherwise tested on one boot."""
         night = self.night
         noise, policy, base = night.noise, night.policy, night.incumbent.throughput
@@ -462,15 +452,14 @@ class Screening:
             return
         ratio, n = move.throughput / base, noise.boots
         p_value, (ci_low, ci_high) = one_boot_test(ratio, policy.sigma_boot, n)
-        p_value, latest = self._and_latest(p_value, move.boot_id, policy.sigma_boot, n)
         p_selected = min(1.0, p_value * move.among)
         level = night.fdr_level()
         over = self._ttft_over(move.boot_id)
         keep = p_selected <= level and not over
         verdict = night.fdr.review(Verdict(
             decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
-            reason=(f"no A/B fits in the night: its search boot {pct(ratio)} against the baseline's {n} boots"
-                    f"{latest}, p = {p_value:.2g} × {move.among} moves booted = {p_selected:.2g} at level {level:.2g}"
+            reason=(f"no A/B fits in the night: its search boot {pct(ratio)} against the baseline's {n} boots, "
+                    f"p = {p_value:.2g} × {move.among} moves booted = {p_selected:.2g} at level {level:.2g}"
                     + (f"; its {over}" if over else " (TTFT guardrails not tested on one boot)")),
             effect=ratio, ci_low=ci_low, ci_high=ci_high, p_value=p_selected, boots_incumbent=n, boots_candidate=1,
             category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True))
@@ -483,24 +472,6 @@ class Screening:
                  decision.kept.value)
         if decision.kept is Kept.YES:
             self._keep_move(move, move.throughput)
-
-    def _and_latest(self, p_mean: float, boot_id: str | None, sigma: float, n: int) -> tuple[float, str]:
-        """A one-boot test's p against the incumbent's mean, and against the incumbent's latest boot before
-        ``boot_id`` as well (both must show the gain: the larger p), so that a drift since the incumbent's first boots
-        does not make one boot read as a gain; and the words naming that boot ("" when there is none)."""
-        night = self.night
-        boots = night.store.load().boots
-        at = next((i for i, b in enumerate(boots) if b.boot_id == boot_id), None)
-        if at is None or not boots[at].throughput_tok_s:
-            return p_mean, ""
-        key = night.incumbent.candidate.key()
-        latest = next((b for b in reversed(boots[:at]) if b.candidate.key() == key and b.throughput_tok_s), None)
-        if latest is None or not latest.throughput_tok_s:
-            return p_mean, ""
-        ratio = boots[at].throughput_tok_s / latest.throughput_tok_s
-        p_latest = two_boot_p(ratio, sigma, n) if ratio > 0 else 1.0
-        words = f" and {pct(ratio)} against its latest boot ({latest.boot_id}, p = {p_latest:.2g})"
-        return max(p_mean, p_latest), words
 
     def _ttft_over(self, boot_id: str) -> str:
         """Which TTFT of boot ``boot_id`` is over the space's margin of the baseline boots' median ("" when none)."""
