@@ -359,14 +359,19 @@ def _span(ids: Sequence[str]) -> str:
 
 
 def _undecided(history: History, status: str) -> list[KeepRejectRow]:
-    """Techniques the study booted that no decision names, each with the reason it has none."""
+    """Techniques the study booted that no decision names or judged (a search trial's A/B boots carry the trial's
+    label, its decision the words "search trial N": the candidate tells them apart), each with the reason it has
+    none."""
     decided = {d.technique for d in history.decisions}
+    judged = {d.candidate_key for d in history.decisions if d.candidate_key}
     booted: dict[str, list[BootRecord]] = {}
     for b in history.boots:
         if b.technique and b.technique not in decided and b.phase is not Phase.CONFIRMATION:
             booted.setdefault(b.technique, []).append(b)
     rows = []
     for technique, boots in booted.items():
+        if any(b.arm is Arm.CANDIDATE and b.candidate.key() in judged for b in boots):
+            continue
         outcomes = ", ".join(f"{n} {OUTCOME_WORDS[o]}" for o in OUTCOME_WORDS
                              if (n := sum(1 for b in boots if b.outcome is o)))
         why = ("its A/B is still running" if status == "running"
