@@ -207,6 +207,11 @@ class BootRecord:
         values = sorted(v for v in (_nested(m, "ttft_s", "p50") for m in self.measurements[1:]) if v is not None)
         return values[len(values) // 2] if values else None
 
+    def ttft_p99_s(self) -> float | None:
+        """Median of the steady passes' TTFT p99 (``None`` when no pass reported one)."""
+        values = sorted(v for v in (_nested(m, "ttft_s", "p99") for m in self.measurements[1:]) if v is not None)
+        return values[len(values) // 2] if values else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version, "study": self.study, "boot_id": self.boot_id,

@@ -172,6 +172,9 @@ class Report:
     generated_from: str
     #: A study that searched on several GPUs (``tune --gpu 0,1``): trial number → the GPU that measured it.
     trial_gpus: Mapping[int, str] = field(default_factory=dict)
+    #: The A/B that kept the winner against the baseline itself (a retest or a search move decided in the
+    #: confirmation's time), when no confirmation A/B followed it.
+    kept_against_baseline: DecisionRecord | None = None
 
     @property
     def winner_ratio(self) -> float | None:
@@ -234,6 +237,12 @@ class Report:
             return Decision("The winner is unconfirmed: on fresh boots it showed no harm against the baseline, but "
                             "the gate did not demonstrate its gain; best/ holds it, and keeping the baseline is the "
                             "cautious choice", effect, holds, False, files, changes, self.simulated)
+        kept = self.kept_against_baseline
+        if kept is not None and kept.verdict is not None:
+            return Decision("Deploy the winner with care: an A/B against the baseline kept it under the night's "
+                            "false-keep control, but no time was left to confirm it on fresh boots",
+                            f"output tok/s {effect_text(kept.verdict)} against the baseline (the A/B that kept it, "
+                            f"decision {kept.number})", holds, True, files, changes, self.simulated)
         ratio = f"{pct(self.winner_ratio)} on per-boot means" if self.winner_ratio is not None else "not measured"
         return Decision("Not decided yet: the winner has not been confirmed against the baseline"
                         + (" (the study is still running)" if self.status == "running" else ""),
@@ -320,7 +329,19 @@ def build_report(run_dir: str | Path, *, ledger: Ledger | None = None) -> Report
         failures=tuple((b.boot_id, _failure_text(b), b.failure.evidence if b.failure else ())
                        for b in history.boots if b.failure is not None),
         trials=tuple(sorted([*history.trials, *fleet_trials], key=lambda t: t.number)), trial_gpus=trial_gpus,
-        warnings=tuple(warnings), generated_from=str(history.run_dir))
+        warnings=tuple(warnings), generated_from=str(history.run_dir),
+        kept_against_baseline=_kept_against_baseline(history, baseline_c, winner_c if winner is not None else None,
+                                                     confirmation))
+
+
+def _kept_against_baseline(history: History, baseline: Candidate | None, winner: Candidate | None,
+                           confirmation: DecisionRecord | None) -> DecisionRecord | None:
+    """The last A/B that kept ``winner`` against ``baseline`` itself, when no confirmation A/B judged the winner."""
+    if baseline is None or winner is None or confirmation is not None:
+        return None
+    return next((d for d in reversed(history.decisions)
+                 if d.kept is Kept.YES and d.verdict is not None and d.incumbent_key == baseline.key()
+                 and d.candidate_key == winner.key()), None)
 
 
 def _s(items: Sequence[object]) -> str:
@@ -338,14 +359,19 @@ def _span(ids: Sequence[str]) -> str:
 
 
 def _undecided(history: History, status: str) -> list[KeepRejectRow]:
-    """Techniques the study booted that no decision names, each with the reason it has none."""
+    """Techniques the study booted that no decision names or judged (a search trial's A/B boots carry the trial's
+    label, its decision the words "search trial N": the candidate tells them apart), each with the reason it has
+    none."""
     decided = {d.technique for d in history.decisions}
+    judged = {d.candidate_key for d in history.decisions if d.candidate_key}
     booted: dict[str, list[BootRecord]] = {}
     for b in history.boots:
         if b.technique and b.technique not in decided and b.phase is not Phase.CONFIRMATION:
             booted.setdefault(b.technique, []).append(b)
     rows = []
     for technique, boots in booted.items():
+        if any(b.arm is Arm.CANDIDATE and b.candidate.key() in judged for b in boots):
+            continue
         outcomes = ", ".join(f"{n} {OUTCOME_WORDS[o]}" for o in OUTCOME_WORDS
                              if (n := sum(1 for b in boots if b.outcome is o)))
         why = ("its A/B is still running" if status == "running"

@@ -151,3 +151,49 @@ def test_a_zero_sigma_boot_is_reported_as_not_resolvable_not_as_no_restart_noise
     h.store.write_study(dataclasses.replace(study, noise=noise))
     md = write_outputs(h.run_dir, with_plots=False).markdown.read_text()
     assert "σ_boot (restart to restart): 0.0% (not resolvable above σ_run from 4 boots" in md
+
+
+def test_a_winner_kept_by_an_ab_against_the_baseline_itself_is_headed_with_that_ab(history_template: HistoryBuilder,
+                                                                                 tmp_path: Path) -> None:
+    """A winner no confirmation A/B followed (a search move or a retest decided in the confirmation's time) whose own
+    keep was an A/B against the baseline is headed with that A/B's interval, not as an undecided winner."""
+    import json
+
+    from elsa_tune.history.decision import DecisionRecord
+
+    h = copy_history(history_template, tmp_path)
+    for path in (h.run_dir / "decisions").glob("*.json"):
+        if json.loads(path.read_text()).get("phase") == "confirmation":
+            path.unlink()
+    assert build_report(h.run_dir).decision().action.startswith("Not decided yet")
+    h.store.record_decision(DecisionRecord(
+        study="s", number=60, phase=Phase.SEARCH, technique="search trial 4", flags_delta=dict(WINNER.flags),
+        verdict=verdict(Decision.KEEP, 1.18, 1.13, 1.22, 4), incumbent_key=BASELINE.key(), candidate_key=WINNER.key()))
+    decision = build_report(h.run_dir).decision()
+    assert decision.action.startswith("Deploy the winner with care: an A/B against the baseline kept it")
+    assert decision.effect == ("output tok/s +18% [+13%, +22%] over 8 boots against the baseline (the A/B that kept "
+                               "it, decision 60)")
+    assert decision.deploy and decision.holds == "the winner (winner)"
+
+
+def test_a_search_trial_decided_under_its_trial_words_is_not_listed_as_undecided(history_template: HistoryBuilder,
+                                                                                  tmp_path: Path) -> None:
+    """A search trial's A/B boots carry its label ("trial-4") and its decision the words "search trial 4": the
+    decision judged those boots' candidate, so no "no decision" row is added for them; a trial no decision judged
+    still gets one."""
+    from elsa_tune.history.decision import DecisionRecord
+
+    h = copy_history(history_template, tmp_path)
+    moved = BASELINE.merged(flags={"max-running-requests": 12}, label="trial-4")
+    other = BASELINE.merged(flags={"max-running-requests": 16}, label="trial-5")
+    for candidate in (moved, other):
+        for arm, booted in ((Arm.CANDIDATE, candidate), (Arm.INCUMBENT, BASELINE)):   # its A/B's two arms
+            h.boot(booted, Phase.SEARCH, arm, BootOutcome.MEASURED, values=[150.0, 151.0, 152.0],
+                   technique=candidate.label)
+    h.store.record_decision(DecisionRecord(
+        study="s", number=61, phase=Phase.SEARCH, technique="search trial 4", flags_delta={"max-running-requests": 12},
+        verdict=verdict(Decision.REJECT, 0.98, 0.9, 1.05, 4), incumbent_key=BASELINE.key(),
+        candidate_key=moved.key()))
+    rows = {r.tried: r for r in build_report(h.run_dir).keep_reject}
+    assert "trial-4" not in rows and rows["search trial 4"].kept is not None
+    assert rows["trial-5"].kept is None and rows["trial-5"].result.startswith("no decision")

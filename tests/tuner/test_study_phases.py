@@ -486,3 +486,145 @@ def test_what_the_search_had_no_time_to_test_is_tested_in_the_confirmations_time
     assert tags.count("screening:fused-qk-norm-rope:probe1") == 1        # read back, not booted again
     assert any(t.startswith("screening:fused-qk-norm-rope:ab:") for t in tags), tags
     assert night.booter.boots > boots_before and night.open.unscreened == ()
+
+
+def _booted_moves(night: Night, pre: Preflight) -> list[int]:
+    """Boot the baseline's values and two one-parameter moves as search trials (told to the search), as the sweep
+    does; returns the moves' trial numbers."""
+    from elsa_tune.tuner.search.optuna_search import NumericSearch
+    from elsa_tune.tuner.search.phase import boot_trial
+
+    search = NumericSearch(pre.space, night.store, study_name=night.name, seed=1)
+    base = pre.space.baseline_values()
+    search.study.enqueue_trial(base)
+    search.study.enqueue_trial({**base, "max-running-requests": 3})
+    search.study.enqueue_trial({**base, "max-running-requests": 1})
+    numbers = []
+    for _ in range(3):
+        proposal = search.ask()
+        assert proposal.candidate is not None
+        number = proposal.trial.number
+        boot_trial(night.boot, night.memory, search, proposal,
+                   replace(proposal.candidate, label=f"trial-{number}"), tag=f"search:{number}",
+                   space=pre.space, context_target=night.context_target)
+        numbers.append(number)
+    return numbers[1:]
+
+
+def test_the_searchs_undecided_moves_are_those_that_beat_the_baseline_on_their_boot_and_no_decision_judged(
+        tmp_path: Path) -> None:
+    """What the search leaves to the confirmation's time: each move whose boot beat the baseline by more than σ_boot
+    (never the baseline's own values), best first, with the number of moves booted; a move a decision judged is
+    not left again."""
+    from elsa_tune.tuner.search.phase import undecided_moves
+
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.policy = GatePolicy()
+    night.apply(PhaseResult(incumbent=replace(night.incumbent, throughput=1.0)))    # every measured boot beats it
+    night.budget.begin("search")
+    moves = _booted_moves(night, pre)
+    left = undecided_moves(NightSearch(night).setup)
+    assert sorted(m.number for m in left) == sorted(moves)
+    assert [m.throughput for m in left] == sorted((m.throughput for m in left), reverse=True)
+    assert all(m.among == 2 and m.candidate.key() != night.baseline.key() for m in left)
+    boots = {b.boot_id: b for b in night.store.load().boots}
+    assert all(boots[m.boot_id].tag == f"search:{m.number}" for m in left)
+
+    judged = left[0]
+    night.decide(DecisionRecord(study=night.name, number=0, phase=Phase.SEARCH, technique=f"search trial "
+                                f"{judged.number}", incumbent_key=night.baseline.key(),
+                                candidate_key=judged.candidate.key()))
+    assert [m.number for m in undecided_moves(NightSearch(night).setup)] == [m.number for m in left[1:]]
+
+    night.apply(PhaseResult(incumbent=replace(night.incumbent, throughput=1e9)))    # no boot beats this one
+    assert undecided_moves(NightSearch(night).setup) == ()
+
+
+def test_a_search_move_left_undecided_is_decided_in_the_confirmations_time(tmp_path: Path) -> None:
+    """The move's A/B continues under the night's false-keep control (a keep here is not confirmed again), its
+    boots tagged as the search's so a cut-short A/B reads its recorded boots back; its decision is the search
+    trial's."""
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000)
+    night.apply(PhaseResult(incumbent=replace(night.incumbent, throughput=1.0)))
+    night.budget.begin("search")
+    _booted_moves(night, pre)
+    from elsa_tune.tuner.search.phase import undecided_moves
+
+    moves = undecided_moves(NightSearch(night).setup)
+    night.apply(PhaseResult(open=OpenWork(moves=moves)))
+    assert night.open.tests()
+    tests_before = night.fdr.tests
+    night.budget.begin("confirmation")
+    screening = Screening(night)
+    with contextlib.suppress(PhaseOver):
+        screening.test_moves("confirmation")
+    night.apply(screening.result())
+    decisions = night.store.load().decisions
+    first = moves[0]
+    mine = [d for d in decisions if d.technique == f"search trial {first.number}"]
+    assert len(mine) == 1 and mine[0].phase is Phase.SEARCH and mine[0].incumbent_key == night.baseline.key()
+    assert mine[0].verdict is not None and mine[0].verdict.night_control is not None      # the family's level
+    assert night.fdr.tests > tests_before
+    assert all(str(b).startswith("search:") for b in
+               [r.tag for r in night.store.load().boots if r.boot_id in (*mine[0].boots_candidate,
+                                                                          *mine[0].boots_incumbent)])
+    if mine[0].kept is Kept.YES:
+        assert night.incumbent.candidate.key() == first.candidate.key() and night.open.moves == ()
+
+
+def test_a_move_without_time_for_an_ab_is_decided_from_its_boot_against_the_moves_booted(tmp_path: Path) -> None:
+    """With no room for the A/B's first look, the best move is decided by the one-boot prediction test, its p
+    multiplied by the moves the search booted; a boot far above the baseline's noise is kept, one within it is
+    not."""
+    import numpy as np
+
+    from elsa_tune.tuner.ab.dimensioning import dimension_passes
+    from elsa_tune.tuner.flow.night import OpenMove
+
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    for i in range(4):
+        night.boot(BootPlan(tag=f"baseline:{i}", candidate=night.baseline, phase=Phase.BASELINE, probes=i == 0))
+    night.policy = GatePolicy(sigma_boot=0.05, looks=(2, 3), replicates=2000)
+    night.noise = replace(dimension_passes(np.asarray([[100.0, 101.0, 99.0]] * 4)), sigma_boot=0.05, boots=4)
+    night.apply(PhaseResult(incumbent=replace(night.incumbent, throughput=100.0)))
+    night.budget.begin("search")
+    moved = pre.space.candidate({**pre.space.baseline_values(), "max-running-requests": 3}, [], label="trial-4")
+    boot = night.boot(BootPlan(tag="search:4", candidate=moved, phase=Phase.SEARCH, trial_number=4, probes=True))
+    for throughput, kept in ((101.0, Kept.INCONCLUSIVE), (160.0, Kept.YES)):
+        move = OpenMove(4, {**pre.space.baseline_values(), "max-running-requests": 3}, moved, throughput, 6,
+                        boot.record.boot_id)
+        night.apply(PhaseResult(open=OpenWork(moves=(move,))))
+        night.budget.begin("confirmation")
+        night.budget.total_s = night.budget.elapsed_s + 1.0       # no room for a first look
+        screening = Screening(night)
+        screening.test_moves("confirmation")
+        night.apply(screening.result())
+        decision = night.store.load().decisions[-1]
+        assert decision.technique == "search trial 4" and decision.kept is kept, decision.result
+        assert "× 6 moves booted" in decision.result and decision.boots_candidate == (boot.record.boot_id,)
+
+
+def test_memory_techniques_are_tested_first_only_while_a_technique_waits_for_the_memory_they_free(
+        tmp_path: Path, memory_space: Path) -> None:
+    """The A/B order: the most promising screening boot first; memory techniques ahead of speed techniques only while
+    a technique rejected for want of memory waits for them, after them otherwise (a pool gain nothing needs yet buys no
+    throughput, and its test would hold a short night's boots)."""
+    from elsa_tune.tuner.flow.screening import _priority, _Probed
+
+    night = _night(_preflight(tmp_path, memory_space))
+    by_name = {t.name: (i, t) for i, t in enumerate(night.space.techniques)}
+
+    def probed(name: str, estimate: float) -> _Probed:
+        index, technique = by_name[name]
+        return _Probed(index, technique, night.baseline, (), None, None, f"screening:{name}", estimate)
+
+    speed = [t.name for t in night.space.techniques if t.kind is TechniqueKind.SPEED][:2]
+    survivors = [probed(speed[0], 1.02), probed("larger-static-pool", 1.10), probed(speed[1], 1.05)]
+    order = [p.technique.name for p in sorted(survivors, key=lambda p: _priority(p, memory_first=False))]
+    assert order == [speed[1], speed[0], "larger-static-pool"]
+    order = [p.technique.name for p in sorted(survivors, key=lambda p: _priority(p, memory_first=True))]
+    assert order == ["larger-static-pool", speed[1], speed[0]]

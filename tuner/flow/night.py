@@ -135,6 +135,21 @@ class PausedTest:
 
 
 @dataclass(frozen=True)
+class OpenMove:
+    """A numeric search move whose one boot beat the baseline by more than the boot noise and that no A/B decided
+    (the search phase ran out of time first): its trial number, values and candidate, that boot's throughput, how
+    many moves the search booted (``among``: the move was the best of those, which a one-boot test corrects for) and
+    that boot's id."""
+
+    number: int
+    values: dict[str, Any]
+    candidate: Candidate
+    throughput: float
+    among: int
+    boot_id: str
+
+
+@dataclass(frozen=True)
 class OpenWork:
     """What the phases so far left for a later one to screen or test.
 
@@ -145,7 +160,9 @@ class OpenWork:
     ``paused``: screening A/Bs an early look stopped to save boots while their interval still reached the minimum
     worthwhile gain (continued to their cap with time nothing else needs); ``unresolved``: first tests left
     inconclusive with a positive estimate and an interval that still reaches the minimum worthwhile gain, though not
-    shown faster (a longer retest if the night ends with time nothing else needs).
+    shown faster (a longer retest if the night ends with time nothing else needs); ``moves``: the search's moves
+    that beat the baseline on their boot and that no A/B decided, best first (decided in the confirmation's time when
+    nothing beat the baseline).
     """
 
     unscreened: tuple[QueuedTechnique, ...] = ()
@@ -154,10 +171,12 @@ class OpenWork:
     promising: tuple[OpenTest, ...] = ()
     paused: tuple[PausedTest, ...] = ()
     unresolved: tuple[OpenTest, ...] = ()
+    moves: tuple[OpenMove, ...] = ()
 
     def tests(self) -> bool:
-        """Whether any test is left open (promising, paused or unresolved) or any technique is left unscreened."""
-        return bool(self.promising or self.paused or self.unresolved or self.unscreened)
+        """Whether any test is left open (promising, paused or unresolved), any technique is left unscreened or any
+        search move is left undecided."""
+        return bool(self.promising or self.paused or self.unresolved or self.unscreened or self.moves)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from scipy import stats
@@ -37,7 +38,7 @@ from scipy import stats
 from elsa_tune.errors import ConfigError
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.reasons import pct, reason_from_verdict
-from elsa_tune.history.records import Arm, Phase
+from elsa_tune.history.records import Arm, BootRecord, Phase
 from elsa_tune.history.verdict import Decision, Futility, PolicyKind, PoolFacts, Verdict
 from elsa_tune.runtime.failure import Failure, FailureKind
 from elsa_tune.search_spaces.candidate import Candidate
@@ -50,6 +51,7 @@ from elsa_tune.tuner.flow.budget import BudgetPhase
 from elsa_tune.tuner.flow.night import (
     Incumbent,
     Night,
+    OpenMove,
     OpenTest,
     OpenWork,
     PausedTest,
@@ -58,6 +60,7 @@ from elsa_tune.tuner.flow.night import (
     QueuedTechnique,
     arm_mean,
 )
+from elsa_tune.tuner.search.phase import search_decision
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +108,11 @@ def _unresolved(verdict: Verdict, min_effect: float) -> bool:
             and verdict.ci_high is not None and verdict.ci_high >= 1.0 + min_effect)
 
 
-def _priority(probed: _Probed) -> tuple[int, float]:
-    """Memory techniques first (they free what others need), then the largest screening estimate."""
+def _priority(probed: _Probed, *, memory_first: bool) -> tuple[int, float]:
+    """The A/B order: memory techniques first while a technique waits for the memory they free (``memory_first``),
+    after the speed techniques otherwise; within each group the largest screening estimate first."""
     memory = probed.technique.kind is TechniqueKind.MEMORY
-    return (0 if memory else 1, -(probed.estimate if probed.estimate is not None else 1.0))
+    return (0 if memory is memory_first else 1, -(probed.estimate if probed.estimate is not None else 1.0))
 
 
 class Screening:
@@ -129,13 +133,15 @@ class Screening:
         self._promising = list(work.promising)
         self._paused = list(work.paused)
         self._unresolved = list(work.unresolved)
+        self._moves = list(work.moves)
         self._notes: list[str] = []
 
     def result(self) -> PhaseResult:
         """What screening decided so far: the incumbent, the work it leaves open, its notes."""
         return PhaseResult(incumbent=self.night.incumbent, notes=tuple(self._notes), open=OpenWork(
             unscreened=tuple(self._unscreened), lacking=tuple(self._lacking), freeing=self._freeing,
-            promising=tuple(self._promising), paused=tuple(self._paused), unresolved=tuple(self._unresolved)))
+            promising=tuple(self._promising), paused=tuple(self._paused), unresolved=tuple(self._unresolved),
+            moves=tuple(self._moves)))
 
     def run(self) -> PhaseResult:
         night = self.night
@@ -191,9 +197,11 @@ class Screening:
 
         1. Every technique gets its probed screening boot: a crash, OOM, hang, silent ignore, quality regression,
            a pool below the context target, no memory gain or a boot far below the incumbent ends it there.
-        2. The survivors go through the A/B gate, memory techniques first (they free what others need), then by
-           their screening boot's throughput against the incumbent, the most promising first: the list's order
-           never decides which technique the time runs out on.
+        2. The survivors go through the A/B gate by their screening boot's throughput against the incumbent, the
+           most promising first: the list's order never decides which technique the time runs out on. Memory
+           techniques go first while a technique waits for the memory they free (it lacked memory at its screening
+           boot), after the speed techniques otherwise: a pool gain nothing needs yet buys no throughput, and its
+           test's boots are better spent on a speed technique when the night is short or slow.
 
         A technique rejected for want of memory (context drop, OOM) is screened once more as soon as a memory
         technique's A/B ends: on the larger pool when it was kept, as one change together with it when it grew the
@@ -218,7 +226,7 @@ class Screening:
                 elif probed is not None and self._lacked_memory(probed, technique) \
                         and technique.name not in {q.technique.name for q in self._lacking}:
                     self._lacking.append(QueuedTechnique(index, technique))
-            survivors.sort(key=_priority)
+            survivors.sort(key=partial(_priority, memory_first=bool(self._lacking or self._freeing)))
             if self._freeing:         # a pair waiting from an earlier phase: its partner is known already
                 self._retry_lacking(phase, floor, share, with_=self._freeing)
             while survivors:
@@ -400,6 +408,91 @@ class Screening:
             self._notes.append(f"{test.technique.name} not retested (at most {RETESTS} retests a night): "
                                f"{reason_from_verdict(test.verdict)}")
         return self.result()
+
+    def test_moves(self, phase: BudgetPhase) -> PhaseResult:
+        """Decide the search's undecided moves (``OpenWork.moves``), best first, while nothing beat the baseline.
+
+        Each gets the A/B the search phase had no time to finish (its recorded boots read back by tag), at the level
+        the night's false-keep control gives the next test: a keep here is recommended without a confirmation after
+        it. When ``phase`` has no room left for the A/B's first look, the best move is decided from its one boot
+        instead (``_one_boot_move``) and the rest stay undecided.
+        """
+        night = self.night
+        assert night.policy is not None
+        while self._moves and night.incumbent.candidate.key() == night.baseline.key():
+            night.check()
+            move = self._moves.pop(0)
+            if night.budget.allowance(phase) < night.first_look_boots() * night.boot_s():
+                self._one_boot_move(move)
+                break
+            level = night.fdr_level()
+            if level < smallest_level(night.policy.replicates):
+                break
+            log.info("search trial %d was left undecided: its A/B continues in the %s phase's time", move.number,
+                     phase)
+            ab, ids = night.ab(move.candidate, tag=f"search:{move.number}", phase=Phase.SEARCH,
+                               technique=move.candidate.label, seed=1000 + move.number, trial=move.number,
+                               level=level)
+            verdict = night.fdr.review(ab.verdict)
+            decision = night.decide(search_decision(
+                ab, ids, study=night.name, number=0, technique=f"search trial {move.number}",
+                incumbent=night.baseline, candidate=move.candidate, verdict=verdict), trials=(move.number,))
+            if decision.kept is Kept.YES:
+                self._keep_move(move, arm_mean(ab, Arm.CANDIDATE) or move.throughput)
+        return self.result()
+
+    def _one_boot_move(self, move: OpenMove) -> None:
+        """Decide ``move`` from its search boot, when no A/B fits in the night: ``one_boot_test`` against the baseline's
+        boots at the night's next level, its p multiplied by the number of moves the search booted (the move is the
+        best of them, and the best of many boots is high by chance). A boot whose TTFT p50 or p99 is over the space's
+        margin of the baseline's median is not kept; the TTFT is not otherwise tested on one boot."""
+        night = self.night
+        noise, policy, base = night.noise, night.policy, night.incumbent.throughput
+        if noise is None or policy is None or noise.boots < 3 or not policy.sigma_boot or not base:
+            return
+        ratio, n = move.throughput / base, noise.boots
+        p_value, (ci_low, ci_high) = one_boot_test(ratio, policy.sigma_boot, n)
+        p_selected = min(1.0, p_value * move.among)
+        level = night.fdr_level()
+        over = self._ttft_over(move.boot_id)
+        keep = p_selected <= level and not over
+        verdict = night.fdr.review(Verdict(
+            decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
+            reason=(f"no A/B fits in the night: its search boot {pct(ratio)} against the baseline's {n} boots, "
+                    f"p = {p_value:.2g} × {move.among} moves booted = {p_selected:.2g} at level {level:.2g}"
+                    + (f"; its {over}" if over else " (TTFT guardrails not tested on one boot)")),
+            effect=ratio, ci_low=ci_low, ci_high=ci_high, p_value=p_selected, boots_incumbent=n, boots_candidate=1,
+            category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True))
+        decision = night.decide(DecisionRecord(
+            study=night.name, number=0, phase=Phase.SEARCH, technique=f"search trial {move.number}",
+            flags_delta={k: v for k, v in move.candidate.flags.items() if night.baseline.flags.get(k) != v},
+            incumbent_key=night.baseline.key(), candidate_key=move.candidate.key(), verdict=verdict,
+            result=verdict.reason, boots_candidate=(move.boot_id,), decided_at=time.time()), trials=(move.number,))
+        log.info("search trial %d: a one-boot test, the night has no room for an A/B: %s", move.number,
+                 decision.kept.value)
+        if decision.kept is Kept.YES:
+            self._keep_move(move, move.throughput)
+
+    def _ttft_over(self, boot_id: str) -> str:
+        """Which TTFT of boot ``boot_id`` is over the space's margin of the baseline boots' median ("" when none)."""
+        night = self.night
+        history = night.store.load()
+        boot = history.boot(boot_id)
+        baseline = [b for b in history.boots_of(night.baseline.key()) if b.throughput_tok_s]
+        margins = night.space.guardrails
+        if boot is None or not baseline:
+            return ""
+        for name, margin, read in (("TTFT p50", margins.ttft_p50_margin, BootRecord.ttft_p50_s),
+                                   ("TTFT p99", margins.ttft_p99_margin, BootRecord.ttft_p99_s)):
+            mine, theirs = read(boot), [v for v in map(read, baseline) if v is not None]
+            if margin is not None and mine is not None and theirs and mine > (1.0 + margin) * statistics.median(theirs):
+                return f"{name} on that boot is over the margin +{margin:.0%} of the baseline's"
+        return ""
+
+    def _keep_move(self, move: OpenMove, throughput: float | None) -> None:
+        """Make ``move`` (the baseline's values moved) the night's incumbent; the other moves were of the baseline."""
+        self.night.apply(PhaseResult(incumbent=Incumbent(dict(move.values), [], move.candidate, throughput)))
+        self._moves = []
 
     def resume(self, phase: BudgetPhase) -> PhaseResult:
         """Continue, to its cap, each screening A/B an early look stopped to save boots, if ``phase`` has room.

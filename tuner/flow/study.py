@@ -62,7 +62,7 @@ from elsa_tune.tuner.flow.preflight import Preflight
 from elsa_tune.tuner.flow.screening import Screening
 from elsa_tune.tuner.flow.signals import Interrupts
 from elsa_tune.tuner.search.context import NightSearch
-from elsa_tune.tuner.search.phase import LocalSearch, SearchBackend
+from elsa_tune.tuner.search.phase import LocalSearch, SearchBackend, undecided_moves
 
 log = logging.getLogger(__name__)
 
@@ -278,8 +278,19 @@ class Study:
             screening.continue_unscreened(BudgetPhase.SEARCH)
         finally:
             self.night.apply(screening.result())
-        outcome = self.search.run(NightSearch(self.night))
-        self.night.apply(PhaseResult(incumbent=outcome.incumbent))
+        try:
+            outcome = self.search.run(NightSearch(self.night))
+            self.night.apply(PhaseResult(incumbent=outcome.incumbent))
+        finally:        # also when its allowance ran out mid-A/B
+            self._leave_moves()
+
+    def _leave_moves(self) -> None:
+        """While nothing beat the baseline, leave the search's undecided moves to the confirmation's time."""
+        night = self.night
+        if night.policy is not None and night.incumbent.candidate.key() == night.baseline.key():
+            moves = undecided_moves(NightSearch(night).setup)
+            if moves:
+                night.apply(PhaseResult(open=replace(night.open, moves=moves)))
 
     # ---- confirmation -------------------------------------------------------------------------------
 
@@ -290,24 +301,26 @@ class Study:
         confidently worse, or an interval wholly below the baseline's speed. An A/B that ends without a verdict
         (its cap, or the budget) leaves the winner recommended as *unconfirmed*, with what the boots showed. When
         nothing beat the baseline, the phase first runs the retests the search phase had no time for, then screens and
-        tests what the search phase left unscreened (``Screening.continue_unscreened``), then continues the tests an
-        early look stopped to save boots (``Screening.resume``).
+        tests what the search phase left unscreened (``Screening.continue_unscreened``), then decides the search's
+        moves no A/B decided (``Screening.test_moves``), then continues the tests an early look stopped to save boots
+        (``Screening.resume``).
         """
         night = self.night
         final, baseline = night.incumbent.candidate, night.baseline
         if final.key() == baseline.key() and night.open.tests():
             # Nothing to confirm: the phase's time goes to the retests the search had no time for (an A/B against
             # the incumbent, here the baseline, on fresh boots under the night's false-keep control), then to the
-            # techniques the search phase had no time to screen or test, then to the tests an early look stopped to
-            # save boots, continued to their cap; a keep is then confirmed like any winner, as far as the time left
+            # techniques the search phase had no time to screen or test, then to the search's moves no A/B decided
+            # (an A/B cut short continues from its recorded boots), then to the tests an early look stopped to save
+            # boots, continued to their cap; a keep is then confirmed like any winner, as far as the time left
             # allows.
             # until a retest keeps something
             self._confirmed(ConfirmationStatus.NOT_NEEDED, "nothing beat the baseline")
             screening = Screening(night)
             try:
                 steps: tuple[Callable[[BudgetPhase], PhaseResult], ...] = (
-                    screening.retest, partial(screening.continue_unscreened, share=1.0), screening.resume,
-                    screening.extend)
+                    screening.retest, partial(screening.continue_unscreened, share=1.0), screening.test_moves,
+                    screening.resume, screening.extend)
                 for step in steps:       # each while nothing beat the baseline
                     if night.incumbent.candidate.key() != baseline.key():
                         break

@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from elsa_tune.history.decision import DecisionRecord, Kept
 from elsa_tune.history.records import Arm, BootRecord, Phase
 from elsa_tune.history.store import constraint_values
+from elsa_tune.history.verdict import Verdict
 from elsa_tune.runtime.failure import Failure
 from elsa_tune.search_spaces.candidate import Candidate
 from elsa_tune.search_spaces.rules import DerivationError, RuleViolation
@@ -30,8 +31,8 @@ from elsa_tune.search_spaces.space import SearchSpace
 from elsa_tune.tuner.ab.gate import ABResult
 from elsa_tune.tuner.flow.booter import BootPlan, BootResult
 from elsa_tune.tuner.flow.memory_model import MemoryModel, Observation, Prediction
-from elsa_tune.tuner.flow.night import Incumbent, arm_mean
-from elsa_tune.tuner.search.context import SearchContext
+from elsa_tune.tuner.flow.night import Incumbent, OpenMove, arm_mean
+from elsa_tune.tuner.search.context import SearchContext, SearchSetup
 from elsa_tune.tuner.search.optuna_search import NumericSearch, Proposal, proposal_key
 
 log = logging.getLogger(__name__)
@@ -351,11 +352,43 @@ def promote(ctx: SearchContext, incumbent: Incumbent, candidate: Candidate, valu
 
 
 def search_decision(ab: ABResult, ids: Mapping[Arm, Sequence[str]], *, study: str, number: int, technique: str,
-                    incumbent: Candidate, candidate: Candidate) -> DecisionRecord:
+                    incumbent: Candidate, candidate: Candidate, verdict: Verdict | None = None) -> DecisionRecord:
     """The search phase's record of one A/B of ``candidate`` against ``incumbent`` (its flags' change, verdict,
-    result and boots per arm), decided now."""
+    result and boots per arm), decided now; ``verdict`` replaces the A/B's own (as the night's false-keep control
+    reviewed it)."""
     return DecisionRecord(study=study, number=number, phase=Phase.SEARCH, technique=technique,
                           flags_delta={k: v for k, v in candidate.flags.items() if incumbent.flags.get(k) != v},
-                          incumbent_key=incumbent.key(), candidate_key=candidate.key(), verdict=ab.verdict,
+                          incumbent_key=incumbent.key(), candidate_key=candidate.key(),
+                          verdict=verdict or ab.verdict,
                           ab_result=ab.to_dict(), boots_incumbent=tuple(ids[Arm.INCUMBENT]),
                           boots_candidate=tuple(ids[Arm.CANDIDATE]), decided_at=time.time())
+
+
+def undecided_moves(setup: SearchSetup) -> tuple[OpenMove, ...]:
+    """The search's moves no A/B decided: each finished trial whose boot beat ``setup.incumbent`` by more than the
+    boot noise (``sweep_reference`` of an incumbent no A/B kept: its mean, by σ_boot), on a feasible candidate other
+    than the incumbent's, that no decision of the study judged (a phase that ran out of time mid-A/B, or before it),
+    best first. Each carries how many moves the search booted, the field it was the best of."""
+    incumbent = setup.incumbent
+    history = setup.store.load()
+    boots = {b.tag: b for b in history.boots if b.phase is Phase.SEARCH and b.tag is not None}
+    if not setup.space.parameters or not incumbent.throughput or not any(t.startswith("search:") for t in boots):
+        return ()
+    search = NumericSearch(setup.space, setup.store, study_name=setup.name, seed=setup.settings.seed,
+                           techniques=incumbent.techniques)
+    decided = {d.candidate_key for d in history.decisions}
+    sigma = setup.noise.sigma_boot if setup.noise else 0.1
+    booted: list[tuple[Booted, str]] = []
+    for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        record = boots.get(f"search:{trial.number}")
+        values, feasible = told(search, trial)
+        if (record is None or trial.values is None or not record.throughput_tok_s or not feasible
+                or record.candidate.key() == incumbent.candidate.key()):
+            continue
+        booted.append((Booted(trial.number, values, record.candidate, record.throughput_tok_s), record.boot_id))
+    among = len({b.candidate.key() for b, _ in booted})
+    winners = sorted(((b, boot_id) for b, boot_id in booted if b.candidate.key() not in decided
+                      and math.log(b.throughput / incumbent.throughput) > sigma),
+                     key=lambda w: (-w[0].throughput, w[0].number))
+    return tuple(OpenMove(b.number, dict(b.values), replace(b.candidate, label=f"trial-{b.number}"), b.throughput,
+                          among, boot_id) for b, boot_id in winners)
