@@ -88,14 +88,14 @@ def one_boot_test(ratio: float, sigma_boot: float, boots: int) -> tuple[float, t
 
 
 def one_boot_verdict(ratio: float, sigma_boot: float, boots: int, level: float, *, what: str, against: str,
-                     among: int = 1, held: str = "") -> Verdict:
+                     among: int | None = None, held: str = "") -> Verdict:
     """The verdict of a one-boot test when no A/B fits in the night: ``one_boot_test`` of ``what`` (one boot reading
     ``ratio`` × ``against``'s mean over ``boots`` boots) at ``level``, its p multiplied by ``among`` when that boot
-    was the best of so many; ``held``, when set, says why a passing test is still not a keep."""
+    was the best of so many moves; ``held``, when set, says why a passing test is still not a keep."""
     p_value, (ci_low, ci_high) = one_boot_test(ratio, sigma_boot, boots)
-    p_selected = min(1.0, p_value * among)
+    p_selected = p_value if among is None else min(1.0, p_value * among)
     keep = p_selected <= level and not held
-    p_text = f"p = {p_value:.2g}" + (f" × {among} moves booted = {p_selected:.2g}" if among != 1 else "")
+    p_text = f"p = {p_value:.2g}" + (f" × {among} moves booted = {p_selected:.2g}" if among is not None else "")
     return Verdict(
         decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
         reason=(f"no A/B fits in the night: {what} {pct(ratio)} against {against} {boots} boots, {p_text} at level "
