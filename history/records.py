@@ -204,12 +204,14 @@ class BootRecord:
 
     def ttft_p50_s(self) -> float | None:
         """Median of the steady passes' TTFT p50 (``None`` when no pass reported one)."""
-        values = sorted(v for v in (_nested(m, "ttft_s", "p50") for m in self.measurements[1:]) if v is not None)
-        return values[len(values) // 2] if values else None
+        return self._steady_ttft("p50")
 
     def ttft_p99_s(self) -> float | None:
         """Median of the steady passes' TTFT p99 (``None`` when no pass reported one)."""
-        values = sorted(v for v in (_nested(m, "ttft_s", "p99") for m in self.measurements[1:]) if v is not None)
+        return self._steady_ttft("p99")
+
+    def _steady_ttft(self, quantile: str) -> float | None:
+        values = sorted(v for v in (_nested(m, "ttft_s", quantile) for m in self.measurements[1:]) if v is not None)
         return values[len(values) // 2] if values else None
 
     def to_dict(self) -> dict[str, Any]:

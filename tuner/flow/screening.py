@@ -87,6 +87,23 @@ def one_boot_test(ratio: float, sigma_boot: float, boots: int) -> tuple[float, t
     return float(stats.t.sf(t_stat, df=boots - 1)), (math.exp(math.log(ratio) - half), math.exp(math.log(ratio) + half))
 
 
+def one_boot_verdict(ratio: float, sigma_boot: float, boots: int, level: float, *, what: str, against: str,
+                     among: int | None = None, held: str = "") -> Verdict:
+    """The verdict of a one-boot test when no A/B fits in the night: ``one_boot_test`` of ``what`` (one boot reading
+    ``ratio`` × ``against``'s mean over ``boots`` boots) at ``level``, its p multiplied by ``among`` when that boot
+    was the best of so many moves; ``held``, when set, says why a passing test is still not a keep."""
+    p_value, (ci_low, ci_high) = one_boot_test(ratio, sigma_boot, boots)
+    p_selected = p_value if among is None else min(1.0, p_value * among)
+    keep = p_selected <= level and not held
+    p_text = f"p = {p_value:.2g}" + (f" × {among} moves booted = {p_selected:.2g}" if among is not None else "")
+    return Verdict(
+        decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
+        reason=(f"no A/B fits in the night: {what} {pct(ratio)} against {against} {boots} boots, {p_text} at level "
+                f"{level:.2g}" + (f"; its {held}" if held else " (TTFT guardrails not tested on one boot)")),
+        effect=ratio, ci_low=ci_low, ci_high=ci_high, p_value=p_selected, boots_incumbent=boots, boots_candidate=1,
+        category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True)
+
+
 @dataclass(frozen=True)
 class _Probed:
     """A technique that survived its probed screening boot, waiting for the A/B gate."""
@@ -349,15 +366,8 @@ class Screening:
         level = night.fdr_level()
         if level < smallest_level(policy.replicates):
             return
-        p_value, (ci_low, ci_high) = one_boot_test(probed.estimate, sigma, n)
-        keep = p_value <= level
-        verdict = Verdict(
-            decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
-            reason=(f"no A/B fits in the night: its screening boot {pct(probed.estimate)} against the incumbent's "
-                    f"{n} boots, p = {p_value:.2g} at level {level:.2g} (TTFT guardrails not tested on one boot)"),
-            effect=probed.estimate, ci_low=ci_low, ci_high=ci_high, p_value=p_value, boots_incumbent=n,
-            boots_candidate=1, category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True)
-        verdict = night.fdr.review(verdict)
+        verdict = night.fdr.review(one_boot_verdict(probed.estimate, sigma, n, level, what="its screening boot",
+                                                    against="the incumbent's"))
         base = {**self._base(probed.technique, None), "candidate_key": probed.candidate.key()}
         decision = self._record(None, verdict=verdict, result=verdict.reason, boots_candidate=probed.boots, **base)
         survivors.remove(probed)
@@ -442,27 +452,17 @@ class Screening:
         return self.result()
 
     def _one_boot_move(self, move: OpenMove) -> None:
-        """Decide ``move`` from its search boot, when no A/B fits in the night: ``one_boot_test`` against the baseline's
-        boots at the night's next level, its p multiplied by the number of moves the search booted (the move is the
-        best of them, and the best of many boots is high by chance). A boot whose TTFT p50 or p99 is over the space's
-        margin of the baseline's median is not kept; the TTFT is not otherwise tested on one boot."""
+        """Decide ``move`` from its search boot, when no A/B fits in the night: ``one_boot_verdict`` against the
+        baseline's boots at the night's next level, its p multiplied by the number of moves the search booted (the
+        move is the best of them, and the best of many boots is high by chance). A boot whose TTFT p50 or p99 is over
+        the space's margin of the baseline's median is not kept; the TTFT is not otherwise tested on one boot."""
         night = self.night
         noise, policy, base = night.noise, night.policy, night.incumbent.throughput
         if noise is None or policy is None or noise.boots < 3 or not policy.sigma_boot or not base:
             return
-        ratio, n = move.throughput / base, noise.boots
-        p_value, (ci_low, ci_high) = one_boot_test(ratio, policy.sigma_boot, n)
-        p_selected = min(1.0, p_value * move.among)
-        level = night.fdr_level()
-        over = self._ttft_over(move.boot_id)
-        keep = p_selected <= level and not over
-        verdict = night.fdr.review(Verdict(
-            decision=Decision.KEEP if keep else Decision.INCONCLUSIVE,
-            reason=(f"no A/B fits in the night: its search boot {pct(ratio)} against the baseline's {n} boots, "
-                    f"p = {p_value:.2g} × {move.among} moves booted = {p_selected:.2g} at level {level:.2g}"
-                    + (f"; its {over}" if over else " (TTFT guardrails not tested on one boot)")),
-            effect=ratio, ci_low=ci_low, ci_high=ci_high, p_value=p_selected, boots_incumbent=n, boots_candidate=1,
-            category=ReasonCategory.KEPT if keep else ReasonCategory.NO_GAIN, final=True))
+        verdict = night.fdr.review(one_boot_verdict(
+            move.throughput / base, policy.sigma_boot, noise.boots, night.fdr_level(), what="its search boot",
+            against="the baseline's", among=move.among, held=self._ttft_over(move.boot_id)))
         decision = night.decide(DecisionRecord(
             study=night.name, number=0, phase=Phase.SEARCH, technique=f"search trial {move.number}",
             flags_delta={k: v for k, v in move.candidate.flags.items() if night.baseline.flags.get(k) != v},

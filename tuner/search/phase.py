@@ -365,10 +365,10 @@ def search_decision(ab: ABResult, ids: Mapping[Arm, Sequence[str]], *, study: st
 
 
 def undecided_moves(setup: SearchSetup) -> tuple[OpenMove, ...]:
-    """The search's moves no A/B decided: each finished trial whose boot beat ``setup.incumbent`` by more than the
-    boot noise (``sweep_reference`` of an incumbent no A/B kept: its mean, by σ_boot), on a feasible candidate other
-    than the incumbent's, that no decision of the study judged (a phase that ran out of time mid-A/B, or before it),
-    best first. Each carries how many moves the search booted, the field it was the best of."""
+    """The search's moves no A/B decided: the ``swept_winners`` among all its finished trials (a boot that beat
+    ``sweep_reference``) that no decision of the study judged (a phase that ran out of time mid-A/B, or before it),
+    best first. Each carries how many moves the search booted (feasible, other than the incumbent's values), the
+    field it was the best of."""
     incumbent = setup.incumbent
     history = setup.store.load()
     boots = {b.tag: b for b in history.boots if b.phase is Phase.SEARCH and b.tag is not None}
@@ -376,19 +376,13 @@ def undecided_moves(setup: SearchSetup) -> tuple[OpenMove, ...]:
         return ()
     search = NumericSearch(setup.space, setup.store, study_name=setup.name, seed=setup.settings.seed,
                            techniques=incumbent.techniques)
-    decided = {d.candidate_key for d in history.decisions}
     sigma = setup.noise.sigma_boot if setup.noise else 0.1
-    booted: list[tuple[Booted, str]] = []
-    for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        record = boots.get(f"search:{trial.number}")
-        values, feasible = told(search, trial)
-        if (record is None or trial.values is None or not record.throughput_tok_s or not feasible
-                or record.candidate.key() == incumbent.candidate.key()):
-            continue
-        booted.append((Booted(trial.number, values, record.candidate, record.throughput_tok_s), record.boot_id))
-    among = len({b.candidate.key() for b, _ in booted})
-    winners = sorted(((b, boot_id) for b, boot_id in booted if b.candidate.key() not in decided
-                      and math.log(b.throughput / incumbent.throughput) > sigma),
-                     key=lambda w: (-w[0].throughput, w[0].number))
-    return tuple(OpenMove(b.number, dict(b.values), replace(b.candidate, label=f"trial-{b.number}"), b.throughput,
-                          among, boot_id) for b, boot_id in winners)
+    trials = search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    booted = {record.candidate.key() for trial in trials if (record := boots.get(f"search:{trial.number}"))
+              and trial.values is not None and record.throughput_tok_s and told(search, trial)[1]
+              and record.candidate.key() != incumbent.candidate.key()}
+    decided = {d.candidate_key for d in history.decisions}
+    winners = swept_winners(search, incumbent, len(search.study.trials), sigma, boots, setup.space.baseline())
+    return tuple(OpenMove(w.number, dict(w.values), replace(w.candidate, label=f"trial-{w.number}"), w.throughput,
+                          len(booted), boots[f"search:{w.number}"].boot_id)
+                 for w in winners if w.candidate.key() not in decided)
