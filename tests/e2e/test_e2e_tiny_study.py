@@ -45,7 +45,9 @@ def test_tiny_study_end_to_end(run_study: RunStudy, small_trace: Path, tmp_path:
     assert "## Decision" in head and "`best/launch.sh`" in head and "SIMULATED — do not deploy" in head
     tried = {line.split(" | ")[0].removeprefix("| ").split(" (`")[0] for line in md.splitlines()
              if line.startswith("| ")}
-    assert {b.technique for b in history.boots if b.technique} <= tried
+    # a search trial's boots carry its label ("trial-4"), its decision the words "search trial 4"
+    assert {t.replace("trial-", "search trial ") if t.startswith("trial-") and t not in tried else t
+            for t in {b.technique for b in history.boots if b.technique}} <= tried
     # Every Optuna study in study.db is a real one: trials and metric names; boots live in their own table.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
