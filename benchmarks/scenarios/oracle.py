@@ -219,7 +219,8 @@ class Oracle:
         C = ReasonCategory
         if tc.crashed:
             kind_ = FailureKind(tc.crash_kind) if tc.crash_kind else FailureKind.UNKNOWN_CRASH
-            failure = Failure(kind=kind_, summary=tc.crash_reason or "", remedy="", phase=tc.crash_phase or "serve")
+            failure = Failure(kind=kind_, summary=tc.crash_reason or "", remedy="", evidence=tc.crash_lines,
+                              phase=tc.crash_phase or "serve")
             return (failure_category(failure),)
         if any(not d.startswith("draft_garbage") for d in damage):
             return (C.WRONG_ANSWERS,)

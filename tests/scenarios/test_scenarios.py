@@ -93,6 +93,15 @@ def test_expected_categories_come_from_the_truth_of_each_technique(scenarios: li
     assert checked >= 2, "the handful must hold failures whose category the truth fixes"
 
 
+def test_a_cuda_graph_capture_that_ran_out_of_memory_is_expected_as_an_oom() -> None:
+    """The truth's crash lines are the failure's evidence, as a boot's log is the study's: SGLang's "Capture cuda
+    graph failed: CUDA out of memory" files under oom (the 35B profile's speculative-adaptive, seed 000's note)."""
+    oracle = Oracle("rtx5090-qwen3.6-35b-a3b-nvfp4", "qwen3.6-35b-a3b-nvfp4-rtx5090", "demo", budget_s=BUDGET_S)
+    with_it = oracle.space.candidate(oracle.space.baseline_values(), ["speculative-adaptive"])
+    truth = oracle.technique_truth("speculative-adaptive", oracle.space.baseline(), with_it)
+    assert truth.crashed and truth.expected == (ReasonCategory.OOM,)
+
+
 def test_the_study_recommends_near_the_best_and_keeps_nothing_harmful(studies: list[tuple[Scenario, Score]]) -> None:
     shares = [score.share for _, score in studies]
     assert all(0.0 < share <= 1.0 + 1e-9 for share in shares), shares        # feasible, never above the exhaustive best

@@ -268,6 +268,39 @@ def test_a_promising_inconclusive_technique_is_retested_with_fresh_boots(tmp_pat
     assert entry.reason == sentence
 
 
+def test_a_retest_gets_the_longest_guardrail_extension_its_phase_fits(tmp_path: Path) -> None:
+    """A retest whose gain crosses at the cap with a TTFT guardrail pending is decided by that guardrail alone: on a
+    long night its extension is ``EXTEND_FACTOR`` (3) × its cap of 3 blocks per arm."""
+    pre = _preflight(tmp_path, TINY_SPACE)
+    night = _night(pre)
+    night.budget = Budget(20000.0, clock=night.clock.now)     # the same passes, a longer night
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000, guard_extension=3)
+    night.boot(BootPlan(tag="baseline:0", candidate=night.baseline, phase=Phase.BASELINE, probes=True))
+    night.budget.begin("search")
+    night.apply(PhaseResult(open=OpenWork(promising=(_promising(night, "fused-qk-norm-rope"),))))
+    night.apply(Screening(night).retest("search"))
+    (decision,) = night.store.load().decisions
+    assert decision.ab_result is not None, decision.result
+    assert decision.ab_result["policy"]["guard_extension"] == 9
+    assert decision.ab_result["policy"]["looks"] == [2, 3]
+
+
+@pytest.mark.parametrize(("allowance_boots", "extension", "longer"), [(8, 3, 3), (16, 5, 3), (40, 9, 14)])
+def test_a_retests_guardrail_extension_is_what_its_phase_fits_between_the_nights_own_and_three_caps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allowance_boots: int, extension: int, longer: int) -> None:
+    """After the cap's 2 × 3 boots, the blocks per arm the phase's time has left: never fewer than the night's own
+    extension (3), never more than 3 × the cap; a first test (no first stage) keeps the night's own (``None``)."""
+    night = _night(_preflight(tmp_path, TINY_SPACE))
+    night.policy = GatePolicy(looks=(2, 3), replicates=2000, guard_extension=3)
+    night.budget.begin("search")
+    monkeypatch.setattr(night, "boot_s", lambda: night.budget.allowance("search") / allowance_boots)
+    screening = Screening(night)
+    first = _promising(night, "fused-qk-norm-rope").verdict
+    assert screening._guard_blocks(None, None) is None
+    assert screening._guard_blocks(first, None) == extension
+    assert screening._guard_blocks(first, (4, 6)) == longer       # a longer retest (``extend``'s) counts its own cap
+
+
 def test_a_retest_without_time_is_a_note_not_a_boot(tmp_path: Path) -> None:
     pre = _preflight(tmp_path, TINY_SPACE, budget_s=20.0)
     night = _night(pre)

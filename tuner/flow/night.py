@@ -261,7 +261,8 @@ class Night:
            kind: PolicyKind = PolicyKind.SPEED, seed: int = 0, trial: int | None = None,
            incumbent: Candidate | None = None, futility: Futility | None = None,
            level: float | None = None, first_stage_guards: tuple[tuple[str, float], ...] = (),
-           looks: tuple[int, ...] | None = None) -> tuple[ABResult, dict[Arm, list[str]]]:
+           looks: tuple[int, ...] | None = None, guard_extension: int | None = None
+           ) -> tuple[ABResult, dict[Arm, list[str]]]:
         """The sequential A/B gate of ``candidate`` against the incumbent (or ``incumbent``), boot ids per arm.
 
         ``futility`` overrides the policy's futility rule (the confirmation runs with none: only harm stops it);
@@ -269,7 +270,8 @@ class Night:
         false-keep control, ``fdr_level``) instead of the policy's ``alpha``; ``first_stage_guards`` are a retest's
         first-test guardrail p-values, combined with its own (``GatePolicy.first_stage_guards``); ``looks`` replaces
         the policy's blocks per arm at each look (a longer test than the night's own, its boundaries calibrated
-        for it).
+        for it); ``guard_extension`` replaces the blocks a gain that crossed at the cap gets for a pending TTFT
+        guardrail (the guardrails' levels do not depend on it).
         """
         assert self.policy is not None
         sampler = ABSampler(self.booter, incumbent=incumbent or self.incumbent.candidate, candidate=candidate,
@@ -281,6 +283,8 @@ class Night:
             policy = replace(policy, level=level, first_stage_guards=first_stage_guards)
         if looks is not None:
             policy = replace(policy, looks=looks)
+        if guard_extension is not None:
+            policy = replace(policy, guard_extension=guard_extension)
         result = run_ab(sampler, policy, rng_seed=self.settings.seed * 7919 + seed,
                         context={"fingerprint": self.pre.fingerprint.key(), "runtime": self.pre.runtime_name})
         log.info("A/B %s: %s — %s", technique or candidate.label, result.verdict.decision.value, result.verdict.reason)

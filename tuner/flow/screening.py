@@ -691,7 +691,7 @@ class Screening:
                        if g.p_value is not None)
         ab, ids = night.ab(probed.candidate, tag=probed.tag, phase=Phase.SCREENING, technique=technique.name,
                            kind=kind, seed=probed.index if first is None else 7919 + probed.index, level=level,
-                           first_stage_guards=guards, looks=looks)
+                           first_stage_guards=guards, looks=looks, guard_extension=self._guard_blocks(first, looks))
         verdict = night.fdr.review(ab.verdict if p_first is None else with_first_stage(ab.verdict, p_first))
         combined = (f" (both tests combined: p = {verdict.p_value:.2g})" if p_first is not None
                     and verdict.p_value is not None and verdict.decision is Decision.KEEP else "")
@@ -715,6 +715,25 @@ class Screening:
         if decision.kept is Kept.YES:
             self._keep(technique, with_, probed.candidate, arm_mean(ab, Arm.CANDIDATE) or night.incumbent.throughput)
         return decision
+
+    def _guard_blocks(self, first: Verdict | None, looks: tuple[int, ...] | None) -> int | None:
+        """The guardrail extension of a retest (``first``: its first test), in blocks per arm.
+
+        The extension runs only when the retest's gain crossed its boundary at the cap and a TTFT guardrail alone is
+        pending: the technique is then decided by that guardrail, and only more boots resolve a TTFT bound that
+        straddles its margin (``gate``'s module docstring). A retest gets the longest extension, at most
+        ``EXTEND_FACTOR`` times its cap, that fits in the current phase's time after the cap's boots in both arms,
+        and never less than the night's own; the guardrails' levels do not depend on its length. ``None`` (the
+        night's own) for a first test.
+        """
+        night = self.night
+        assert night.policy is not None
+        own = night.policy.guard_extension
+        if first is None or not own or night.budget.phase is None:
+            return None
+        cap = (looks or night.policy.looks)[-1]
+        fits = int((night.budget.allowance(night.budget.phase) / night.boot_s() - 2 * cap) // 2)
+        return max(own, min(EXTEND_FACTOR * cap, fits))
 
     def _stack(self, technique: Technique, with_: str | None = None) -> list[str]:
         """The incumbent's techniques, then ``with_`` (a memory technique screened alongside), then ``technique``."""
