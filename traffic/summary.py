@@ -17,7 +17,7 @@ import numpy as np
 
 from elsa_tune.errors import TrafficError
 from elsa_tune.traffic.breakers import Breaker, breakers_from_json
-from elsa_tune.traffic.trace import Trace
+from elsa_tune.traffic.trace import Trace, prefix_reuse_curve
 
 SCHEMA_VERSION = 1
 SPARK = "▁▂▃▄▅▆▇█"
@@ -173,21 +173,10 @@ def busiest_window(arrivals: np.ndarray[Any, np.dtype[np.float64]], window_s: fl
 
 def prefix_reuse(trace: Trace) -> float:
     """Share of prompt tokens whose blocks an earlier request already had (an infinite cache's hit rate)."""
-    seen: set[int] = set()
-    reused = 0
-    total = 0
-    size = trace.metadata.block_size
-    for hashes, tokens in zip(trace.table.column("block_hashes").to_pylist(),
-                              trace.table.column("input_tokens").to_pylist(), strict=True):
-        hits = 0
-        for block in hashes:
-            if block not in seen:
-                break
-            hits += 1
-        reused += min(hits * size, tokens)
-        total += tokens
-        seen.update(hashes)
-    return reused / total if total else float("nan")
+    curve = prefix_reuse_curve(zip(trace.table.column("block_hashes").to_pylist(),
+                                   trace.table.column("input_tokens").to_pylist(), strict=True),
+                               trace.metadata.block_size)
+    return curve[-1] if curve else float("nan")
 
 
 def sparkline(values: Sequence[float]) -> str:

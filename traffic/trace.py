@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -241,6 +241,29 @@ class Trace:
 #: The longest prompt or completion a trace may hold, in tokens: beyond any model's context, and small enough that
 #: the int32 columns and a prompt's list of block hashes stay bounded.
 MAX_TOKENS = 10_000_000
+
+
+def prefix_reuse_curve(requests: Iterable[tuple[Sequence[int], int]], block_size: int) -> list[float]:
+    """After each request, the share of the prompt tokens so far whose blocks an earlier request already had (an
+    infinite prefix cache's hit rate over the first 1, 2, … requests).
+
+    ``requests`` are (block hashes, prompt tokens) in the order they are sent; a request's reuse ends at its first
+    block no earlier request had. NaN while there are no prompt tokens.
+    """
+    seen: set[int] = set()
+    reused = total = 0
+    curve: list[float] = []
+    for hashes, tokens in requests:
+        hits = 0
+        for block in hashes:
+            if block not in seen:
+                break
+            hits += 1
+        reused += min(hits * block_size, tokens)
+        total += tokens
+        seen.update(hashes)
+        curve.append(reused / total if total else float("nan"))
+    return curve
 
 
 def expected_blocks(input_tokens: int, block_size: int) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from elsa_tune.errors import ConfigError, TrafficError
-from elsa_tune.traffic.trace import Trace, TraceRequest
+from elsa_tune.traffic.trace import Trace, TraceRequest, prefix_reuse_curve
 
 SCHEMA_VERSION = 1
 _MASK64 = (1 << 64) - 1
@@ -114,6 +114,11 @@ class Workload:
         for spec in self.requests:
             digest.update(json.dumps(spec.to_list()).encode())
         return digest.hexdigest()[:16]
+
+    def prefix_reuse_curve(self) -> list[float]:
+        """After each request, in the order they are sent, the share of the prompt tokens so far an earlier request
+        already had (``trace.prefix_reuse_curve``)."""
+        return prefix_reuse_curve(((r.block_hashes, r.input_tokens) for r in self.requests), self.block_size)
 
     @property
     def duration_s(self) -> float | None:

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from elsa_tune.traffic.summary import busiest_window, prefix_reuse, sparkline, summarize
-from elsa_tune.traffic.trace import SCHEMA_VERSION, Trace, TraceMetadata, TraceRequest, write_trace
+from elsa_tune.traffic.trace import (
+    SCHEMA_VERSION,
+    Trace,
+    TraceMetadata,
+    TraceRequest,
+    prefix_reuse_curve,
+    write_trace,
+)
+from elsa_tune.traffic.workload import closed_loop
 from elsa_tune.tuner.cli import main
 
 META = TraceMetadata(schema_version=SCHEMA_VERSION, source="unit", block_size=10, start=None, end=None,
@@ -23,6 +32,16 @@ def test_prefix_reuse_counts_leading_blocks_already_seen() -> None:
             TraceRequest(3.0, 15, 1, (1, 2))]  # fully seen: 15 tokens, not 2 blocks' worth
     trace = Trace.from_requests(reqs, META)
     assert prefix_reuse(trace) == pytest.approx((20 + 15) / 100)
+
+
+def test_prefix_reuse_curve_is_the_share_after_each_request_and_a_workloads_reads_its_own_order() -> None:
+    reqs = [TraceRequest(0.0, 30, 1, (1, 2, 3)), TraceRequest(1.0, 25, 1, (1, 2, 9)),
+            TraceRequest(2.0, 30, 1, (7, 2, 3)), TraceRequest(3.0, 15, 1, (1, 2))]
+    trace = Trace.from_requests(reqs, META)
+    curve = prefix_reuse_curve(((r.block_hashes, r.input_tokens) for r in reqs), 10)
+    assert curve == pytest.approx([0.0, 20 / 55, 20 / 85, 35 / 100])
+    assert closed_loop(trace, concurrency=2, n_requests=4).prefix_reuse_curve() == pytest.approx(curve)
+    assert prefix_reuse_curve([], 10) == [] and math.isnan(prefix_reuse_curve([((), 0)], 10)[0])
 
 
 def test_busiest_window_and_sparkline() -> None:

@@ -661,3 +661,15 @@ def test_memory_techniques_are_tested_first_only_while_a_technique_waits_for_the
     assert order == [speed[1], speed[0], "larger-static-pool"]
     order = [p.technique.name for p in sorted(survivors, key=lambda p: _priority(p, memory_first=True))]
     assert order == ["larger-static-pool", speed[1], speed[0]]
+
+
+def test_a_shortened_pass_keeps_the_traffics_prefix_reuse() -> None:
+    """The fewest first requests, from the ``wanted`` the pass's length asks for, whose share of fresh prompt tokens
+    is at most 1.25 × the whole pass's; the whole pass when no fewer do; ``wanted`` on traffic without reuse."""
+    from elsa_tune.tuner.flow.study import _keeping_reuse
+
+    sessions = [0.0, 0.5, 0.67, 0.75, 0.8, 0.83, 0.857, 0.875]     # one warm-up request, then reuse
+    assert _keeping_reuse(sessions, 2) == 7                          # fresh 14.3% ≤ 1.25 × 12.5%
+    assert _keeping_reuse([0.0] * 8, 2) == 2                         # nothing to keep
+    assert _keeping_reuse([0.0, 0.2, 0.4, 0.5, 0.9], 2) == 5         # only the whole pass keeps it
+    assert _keeping_reuse([float("nan")] * 4, 2) == 2

@@ -72,8 +72,25 @@ PASS_TOLERANCE = 2.0
 EXTRA_BASELINE_BOOTS = 2
 #: A shortened pass still sends this many requests per client stream (the traffic's mix needs room to show).
 MIN_REQUESTS_PER_STREAM = 2
+#: A shortened pass keeps the traffic's prefix reuse: the share of its prompt tokens no earlier request had is at
+#: most this many times the whole pass's (``Study._fit_pass``).
+FRESH_PROMPT_TOLERANCE = 1.25
 
 __all__ = ["Incumbent", "PhaseOver", "StopStudy", "Study", "StudyClock", "StudyOutcome"]
+
+
+def _keeping_reuse(curve: Sequence[float], wanted: int) -> int:
+    """The fewest of a pass's first requests, from ``wanted``, that keep its prefix reuse.
+
+    ``curve`` is the pass's ``Workload.prefix_reuse_curve``. The first n requests keep it when the share of their
+    prompt tokens no earlier request had is at most ``FRESH_PROMPT_TOLERANCE`` times the whole pass's; the whole
+    pass's length when no fewer do. Traffic without reuse keeps ``wanted``.
+    """
+    whole = 1.0 - curve[-1]
+    for n in range(wanted, len(curve)):
+        if 1.0 - curve[n - 1] <= FRESH_PROMPT_TOLERANCE * whole or not math.isfinite(whole):
+            return n
+    return len(curve)
 
 
 @dataclass(frozen=True)
@@ -227,7 +244,10 @@ class Study:
         The pass is sized before anything was measured, from a guess of a stream's speed; a slow card or model can
         make it many times longer, and a night of such passes has too few boots to decide anything. Only where a
         pass's duration is in the seconds the budget counts in (a GPU's wall clock, a simulated runtime's simulated
-        seconds). Returns whether it changed.
+        seconds). The shortened pass is the whole pass's first requests, never so few that they lose the traffic's
+        prefix reuse (``_keeping_reuse``): on traffic that reuses prefixes, the first requests of its sessions are
+        cold, and a pass of only those measures a prefill-bound server the traffic never meets (its TTFT, and what
+        a flag does to it, with it). Returns whether it changed.
         """
         settings, night = self.settings, self.night
         durations = [p.duration_s for p in passes if not p.warmup and p.duration_s]
@@ -240,10 +260,22 @@ class Study:
         wanted = max(MIN_REQUESTS_PER_STREAM * self.pre.concurrency, math.floor(current * target / took))
         if wanted >= current:
             return False
-        workload = closed_loop(self.pre.trace, concurrency=self.pre.concurrency, n_requests=wanted)
+        curve = self.pre.workload.prefix_reuse_curve()
+        kept = _keeping_reuse(curve, wanted)
+        reuse = (f" (the first {kept} have {curve[kept - 1]:.0%} of their prompt tokens reusable from earlier ones, "
+                 f"all {current} {curve[-1]:.0%})" if kept > wanted else "")
+        if kept >= current:
+            note = (f"the measured pass took {took:.0f} s, not the planned {target:.0f} s, but it keeps its {current} "
+                    f"requests: the first {wanted} have {curve[wanted - 1]:.0%} of their prompt tokens reusable from "
+                    f"earlier ones, all {current} {curve[-1]:.0%} (a shorter pass would measure cold prefills the "
+                    "traffic does not have)")
+            log.info("baseline: %s", note)
+            night.apply(PhaseResult(notes=(note,)))
+            return False
+        workload = closed_loop(self.pre.trace, concurrency=self.pre.concurrency, n_requests=kept)
         night.use_workload(workload)
         note = (f"the measured pass took {took:.0f} s, not the planned {target:.0f} s: shortened from {current} to "
-                f"{wanted} requests")
+                f"{kept} requests{reuse}")
         log.info("baseline: %s", note)
         night.apply(PhaseResult(notes=(note,)))
         return True
