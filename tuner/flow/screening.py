@@ -555,7 +555,7 @@ class Screening:
             night.check()
             if technique.name in night.incumbent.techniques:
                 continue
-            blocks = (night.budget.allowance(phase) / night.boot_s() - 1) / 2
+            blocks = self._blocks_that_fit(phase, after=1)
             factor = min(EXTEND_FACTOR, int(blocks // base[-1]))
             if factor < 1:
                 self._notes.append(f"no time to retest {technique.name} with a longer test "
@@ -732,8 +732,12 @@ class Screening:
         if first is None or not own or night.budget.phase is None:
             return None
         cap = (looks or night.policy.looks)[-1]
-        fits = int((night.budget.allowance(night.budget.phase) / night.boot_s() - 2 * cap) // 2)
+        fits = int(self._blocks_that_fit(night.budget.phase, after=2 * cap))
         return max(own, min(EXTEND_FACTOR * cap, fits))
+
+    def _blocks_that_fit(self, phase: BudgetPhase, *, after: int) -> float:
+        """Blocks per arm (two boots each) that ``phase``'s time has left after ``after`` more boots."""
+        return (self.night.budget.allowance(phase) / self.night.boot_s() - after) / 2
 
     def _stack(self, technique: Technique, with_: str | None = None) -> list[str]:
         """The incumbent's techniques, then ``with_`` (a memory technique screened alongside), then ``technique``."""

@@ -87,10 +87,10 @@ def _keeping_reuse(curve: Sequence[float], wanted: int) -> int:
     pass's length when no fewer do. Traffic without reuse keeps ``wanted``.
     """
     whole = 1.0 - curve[-1]
-    for n in range(wanted, len(curve)):
-        if 1.0 - curve[n - 1] <= FRESH_PROMPT_TOLERANCE * whole or not math.isfinite(whole):
-            return n
-    return len(curve)
+    if not math.isfinite(whole):
+        return wanted
+    return next((n for n in range(wanted, len(curve)) if 1.0 - curve[n - 1] <= FRESH_PROMPT_TOLERANCE * whole),
+                len(curve))
 
 
 @dataclass(frozen=True)
